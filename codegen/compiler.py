@@ -73,6 +73,8 @@ __all__ = [
     "render_tree",
     "SPLIT_DIMENSIONS",
     "module_of",
+    "UNLISTED",
+    "reference_anchor",
     "lower_formulas",
     "forked_map",
     "compare_tree",
@@ -165,6 +167,17 @@ def module_of(formula: Formula | Lowered) -> str:
     return formula.dimension
 
 
+#: Dimensions generated but not listed in ``docs/formulas.md``: mechanical derivatives (``<name>__d_<x>``) of
+#: listed formulas.
+UNLISTED = frozenset({"stage_slope", "memory_slope"})
+
+
+def reference_anchor(formula: Formula | Lowered) -> str:
+    """The anchor of ``docs/formulas.md`` that gives *formula*'s closed form and symbols: its own section, or
+    for a derivative of an :data:`UNLISTED` dimension, the section of the formula it is the derivative of."""
+    return formula.name.split("__d_")[0] if formula.dimension in UNLISTED else formula.name
+
+
 def _function_targets(f: Lowered) -> str:
     names = ["out", *f.reals, *f.masks, *f.arguments, *f.passed]
     return "out," if len(names) == 1 else ", ".join(names)
@@ -173,7 +186,8 @@ def _function_targets(f: Lowered) -> str:
 def _render_function(env: jinja2.Environment, f: Lowered, backend: Backend = NUMPY) -> str:
     template = backend.template("function")
     try:
-        text = env.get_template(template).render(f=f, targets=_function_targets(f))
+        text = env.get_template(template).render(f=f, targets=_function_targets(f),
+                                                       reference=reference_anchor(f))
     except (jinja2.TemplateError, TypeError, ValueError) as exc:
         raise CodegenError(f"formula {f.name}: template {template}: {type(exc).__name__}: {exc}") from None
     try:

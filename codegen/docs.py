@@ -38,7 +38,7 @@ from symbolic.formula import Formula
 from symbolic.simplify import closed_form
 from symbolic.symbols import SPECS, symbol
 
-from .compiler import forked_map
+from .compiler import UNLISTED, forked_map
 from .render import COMMAND, environment
 from .runtime import cache
 
@@ -80,8 +80,6 @@ GROUPS: tuple[tuple[str, str], ...] = (
               "`<name>__d_<x>`, are generated beside them for sensitivity and not listed)"),
 )
 
-#: Dimensions generated but not listed in docs/formulas.md: mechanical derivatives of listed formulas.
-UNLISTED = frozenset({"stage_slope", "memory_slope"})
 
 
 # ---------------------------------------------------------------- printers

@@ -73,6 +73,28 @@ def pyrepr(value: object) -> str:
     return text
 
 
+def pycall(arguments: Sequence[str], head: str, pad: str) -> str:
+    """The statement ``head(arguments…)`` at indentation *pad*: on one line when it fits ``WIDTH``, else
+    ``head(`` then the arguments filled onto lines four spaces deeper (each kept whole, each followed by
+    a comma), then ``)``."""
+    one = f"{pad}{head}({', '.join(arguments)})"
+    if len(one) <= WIDTH:
+        return one
+    inner = pad + "    "
+    lines: list[str] = []
+    line = ""
+    for argument in arguments:
+        piece = f"{argument},"
+        if line and len(inner) + len(line) + 1 + len(piece) > WIDTH:
+            lines.append(inner + line)
+            line = piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    if line:
+        lines.append(inner + line)
+    return "\n".join([f"{pad}{head}(", *lines, f"{pad})"])
+
+
 def pytuple(names: Sequence[str], quote: bool = False) -> str:
     """A tuple display of *names*: ``(a, b)``, ``(a,)``, ``()``; as strings with *quote*."""
     items = [pyrepr(n) if quote else str(n) for n in names]
@@ -91,7 +113,7 @@ def environment(loader: jinja2.BaseLoader | None = None) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.filters.update(docwrap=docwrap, comment=comment, pyrepr=pyrepr, pytuple=pytuple)
+    env.filters.update(docwrap=docwrap, comment=comment, pyrepr=pyrepr, pytuple=pytuple, pycall=pycall)
     return env
 
 

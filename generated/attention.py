@@ -5,7 +5,9 @@
 """Evaluators of the attention formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -28,21 +30,8 @@ __all__ = [
 def attention_head_width_elements(*, a, dh, h):
     """Head width per attention head, with the h/a fallback when dh is unset.
 
-    Closed form::
-
-        Piecewise((dh, Ne(dh, 0)), (h/a, True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#attention_head_width_elements``.
     Source: comm_time.py line 159 (cp_traffic)
-
-    Args:
-        a: attention (query) heads [heads].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, dh, h))
@@ -55,11 +44,7 @@ def attention_head_width_elements(*, a, dh, h):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "attention_head_width_elements",
-            ("a", "dh", "h"),
-            (a, dh, h),
-            reals=0,
-            masks=1,
+            "attention_head_width_elements", ("a", "dh", "h"), (a, dh, h), reals=0, masks=1,
         )
         for block in call.blocks():
             _attention_head_width_elements_block(*block)
@@ -75,35 +60,17 @@ def _attention_head_width_elements_block(out, m0, a, dh, h):
 
 
 attention_head_width_elements.kernel = _runtime.Kernel(
-    _attention_head_width_elements_block,
-    reals=0,
-    masks=1,
-    arguments=("a", "dh", "h"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _attention_head_width_elements_block, reals=0, masks=1, arguments=("a", "dh", "h"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
 def attention_mha_kv_width_elements(*, h, t):
     """Width of each of K and V per TP rank for MHA attention.
 
-    Closed form::
-
-        h/t
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#attention_mha_kv_width_elements``.
     Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
     and 196
-
-    Args:
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((h, t))
@@ -112,13 +79,7 @@ def attention_mha_kv_width_elements(*, h, t):
         (h, t) = _runtime.floats(xp, (h, t))
         out = h/t
         return _runtime.broadcast(xp, out, (h, t))
-    call = _runtime.Call(
-        "attention_mha_kv_width_elements",
-        ("h", "t"),
-        (h, t),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("attention_mha_kv_width_elements", ("h", "t"), (h, t), reals=0, masks=0)
     for block in call.blocks():
         _attention_mha_kv_width_elements_block(*block)
     return call.out
@@ -131,37 +92,17 @@ def _attention_mha_kv_width_elements_block(out, h, t):
 
 
 attention_mha_kv_width_elements.kernel = _runtime.Kernel(
-    _attention_mha_kv_width_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("h", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _attention_mha_kv_width_elements_block, reals=0, masks=0, arguments=("h", "t"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
     """Width of each of K and V per TP rank for GQA attention.
 
-    Closed form::
-
-        dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#attention_gqa_kv_width_elements``.
     Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
     and 196
-
-    Args:
-        a: attention (query) heads [heads].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dh, n_kv, t))
@@ -175,11 +116,8 @@ def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _attention_gqa_kv_width_elements_invariants(a, dh, n_kv)
         call = _runtime.Call(
-            "attention_gqa_kv_width_elements",
-            ("a", "dh", "n_kv", "t", "inv0"),
-            (a, dh, n_kv, t, inv0),
-            reals=0,
-            masks=0,
+            "attention_gqa_kv_width_elements", ("a", "dh", "n_kv", "t", "inv0"),
+            (a, dh, n_kv, t, inv0), reals=0, masks=0,
         )
         for block in call.blocks():
             _attention_gqa_kv_width_elements_block(*block)
@@ -203,35 +141,18 @@ def _attention_gqa_kv_width_elements_block(out, a, dh, n_kv, t, inv0):
 
 
 attention_gqa_kv_width_elements.kernel = _runtime.Kernel(
-    _attention_gqa_kv_width_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("a", "dh", "n_kv", "t"),
-    passed=("inv0",),
-    invariants=_attention_gqa_kv_width_elements_invariants,
-    widened=("a", "dh", "n_kv"),
-    quiet=True,
+    _attention_gqa_kv_width_elements_block, reals=0, masks=0, arguments=("a", "dh", "n_kv", "t"),
+    passed=("inv0",), invariants=_attention_gqa_kv_width_elements_invariants,
+    widened=("a", "dh", "n_kv"), quiet=True,
 )
 
 
 def attention_mqa_kv_width_elements(*, dh, t):
     """Width of each of K and V per TP rank for MQA attention.
 
-    Closed form::
-
-        dh/t
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#attention_mqa_kv_width_elements``.
     Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
     and 196
-
-    Args:
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((dh, t))
@@ -240,13 +161,7 @@ def attention_mqa_kv_width_elements(*, dh, t):
         (dh, t) = _runtime.floats(xp, (dh, t))
         out = dh/t
         return _runtime.broadcast(xp, out, (dh, t))
-    call = _runtime.Call(
-        "attention_mqa_kv_width_elements",
-        ("dh", "t"),
-        (dh, t),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("attention_mqa_kv_width_elements", ("dh", "t"), (dh, t), reals=0, masks=0)
     for block in call.blocks():
         _attention_mqa_kv_width_elements_block(*block)
     return call.out
@@ -259,37 +174,17 @@ def _attention_mqa_kv_width_elements_block(out, dh, t):
 
 
 attention_mqa_kv_width_elements.kernel = _runtime.Kernel(
-    _attention_mqa_kv_width_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("dh", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _attention_mqa_kv_width_elements_block, reals=0, masks=0, arguments=("dh", "t"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
     """Width of each of K and V per TP rank for MLA attention.
 
-    Closed form::
-
-        n_kv*(2*dh + dhr)/(2*t)
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#attention_mla_kv_width_elements``.
     Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
     and 196
-
-    Args:
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((dh, dhr, n_kv, t))
@@ -300,11 +195,8 @@ def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
         return _runtime.broadcast(xp, out, (dh, dhr, n_kv, t))
     (inv0,) = _attention_mla_kv_width_elements_invariants(dh, dhr, n_kv)
     call = _runtime.Call(
-        "attention_mla_kv_width_elements",
-        ("dh", "dhr", "n_kv", "t", "inv0"),
-        (dh, dhr, n_kv, t, inv0),
-        reals=0,
-        masks=0,
+        "attention_mla_kv_width_elements", ("dh", "dhr", "n_kv", "t", "inv0"),
+        (dh, dhr, n_kv, t, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _attention_mla_kv_width_elements_block(*block)
@@ -328,12 +220,7 @@ def _attention_mla_kv_width_elements_block(out, dh, dhr, n_kv, t, inv0):
 
 
 attention_mla_kv_width_elements.kernel = _runtime.Kernel(
-    _attention_mla_kv_width_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("dh", "dhr", "n_kv", "t"),
-    passed=("inv0",),
-    invariants=_attention_mla_kv_width_elements_invariants,
-    widened=("dh", "dhr", "n_kv"),
-    quiet=False,
+    _attention_mla_kv_width_elements_block, reals=0, masks=0, arguments=("dh", "dhr", "n_kv", "t"),
+    passed=("inv0",), invariants=_attention_mla_kv_width_elements_invariants,
+    widened=("dh", "dhr", "n_kv"), quiet=False,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the collective formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -186,37 +188,9 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        alpha_tree_ll_s + 2*hop_net_tree_ll_s*log(nodes)/log(2) +
-        2*hop_nvlink_tree_ll_s*(ranks_per_node - 1) + 2*msg_bytes/Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_tree_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418)
-
-    Args:
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_tree_ll_s: NCCL hwLat NVLink: one tree hop, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -234,8 +208,7 @@ def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, 
             "collective_all_reduce_tree_ll_time_s",
             ("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
             (alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll_time_s_block(*block)
@@ -284,14 +257,10 @@ def _collective_all_reduce_tree_ll_time_s_block(out, r0, r1, r2, m0, alpha_tree_
 
 
 collective_all_reduce_tree_ll_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll_time_s_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_tree_ll_time_s_block, reals=3, masks=1,
     arguments=("alpha_tree_ll_s", "hop_net_tree_ll_s", "hop_nvlink_tree_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_tree_ll_time_s_invariants,
-    widened=("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_tree_ll_time_s_invariants,
+    widened=("hop_net_tree_ll_s", "hop_nvlink_tree_ll_s"), quiet=True,
 )
 
 
@@ -300,38 +269,9 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        alpha_tree_ll128_s + 2*hop_net_tree_ll128_s*log(nodes)/log(2) +
-        2*hop_nvlink_tree_ll128_s*(ranks_per_node - 1) +
-        2*msg_bytes/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, Piecewise((7/9, nodes <
-        2), (15/16, True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_tree_ll128_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418)
-
-    Args:
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_tree_ll128_s: NCCL hwLat NVLink: one tree hop, LL128 [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
@@ -350,8 +290,7 @@ def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_
             "collective_all_reduce_tree_ll128_time_s",
             ("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
             (alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-            reals=4,
-            masks=1,
+            reals=4, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll128_time_s_block(*block)
@@ -404,14 +343,10 @@ def _collective_all_reduce_tree_ll128_time_s_block(out, r0, r1, r2, r3, m0, alph
 
 
 collective_all_reduce_tree_ll128_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll128_time_s_block,
-    reals=4,
-    masks=1,
+    _collective_all_reduce_tree_ll128_time_s_block, reals=4, masks=1,
     arguments=("alpha_tree_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_tree_ll128_time_s_invariants,
-    widened=("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_tree_ll128_time_s_invariants,
+    widened=("hop_net_tree_ll128_s", "hop_nvlink_tree_ll128_s"), quiet=True,
 )
 
 
@@ -420,35 +355,9 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        alpha_tree_simple_s + 2*hop_net_tree_simple_s*log(nodes)/log(2) +
-        2*hop_nvlink_tree_simple_s*(ranks_per_node - 1) +
-        2*msg_bytes/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_tree_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418)
-
-    Args:
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_tree_simple_s: NCCL hwLat NVLink: one tree hop, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -466,8 +375,7 @@ def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tre
             "collective_all_reduce_tree_simple_time_s",
             ("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0", "inv1"),
             (alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_simple_time_s_block(*block)
@@ -513,14 +421,10 @@ def _collective_all_reduce_tree_simple_time_s_block(out, r0, r1, r2, m0, alpha_t
 
 
 collective_all_reduce_tree_simple_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_simple_time_s_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_tree_simple_time_s_block, reals=3, masks=1,
     arguments=("alpha_tree_simple_s", "hop_net_tree_simple_s", "hop_nvlink_tree_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_tree_simple_time_s_invariants,
-    widened=("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_tree_simple_time_s_invariants,
+    widened=("hop_net_tree_simple_s", "hop_nvlink_tree_simple_s"), quiet=True,
 )
 
 
@@ -529,43 +433,12 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        msg_bytes*(2*ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (2*nodes
-        - 2)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_ring_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -584,8 +457,7 @@ def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
             "collective_all_reduce_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_time_s_block(*block)
@@ -644,14 +516,10 @@ def _collective_all_reduce_ring_ll_time_s_block(out, r0, r1, r2, m0, m1, alpha_r
 
 
 collective_all_reduce_ring_ll_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_all_reduce_ring_ll_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_ring_ll_time_s_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -662,40 +530,9 @@ def collective_all_reduce_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s,
     collective_all_reduce_ring_ll_time_s). Where a candidate has no price formula its price is its
     time.
 
-    Closed form::
-
-        msg_bytes*(2*ranks - 2)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (2*nodes
-        - 2)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_ring_ll_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -715,8 +552,7 @@ def collective_all_reduce_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s,
             "collective_all_reduce_ring_ll_price_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_price_s_block(*block)
@@ -772,14 +608,10 @@ def _collective_all_reduce_ring_ll_price_s_block(out, r0, r1, r2, r3, m0, m1, al
 
 
 collective_all_reduce_ring_ll_price_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_price_s_block,
-    reals=4,
-    masks=2,
+    _collective_all_reduce_ring_ll_price_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_reduce_ring_ll_price_s_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_reduce_ring_ll_price_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -788,44 +620,12 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        msg_bytes*(2*ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll128_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) +
-        (2*nodes - 2)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_ll128_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -844,8 +644,7 @@ def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
             "collective_all_reduce_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s_block(*block)
@@ -906,14 +705,10 @@ def _collective_all_reduce_ring_ll128_time_s_block(out, r0, r1, r2, m0, m1, alph
 
 
 collective_all_reduce_ring_ll128_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_all_reduce_ring_ll128_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_ring_ll128_time_s_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -924,41 +719,9 @@ def collective_all_reduce_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring
     collective_all_reduce_ring_ll128_time_s). Where a candidate has no price formula its price is
     its time.
 
-    Closed form::
-
-        msg_bytes*(2*ranks - 2)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll128_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) +
-        (2*nodes - 2)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_ll128_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_ring_ll128_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -978,8 +741,7 @@ def collective_all_reduce_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring
             "collective_all_reduce_ring_ll128_price_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_price_s_block(*block)
@@ -1037,14 +799,10 @@ def _collective_all_reduce_ring_ll128_price_s_block(out, r0, r1, r2, r3, m0, m1,
 
 
 collective_all_reduce_ring_ll128_price_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_price_s_block,
-    reals=4,
-    masks=2,
+    _collective_all_reduce_ring_ll128_price_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_reduce_ring_ll128_price_s_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_reduce_ring_ll128_price_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -1053,41 +811,12 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        msg_bytes*(2*ranks - 3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*ranks - 2),
-        nodes < 2), (alpha_ring_simple_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (2*nodes - 2)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_ring_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -1107,8 +836,7 @@ def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             "collective_all_reduce_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s_block(*block)
@@ -1171,12 +899,9 @@ def _collective_all_reduce_ring_simple_time_s_block(out, r0, r1, r2, r3, m0, m1,
 
 
 collective_all_reduce_ring_simple_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s_block,
-    reals=4,
-    masks=2,
+    _collective_all_reduce_ring_simple_time_s_block, reals=4, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_ring_simple_time_s_invariants,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_ring_simple_time_s_invariants,
     widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
     quiet=True,
 )
@@ -1189,38 +914,10 @@ def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
     collective_all_reduce_ring_simple_time_s). Where a candidate has no price formula its price is
     its time.
 
-    Closed form::
-
-        msg_bytes*(2*ranks - 2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*ranks - 2),
-        nodes < 2), (alpha_ring_simple_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (2*nodes - 2)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -1239,8 +936,7 @@ def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
             "collective_all_reduce_ring_simple_price_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_price_s_block(*block)
@@ -1300,12 +996,9 @@ def _collective_all_reduce_ring_simple_price_s_block(out, r0, r1, r2, m0, m1, al
 
 
 collective_all_reduce_ring_simple_price_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_price_s_block,
-    reals=3,
-    masks=2,
+    _collective_all_reduce_ring_simple_price_s_block, reals=3, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_ring_simple_price_s_invariants,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_ring_simple_price_s_invariants,
     widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
     quiet=True,
 )
@@ -1316,35 +1009,10 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        Piecewise((hop_nvlink_nvls_s + msg_bytes*(2*ranks -
-        2)/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)), (nvls > 0) & (ranks > 1) & (nodes <
-        2)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_reduce_nvls_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168)
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -1363,8 +1031,7 @@ def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             "collective_all_reduce_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=5,
-            masks=3,
+            reals=5, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_nvls_simple_time_s_block(*block)
@@ -1407,14 +1074,9 @@ def _collective_all_reduce_nvls_simple_time_s_block(out, r0, r1, r2, r3, r4, m0,
 
 
 collective_all_reduce_nvls_simple_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_nvls_simple_time_s_block,
-    reals=5,
-    masks=3,
+    _collective_all_reduce_nvls_simple_time_s_block, reals=5, masks=3,
     arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -1423,88 +1085,11 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
     (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        Piecewise((2*Min(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), alpha_ring_simple_s +
-        hop_nvlink_ring_simple_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1/2)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)) + Min(msg_bytes*(2*nodes -
-        3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*nodes - 2), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        1)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll_s +
-        hop_net_tree_ll_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        1)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(2*nodes - 2), True)), alpha_tree_ll128_s +
-        2*hop_net_tree_ll128_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-        Piecewise((7/9, nodes < 2), (15/16,
-        True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), alpha_tree_ll_s +
-        2*hop_net_tree_ll_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)/19)), alpha_tree_simple_s +
-        2*hop_net_tree_simple_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), (nodes > 1) & (ranks_per_node >
-        1)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_hierarchical_time_s``.
     Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
     intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
     form)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 106 (SymPy count_ops of the CSE form below); NumPy calls per block: 101.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
@@ -1537,8 +1122,7 @@ def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             "collective_all_reduce_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
             (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-            reals=20,
-            masks=3,
+            reals=20, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_hierarchical_time_s_block(*block)
@@ -1697,14 +1281,10 @@ def _collective_all_reduce_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5
 
 
 collective_all_reduce_hierarchical_time_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_hierarchical_time_s_block,
-    reals=20,
-    masks=3,
+    _collective_all_reduce_hierarchical_time_s_block, reals=20, masks=3,
     arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_hierarchical_time_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -1715,89 +1295,11 @@ def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
     takes collective_all_reduce_hierarchical_time_s). Where a candidate has no price formula its
     price is its time.
 
-    Closed form::
-
-        Piecewise((2*Min(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25)), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)),
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node - 1)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)) +
-        Min(msg_bytes*(2*nodes - 2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes
-        < 2), (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*nodes - 2), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        2)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll_s +
-        hop_net_tree_ll_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        2)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(2*nodes - 2), True)), alpha_tree_ll128_s +
-        2*hop_net_tree_ll128_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-        Piecewise((7/9, nodes < 2), (15/16,
-        True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), alpha_tree_ll_s +
-        2*hop_net_tree_ll_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)/19)), alpha_tree_simple_s +
-        2*hop_net_tree_simple_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), (nodes > 1) & (ranks_per_node >
-        1)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_hierarchical_price_s``.
     Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
     intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
     form); priced by its phases' tuned prices
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 100 (SymPy count_ops of the CSE form below); NumPy calls per block: 97.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
@@ -1829,8 +1331,7 @@ def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
             "collective_all_reduce_hierarchical_price_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0", "inv1"),
             (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0, inv1),
-            reals=18,
-            masks=3,
+            reals=18, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_hierarchical_price_s_block(*block)
@@ -1983,33 +1484,19 @@ def _collective_all_reduce_hierarchical_price_s_block(out, r0, r1, r2, r3, r4, r
 
 
 collective_all_reduce_hierarchical_price_s.kernel = _runtime.Kernel(
-    _collective_all_reduce_hierarchical_price_s_block,
-    reals=18,
-    masks=3,
+    _collective_all_reduce_hierarchical_price_s_block, reals=18, masks=3,
     arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "alpha_tree_ll128_s", "alpha_tree_ll_s", "alpha_tree_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_hierarchical_price_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_hierarchical_price_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
 def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
     """nccl-tests' busbw / algbw factor of an all-reduce over `ranks` ranks.
 
-    Closed form::
-
-        (2*ranks - 2)/ranks
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_nccl_busbw_factor_ratio``.
     Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((ranks,))
@@ -2019,11 +1506,7 @@ def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
         out = (2*ranks - 2)/ranks
         return _runtime.broadcast(xp, out, (ranks,))
     call = _runtime.Call(
-        "collective_all_reduce_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
-        reals=0,
-        masks=0,
+        "collective_all_reduce_nccl_busbw_factor_ratio", ("ranks",), (ranks,), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_reduce_nccl_busbw_factor_ratio_block(*block)
@@ -2039,14 +1522,8 @@ def _collective_all_reduce_nccl_busbw_factor_ratio_block(out, ranks):
 
 
 collective_all_reduce_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
-    _collective_all_reduce_nccl_busbw_factor_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=("ranks",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _collective_all_reduce_nccl_busbw_factor_ratio_block, reals=0, masks=0, arguments=("ranks",),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -2055,41 +1532,12 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
     NCCL's ring ll (algorithm and protocol), the time it really takes; infinite where the candidate
     is not available.
 
-    Closed form::
-
-        msg_bytes/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2) + Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_gather_ring_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2108,8 +1556,7 @@ def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, 
             "collective_all_gather_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_time_s_block(*block)
@@ -2160,14 +1607,10 @@ def _collective_all_gather_ring_ll_time_s_block(out, r0, r1, r2, m0, m1, alpha_r
 
 
 collective_all_gather_ring_ll_time_s.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_all_gather_ring_ll_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_ring_ll_time_s_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -2178,39 +1621,9 @@ def collective_all_gather_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s,
     run and takes collective_all_gather_ring_ll_time_s). Where a candidate has no price formula its
     price is its time.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2), (alpha_ring_ll_s
-        + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_gather_ring_ll_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2230,8 +1643,7 @@ def collective_all_gather_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s,
             "collective_all_gather_ring_ll_price_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_price_s_block(*block)
@@ -2285,14 +1697,10 @@ def _collective_all_gather_ring_ll_price_s_block(out, r0, r1, r2, r3, m0, m1, al
 
 
 collective_all_gather_ring_ll_price_s.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_price_s_block,
-    reals=4,
-    masks=2,
+    _collective_all_gather_ring_ll_price_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_ring_ll_price_s_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_ring_ll_price_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -2301,44 +1709,12 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
     NCCL's ring ll128 (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_gather_ring_ll128_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2357,8 +1733,7 @@ def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_
             "collective_all_gather_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s_block(*block)
@@ -2412,14 +1787,10 @@ def _collective_all_gather_ring_ll128_time_s_block(out, r0, r1, r2, m0, m1, alph
 
 
 collective_all_gather_ring_ll128_time_s.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_all_gather_ring_ll128_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_ring_ll128_time_s_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -2430,41 +1801,9 @@ def collective_all_gather_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring
     run and takes collective_all_gather_ring_ll128_time_s). Where a candidate has no price formula
     its price is its time.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_gather_ring_ll128_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2484,8 +1823,7 @@ def collective_all_gather_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring
             "collective_all_gather_ring_ll128_price_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_price_s_block(*block)
@@ -2541,14 +1879,10 @@ def _collective_all_gather_ring_ll128_price_s_block(out, r0, r1, r2, r3, m0, m1,
 
 
 collective_all_gather_ring_ll128_price_s.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_price_s_block,
-    reals=4,
-    masks=2,
+    _collective_all_gather_ring_ll128_price_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_ring_ll128_price_s_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_ring_ll128_price_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -2557,41 +1891,12 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
     NCCL's ring simple (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_gather_ring_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2609,8 +1914,7 @@ def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_rin
             "collective_all_gather_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s_block(*block)
@@ -2668,12 +1972,9 @@ def _collective_all_gather_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_r
 
 
 collective_all_gather_ring_simple_time_s.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s_block,
-    reals=2,
-    masks=2,
+    _collective_all_gather_ring_simple_time_s_block, reals=2, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_gather_ring_simple_time_s_invariants,
+    passed=("inv0", "inv1"), invariants=_collective_all_gather_ring_simple_time_s_invariants,
     widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
     quiet=True,
 )
@@ -2686,38 +1987,10 @@ def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
     run and takes collective_all_gather_ring_simple_time_s). Where a candidate has no price formula
     its price is its time.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2736,8 +2009,7 @@ def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ri
             "collective_all_gather_ring_simple_price_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_price_s_block(*block)
@@ -2795,12 +2067,9 @@ def _collective_all_gather_ring_simple_price_s_block(out, r0, r1, r2, m0, m1, al
 
 
 collective_all_gather_ring_simple_price_s.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_price_s_block,
-    reals=3,
-    masks=2,
+    _collective_all_gather_ring_simple_price_s_block, reals=3, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_gather_ring_simple_price_s_invariants,
+    passed=("inv0", "inv1"), invariants=_collective_all_gather_ring_simple_price_s_invariants,
     widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
     quiet=True,
 )
@@ -2811,34 +2080,10 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
     NCCL's nvls simple (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        Piecewise((hop_nvlink_nvls_s + msg_bytes/(ranks*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_gather_nvls_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168)
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -2856,8 +2101,7 @@ def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, no
             "collective_all_gather_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_nvls_simple_time_s_block(*block)
@@ -2898,14 +2142,9 @@ def _collective_all_gather_nvls_simple_time_s_block(out, r0, r1, r2, r3, m0, m1,
 
 
 collective_all_gather_nvls_simple_time_s.kernel = _runtime.Kernel(
-    _collective_all_gather_nvls_simple_time_s_block,
-    reals=4,
-    masks=3,
+    _collective_all_gather_nvls_simple_time_s_block, reals=4, masks=3,
     arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -2914,63 +2153,11 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
     NCCL's hierarchical (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        Piecewise((Min(msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), alpha_ring_simple_s +
-        hop_nvlink_ring_simple_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1/2)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)), (nodes > 1) &
-        (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_hierarchical_time_s``.
     Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
     intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
     form)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -2996,8 +2183,7 @@ def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_
             "collective_all_gather_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=12,
-            masks=3,
+            reals=12, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_hierarchical_time_s_block(*block)
@@ -3110,14 +2296,10 @@ def _collective_all_gather_hierarchical_time_s_block(out, r0, r1, r2, r3, r4, r5
 
 
 collective_all_gather_hierarchical_time_s.kernel = _runtime.Kernel(
-    _collective_all_gather_hierarchical_time_s_block,
-    reals=12,
-    masks=3,
+    _collective_all_gather_hierarchical_time_s_block, reals=12, masks=3,
     arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_hierarchical_time_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -3128,65 +2310,11 @@ def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
     price is run and takes collective_all_gather_hierarchical_time_s). Where a candidate has no
     price formula its price is its time.
 
-    Closed form::
-
-        Piecewise((Min(msg_bytes*(nodes -
-        1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25)), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)),
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node - 1)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)),
-        (nodes > 1) & (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_hierarchical_price_s``.
     Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
     intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
     form); priced by its phases' tuned prices
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 67 (SymPy count_ops of the CSE form below); NumPy calls per block: 68.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -3214,8 +2342,7 @@ def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring
             "collective_all_gather_hierarchical_price_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=13,
-            masks=3,
+            reals=13, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_hierarchical_price_s_block(*block)
@@ -3328,33 +2455,19 @@ def _collective_all_gather_hierarchical_price_s_block(out, r0, r1, r2, r3, r4, r
 
 
 collective_all_gather_hierarchical_price_s.kernel = _runtime.Kernel(
-    _collective_all_gather_hierarchical_price_s_block,
-    reals=13,
-    masks=3,
+    _collective_all_gather_hierarchical_price_s_block, reals=13, masks=3,
     arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_hierarchical_price_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_hierarchical_price_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
 def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
     """nccl-tests' busbw / algbw factor of an all-gather over `ranks` ranks.
 
-    Closed form::
-
-        (ranks - 1)/ranks
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_nccl_busbw_factor_ratio``.
     Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((ranks,))
@@ -3364,11 +2477,7 @@ def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
         out = (ranks - 1)/ranks
         return _runtime.broadcast(xp, out, (ranks,))
     call = _runtime.Call(
-        "collective_all_gather_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
-        reals=0,
-        masks=0,
+        "collective_all_gather_nccl_busbw_factor_ratio", ("ranks",), (ranks,), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_gather_nccl_busbw_factor_ratio_block(*block)
@@ -3383,14 +2492,8 @@ def _collective_all_gather_nccl_busbw_factor_ratio_block(out, ranks):
 
 
 collective_all_gather_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
-    _collective_all_gather_nccl_busbw_factor_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=("ranks",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _collective_all_gather_nccl_busbw_factor_ratio_block, reals=0, masks=0, arguments=("ranks",),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3399,41 +2502,12 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
     NCCL's ring ll (algorithm and protocol), the time it really takes; infinite where the candidate
     is not available.
 
-    Closed form::
-
-        msg_bytes/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2) + Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -3452,8 +2526,7 @@ def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll
             "collective_reduce_scatter_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_time_s_block(*block)
@@ -3504,14 +2577,10 @@ def _collective_reduce_scatter_ring_ll_time_s_block(out, r0, r1, r2, m0, m1, alp
 
 
 collective_reduce_scatter_ring_ll_time_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_reduce_scatter_ring_ll_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_ring_ll_time_s_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_ring_ll_time_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -3522,39 +2591,10 @@ def collective_reduce_scatter_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_l
     run and takes collective_reduce_scatter_ring_ll_time_s). Where a candidate has no price formula
     its price is its time.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2), (alpha_ring_ll_s
-        + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -3574,8 +2614,7 @@ def collective_reduce_scatter_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_l
             "collective_reduce_scatter_ring_ll_price_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_price_s_block(*block)
@@ -3629,14 +2668,10 @@ def _collective_reduce_scatter_ring_ll_price_s_block(out, r0, r1, r2, r3, m0, m1
 
 
 collective_reduce_scatter_ring_ll_price_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_price_s_block,
-    reals=4,
-    masks=2,
+    _collective_reduce_scatter_ring_ll_price_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_ring_ll_price_s_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_ring_ll_price_s_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -3645,44 +2680,13 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
     NCCL's ring ll128 (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -3701,8 +2705,7 @@ def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_r
             "collective_reduce_scatter_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s_block(*block)
@@ -3756,14 +2759,10 @@ def _collective_reduce_scatter_ring_ll128_time_s_block(out, r0, r1, r2, m0, m1, 
 
 
 collective_reduce_scatter_ring_ll128_time_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_reduce_scatter_ring_ll128_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_ring_ll128_time_s_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_ring_ll128_time_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -3774,41 +2773,10 @@ def collective_reduce_scatter_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_
     run and takes collective_reduce_scatter_ring_ll128_time_s). Where a candidate has no price
     formula its price is its time.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -3828,8 +2796,7 @@ def collective_reduce_scatter_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_
             "collective_reduce_scatter_ring_ll128_price_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_price_s_block(*block)
@@ -3885,14 +2852,10 @@ def _collective_reduce_scatter_ring_ll128_price_s_block(out, r0, r1, r2, r3, m0,
 
 
 collective_reduce_scatter_ring_ll128_price_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_price_s_block,
-    reals=4,
-    masks=2,
+    _collective_reduce_scatter_ring_ll128_price_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_ring_ll128_price_s_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_ring_ll128_price_s_invariants,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -3901,41 +2864,13 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
     NCCL's ring simple (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -3953,8 +2888,7 @@ def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net
             "collective_reduce_scatter_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s_block(*block)
@@ -4012,12 +2946,9 @@ def _collective_reduce_scatter_ring_simple_time_s_block(out, r0, r1, m0, m1, alp
 
 
 collective_reduce_scatter_ring_simple_time_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s_block,
-    reals=2,
-    masks=2,
+    _collective_reduce_scatter_ring_simple_time_s_block, reals=2, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_reduce_scatter_ring_simple_time_s_invariants,
+    passed=("inv0", "inv1"), invariants=_collective_reduce_scatter_ring_simple_time_s_invariants,
     widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
     quiet=True,
 )
@@ -4030,38 +2961,10 @@ def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_ne
     run and takes collective_reduce_scatter_ring_simple_time_s). Where a candidate has no price
     formula its price is its time.
 
-    Closed form::
-
-        msg_bytes*(ranks - 1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_price_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
     src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -4080,8 +2983,7 @@ def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_ne
             "collective_reduce_scatter_ring_simple_price_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_price_s_block(*block)
@@ -4139,12 +3041,9 @@ def _collective_reduce_scatter_ring_simple_price_s_block(out, r0, r1, r2, m0, m1
 
 
 collective_reduce_scatter_ring_simple_price_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_price_s_block,
-    reals=3,
-    masks=2,
+    _collective_reduce_scatter_ring_simple_price_s_block, reals=3, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_reduce_scatter_ring_simple_price_s_invariants,
+    passed=("inv0", "inv1"), invariants=_collective_reduce_scatter_ring_simple_price_s_invariants,
     widened=("hop_nvlink_ring_simple_s", "net_overhead_s", "ring_channel_bw_bytes_per_s"),
     quiet=True,
 )
@@ -4155,34 +3054,11 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
     NCCL's nvls simple (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        Piecewise((hop_nvlink_nvls_s + msg_bytes/(ranks*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_nvls_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168)
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -4200,8 +3076,7 @@ def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes
             "collective_reduce_scatter_nvls_simple_time_s",
             ("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_nvls_simple_time_s_block(*block)
@@ -4242,14 +3117,9 @@ def _collective_reduce_scatter_nvls_simple_time_s_block(out, r0, r1, r2, r3, m0,
 
 
 collective_reduce_scatter_nvls_simple_time_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_nvls_simple_time_s_block,
-    reals=4,
-    masks=3,
+    _collective_reduce_scatter_nvls_simple_time_s_block, reals=4, masks=3,
     arguments=("hop_nvlink_nvls_s", "msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -4258,63 +3128,11 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
     NCCL's hierarchical (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        Piecewise((Min(msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), alpha_ring_simple_s +
-        hop_nvlink_ring_simple_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1/2)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)), (nodes > 1) &
-        (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_hierarchical_time_s``.
     Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
     intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
     form)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 71 (SymPy count_ops of the CSE form below); NumPy calls per block: 70.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -4340,8 +3158,7 @@ def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_r
             "collective_reduce_scatter_hierarchical_time_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=12,
-            masks=3,
+            reals=12, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_hierarchical_time_s_block(*block)
@@ -4454,14 +3271,10 @@ def _collective_reduce_scatter_hierarchical_time_s_block(out, r0, r1, r2, r3, r4
 
 
 collective_reduce_scatter_hierarchical_time_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_hierarchical_time_s_block,
-    reals=12,
-    masks=3,
+    _collective_reduce_scatter_hierarchical_time_s_block, reals=12, masks=3,
     arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_hierarchical_time_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_hierarchical_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -4472,65 +3285,11 @@ def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_
     price is run and takes collective_reduce_scatter_hierarchical_time_s). Where a candidate has no
     price formula its price is its time.
 
-    Closed form::
-
-        Piecewise((Min(msg_bytes*(nodes -
-        1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25)), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)),
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node - 1)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)),
-        (nodes > 1) & (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_hierarchical_price_s``.
     Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
     intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
     form); priced by its phases' tuned prices
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 67 (SymPy count_ops of the CSE form below); NumPy calls per block: 68.
     xp = _runtime.namespace((alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -4558,8 +3317,7 @@ def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_
             "collective_reduce_scatter_hierarchical_price_s",
             ("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=13,
-            masks=3,
+            reals=13, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_hierarchical_price_s_block(*block)
@@ -4672,33 +3430,19 @@ def _collective_reduce_scatter_hierarchical_price_s_block(out, r0, r1, r2, r3, r
 
 
 collective_reduce_scatter_hierarchical_price_s.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_hierarchical_price_s_block,
-    reals=13,
-    masks=3,
+    _collective_reduce_scatter_hierarchical_price_s_block, reals=13, masks=3,
     arguments=("alpha_ring_ll128_s", "alpha_ring_ll_s", "alpha_ring_simple_s", "hop_net_tree_ll128_s", "hop_net_tree_ll_s", "hop_net_tree_simple_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_simple_s", "ll128_channel_max_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_hierarchical_price_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_hierarchical_price_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
 def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
     """nccl-tests' busbw / algbw factor of a reduce-scatter over `ranks` ranks.
 
-    Closed form::
-
-        (ranks - 1)/ranks
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_nccl_busbw_factor_ratio``.
     Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((ranks,))
@@ -4708,11 +3452,7 @@ def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
         out = (ranks - 1)/ranks
         return _runtime.broadcast(xp, out, (ranks,))
     call = _runtime.Call(
-        "collective_reduce_scatter_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
-        reals=0,
-        masks=0,
+        "collective_reduce_scatter_nccl_busbw_factor_ratio", ("ranks",), (ranks,), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_reduce_scatter_nccl_busbw_factor_ratio_block(*block)
@@ -4727,14 +3467,8 @@ def _collective_reduce_scatter_nccl_busbw_factor_ratio_block(out, ranks):
 
 
 collective_reduce_scatter_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_nccl_busbw_factor_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=("ranks",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _collective_reduce_scatter_nccl_busbw_factor_ratio_block, reals=0, masks=0,
+    arguments=("ranks",), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4743,39 +3477,12 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
     ll (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        alpha_ring_ll_s + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2) +
-        Piecewise((hop_nvlink_ring_ll_s, nodes < 2), (Piecewise((hop_net_tree_ll_s,
-        Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_broadcast_ring_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -4793,8 +3500,7 @@ def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
             "collective_broadcast_ring_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll_time_s_block(*block)
@@ -4826,14 +3532,9 @@ def _collective_broadcast_ring_ll_time_s_block(out, r0, r1, m0, m1, alpha_ring_l
 
 
 collective_broadcast_ring_ll_time_s.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll_time_s_block,
-    reals=2,
-    masks=2,
+    _collective_broadcast_ring_ll_time_s_block, reals=2, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -4842,40 +3543,12 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
     ll128 (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        alpha_ring_ll128_s + msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25) +
-        Piecewise((hop_nvlink_ring_ll128_s, nodes < 2), (Piecewise((hop_net_tree_ll128_s,
-        Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_broadcast_ring_ll128_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -4893,8 +3566,7 @@ def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_l
             "collective_broadcast_ring_ll128_time_s",
             ("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll128_time_s_block(*block)
@@ -4928,14 +3600,9 @@ def _collective_broadcast_ring_ll128_time_s_block(out, r0, r1, r2, m0, m1, alpha
 
 
 collective_broadcast_ring_ll128_time_s.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll128_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_broadcast_ring_ll128_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_ll128_s", "hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -4944,37 +3611,12 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     simple (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        alpha_ring_simple_s + msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels),
-        nodes < 2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True)) + Piecewise((hop_nvlink_ring_simple_s, nodes < 2), (Piecewise((hop_net_tree_simple_s,
-        Eq(ranks_per_node, 1)), (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_broadcast_ring_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -4992,8 +3634,7 @@ def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             "collective_broadcast_ring_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_simple_time_s_block(*block)
@@ -5035,39 +3676,22 @@ def _collective_broadcast_ring_simple_time_s_block(out, r0, r1, m0, m1, alpha_ri
 
 
 collective_broadcast_ring_simple_time_s.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_simple_time_s_block,
-    reals=2,
-    masks=2,
+    _collective_broadcast_ring_simple_time_s_block, reals=2, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_broadcast_ring_simple_time_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_broadcast_ring_simple_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
 def collective_broadcast_nccl_busbw_factor_ratio():
     """nccl-tests' busbw / algbw factor of a broadcast over `ranks` ranks.
 
-    Closed form::
-
-        1
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_nccl_busbw_factor_ratio``.
     Source: nccl-tests doc/PERFORMANCE.md
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "collective_broadcast_nccl_busbw_factor_ratio",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("collective_broadcast_nccl_busbw_factor_ratio", (), (), reals=0, masks=0)
     for block in call.blocks():
         _collective_broadcast_nccl_busbw_factor_ratio_block(*block)
     return call.out
@@ -5080,14 +3704,8 @@ def _collective_broadcast_nccl_busbw_factor_ratio_block(out,):
 
 
 collective_broadcast_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
-    _collective_broadcast_nccl_busbw_factor_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _collective_broadcast_nccl_busbw_factor_ratio_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5096,18 +3714,7 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
     with NCCL's p2p ll (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        Piecewise((alpha_ring_ll_s + Piecewise((hop_nvlink_ring_ll_s, nodes < 2),
-        (hop_net_ring_ll_s, True)) + Max(msg_bytes*(ranks -
-        ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2))),
-        p2p_ll_threshold_bytes >= msg_bytes/ranks), (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -5116,26 +3723,6 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
     per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -5153,8 +3740,7 @@ def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, h
             "collective_all_to_all_p2p_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s_block(*block)
@@ -5197,14 +3783,9 @@ def _collective_all_to_all_p2p_ll_time_s_block(out, r0, r1, r2, r3, r4, m0, m1, 
 
 
 collective_all_to_all_p2p_ll_time_s.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s_block,
-    reals=5,
-    masks=2,
+    _collective_all_to_all_p2p_ll_time_s_block, reals=5, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -5213,20 +3794,7 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     with NCCL's p2p simple (algorithm and protocol), the time it really takes; infinite where the
     candidate is not available.
 
-    Closed form::
-
-        Piecewise((oo, p2p_ll_threshold_bytes >= msg_bytes/ranks), (alpha_ring_simple_s +
-        Piecewise((hop_nvlink_ring_simple_s, nodes < 2), (hop_net_ring_simple_s, True)) +
-        Max((msg_bytes/(ranks*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1), msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks)), True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -5235,29 +3803,6 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
     per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -5279,8 +3824,7 @@ def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring
             "collective_all_to_all_p2p_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_simple_time_s_block(*block)
@@ -5347,33 +3891,19 @@ def _collective_all_to_all_p2p_simple_time_s_block(out, r0, r1, r2, r3, r4, r5, 
 
 
 collective_all_to_all_p2p_simple_time_s.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s_block,
-    reals=7,
-    masks=2,
+    _collective_all_to_all_p2p_simple_time_s_block, reals=7, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_to_all_p2p_simple_time_s_invariants,
-    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_to_all_p2p_simple_time_s_invariants,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), quiet=True,
 )
 
 
 def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
     """nccl-tests' busbw / algbw factor of an all-to-all over `ranks` ranks.
 
-    Closed form::
-
-        (ranks - 1)/ranks
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_nccl_busbw_factor_ratio``.
     Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((ranks,))
@@ -5383,11 +3913,7 @@ def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
         out = (ranks - 1)/ranks
         return _runtime.broadcast(xp, out, (ranks,))
     call = _runtime.Call(
-        "collective_all_to_all_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
-        reals=0,
-        masks=0,
+        "collective_all_to_all_nccl_busbw_factor_ratio", ("ranks",), (ranks,), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_to_all_nccl_busbw_factor_ratio_block(*block)
@@ -5402,14 +3928,8 @@ def _collective_all_to_all_nccl_busbw_factor_ratio_block(out, ranks):
 
 
 collective_all_to_all_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
-    _collective_all_to_all_nccl_busbw_factor_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=("ranks",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _collective_all_to_all_nccl_busbw_factor_ratio_block, reals=0, masks=0, arguments=("ranks",),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5418,17 +3938,7 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
     ll (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        Piecewise((alpha_ring_ll_s + Piecewise((hop_nvlink_ring_ll_s, nodes < 2),
-        (hop_net_ring_ll_s, True)) + Piecewise((msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), nodes < 2),
-        (msg_bytes/Min(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), True)), msg_bytes <= p2p_ll_threshold_bytes),
-        (oo, True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_send_recv_p2p_ll_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -5437,23 +3947,6 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
     per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -5472,8 +3965,7 @@ def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, ho
             "collective_send_recv_p2p_ll_time_s",
             ("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_ll_time_s_block(*block)
@@ -5517,14 +4009,10 @@ def _collective_send_recv_p2p_ll_time_s_block(out, r0, r1, r2, r3, m0, m1, alpha
 
 
 collective_send_recv_p2p_ll_time_s.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_ll_time_s_block,
-    reals=4,
-    masks=2,
+    _collective_send_recv_p2p_ll_time_s_block, reals=4, masks=2,
     arguments=("alpha_ring_ll_s", "hop_net_ring_ll_s", "hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_send_recv_p2p_ll_time_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_send_recv_p2p_ll_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -5533,16 +4021,7 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
     simple (algorithm and protocol), the time it really takes; infinite where the candidate is not
     available.
 
-    Closed form::
-
-        Piecewise((oo, msg_bytes <= p2p_ll_threshold_bytes), (alpha_ring_simple_s +
-        Piecewise((hop_nvlink_ring_simple_s, nodes < 2), (hop_net_ring_simple_s, True)) +
-        Piecewise((3*msg_bytes/(2*ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (3*msg_bytes/(2*Min(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels)), True)),
-        True))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#collective_send_recv_p2p_simple_time_s``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -5551,22 +4030,6 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
     per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -5585,8 +4048,7 @@ def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_
             "collective_send_recv_p2p_simple_time_s",
             ("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_simple_time_s_block(*block)
@@ -5629,39 +4091,22 @@ def _collective_send_recv_p2p_simple_time_s_block(out, r0, r1, r2, m0, m1, alpha
 
 
 collective_send_recv_p2p_simple_time_s.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_simple_time_s_block,
-    reals=3,
-    masks=2,
+    _collective_send_recv_p2p_simple_time_s_block, reals=3, masks=2,
     arguments=("alpha_ring_simple_s", "hop_net_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_send_recv_p2p_simple_time_s_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_send_recv_p2p_simple_time_s_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
 def collective_send_recv_nccl_busbw_factor_ratio():
     """nccl-tests' busbw / algbw factor of one send/recv over `ranks` ranks.
 
-    Closed form::
-
-        1
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_nccl_busbw_factor_ratio``.
     Source: nccl-tests doc/PERFORMANCE.md
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "collective_send_recv_nccl_busbw_factor_ratio",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("collective_send_recv_nccl_busbw_factor_ratio", (), (), reals=0, masks=0)
     for block in call.blocks():
         _collective_send_recv_nccl_busbw_factor_ratio_block(*block)
     return call.out
@@ -5674,14 +4119,8 @@ def _collective_send_recv_nccl_busbw_factor_ratio_block(out,):
 
 
 collective_send_recv_nccl_busbw_factor_ratio.kernel = _runtime.Kernel(
-    _collective_send_recv_nccl_busbw_factor_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _collective_send_recv_nccl_busbw_factor_ratio_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5690,31 +4129,11 @@ def collective_all_reduce_tree_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        2/Min(ll_max_bw_bytes_per_s, 5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -5731,8 +4150,7 @@ def collective_all_reduce_tree_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
             "collective_all_reduce_tree_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
             (ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block(*block)
@@ -5760,14 +4178,9 @@ def _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block(out, r0, r1, r2, m0
 
 
 collective_all_reduce_tree_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_tree_ll_time_s__d_msg_bytes_block, reals=3, masks=1,
     arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -5779,23 +4192,11 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(*, alpha_tree_ll_s,
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_tree_ll_s + hop_nvlink_tree_ll_s*(2*ranks_per_node - 2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        hop_nvlink_tree_ll_s: NCCL hwLat NVLink: one tree hop, LL [s].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node))
@@ -5808,9 +4209,7 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(*, alpha_tree_ll_s,
     call = _runtime.Call(
         "collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha",
         ("alpha_tree_ll_s", "hop_nvlink_tree_ll_s", "ranks_per_node", "inv0"),
-        (alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node, inv0),
-        reals=0,
-        masks=0,
+        (alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block(*block)
@@ -5836,14 +4235,10 @@ def _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block(out, alpha_t
 
 
 collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=0,
-    arguments=("alpha_tree_ll_s", "hop_nvlink_tree_ll_s", "ranks_per_node"),
-    passed=("inv0",),
+    _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_block, reals=0, masks=0,
+    arguments=("alpha_tree_ll_s", "hop_nvlink_tree_ll_s", "ranks_per_node"), passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_tree_ll_s",),
-    quiet=False,
+    widened=("hop_nvlink_tree_ll_s",), quiet=False,
 )
 
 
@@ -5854,22 +4249,11 @@ def collective_all_reduce_tree_ll_time_s__scale_network_alpha(*, hop_net_tree_ll
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        2*hop_net_tree_ll_s*log(nodes)/log(2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((hop_net_tree_ll_s, nodes))
@@ -5881,10 +4265,7 @@ def collective_all_reduce_tree_ll_time_s__scale_network_alpha(*, hop_net_tree_ll
     (inv0,) = _collective_all_reduce_tree_ll_time_s__scale_network_alpha_invariants(hop_net_tree_ll_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_ll_time_s__scale_network_alpha",
-        ("hop_net_tree_ll_s", "nodes", "inv0"),
-        (hop_net_tree_ll_s, nodes, inv0),
-        reals=0,
-        masks=0,
+        ("hop_net_tree_ll_s", "nodes", "inv0"), (hop_net_tree_ll_s, nodes, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block(*block)
@@ -5909,14 +4290,10 @@ def _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block(out, hop_ne
 
 
 collective_all_reduce_tree_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block,
-    reals=0,
-    masks=0,
-    arguments=("hop_net_tree_ll_s", "nodes"),
-    passed=("inv0",),
+    _collective_all_reduce_tree_ll_time_s__scale_network_alpha_block, reals=0, masks=0,
+    arguments=("hop_net_tree_ll_s", "nodes"), passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll_time_s__scale_network_alpha_invariants,
-    widened=("hop_net_tree_ll_s",),
-    quiet=False,
+    widened=("hop_net_tree_ll_s",), quiet=False,
 )
 
 
@@ -5926,43 +4303,11 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -2*msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s
-        < 5*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/19, ll_max_bw_bytes_per_s <
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/19)), (5*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25, True))/19, True))/Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -5986,8 +4331,7 @@ def collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
             "collective_all_reduce_tree_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0),
-            reals=8,
-            masks=4,
+            reals=8, masks=4,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block(*block)
@@ -6055,14 +4399,11 @@ def _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block(out, r0, r1, 
 
 
 collective_all_reduce_tree_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block,
-    reals=8,
-    masks=4,
+    _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_block, reals=8, masks=4,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -6071,43 +4412,11 @@ def collective_all_reduce_tree_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -2*msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        5*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/19, ll_max_bw_bytes_per_s <
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/19)), (5*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25, True))/19,
-        True))/Min(ll_max_bw_bytes_per_s, 5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -6131,8 +4440,7 @@ def collective_all_reduce_tree_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
             "collective_all_reduce_tree_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0),
-            reals=8,
-            masks=4,
+            reals=8, masks=4,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll_time_s__scale_network_beta_block(*block)
@@ -6199,14 +4507,11 @@ def _collective_all_reduce_tree_ll_time_s__scale_network_beta_block(out, r0, r1,
 
 
 collective_all_reduce_tree_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll_time_s__scale_network_beta_block,
-    reals=8,
-    masks=4,
+    _collective_all_reduce_tree_ll_time_s__scale_network_beta_block, reals=8, masks=4,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -6215,32 +4520,11 @@ def collective_all_reduce_tree_ll128_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        2/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, Piecewise((7/9, nodes < 2),
-        (15/16, True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll128_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
@@ -6258,8 +4542,7 @@ def collective_all_reduce_tree_ll128_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
             "collective_all_reduce_tree_ll128_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
             (nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s),
-            reals=4,
-            masks=1,
+            reals=4, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block(*block)
@@ -6290,14 +4573,9 @@ def _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2,
 
 
 collective_all_reduce_tree_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block,
-    reals=4,
-    masks=1,
+    _collective_all_reduce_tree_ll128_time_s__d_msg_bytes_block, reals=4, masks=1,
     arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -6309,23 +4587,11 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(*, alpha_tree_ll
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_tree_ll128_s + hop_nvlink_tree_ll128_s*(2*ranks_per_node - 2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        hop_nvlink_tree_ll128_s: NCCL hwLat NVLink: one tree hop, LL128 [s].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node))
@@ -6338,9 +4604,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(*, alpha_tree_ll
     call = _runtime.Call(
         "collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha",
         ("alpha_tree_ll128_s", "hop_nvlink_tree_ll128_s", "ranks_per_node", "inv0"),
-        (alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node, inv0),
-        reals=0,
-        masks=0,
+        (alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block(*block)
@@ -6366,14 +4630,10 @@ def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block(out, alph
 
 
 collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=0,
-    arguments=("alpha_tree_ll128_s", "hop_nvlink_tree_ll128_s", "ranks_per_node"),
-    passed=("inv0",),
+    _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_block, reals=0, masks=0,
+    arguments=("alpha_tree_ll128_s", "hop_nvlink_tree_ll128_s", "ranks_per_node"), passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_tree_ll128_s",),
-    quiet=False,
+    widened=("hop_nvlink_tree_ll128_s",), quiet=False,
 )
 
 
@@ -6384,22 +4644,11 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_alpha(*, hop_net_tree
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        2*hop_net_tree_ll128_s*log(nodes)/log(2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll128_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((hop_net_tree_ll128_s, nodes))
@@ -6411,9 +4660,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_alpha(*, hop_net_tree
     (inv0,) = _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_invariants(hop_net_tree_ll128_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_ll128_time_s__scale_network_alpha",
-        ("hop_net_tree_ll128_s", "nodes", "inv0"),
-        (hop_net_tree_ll128_s, nodes, inv0),
-        reals=0,
+        ("hop_net_tree_ll128_s", "nodes", "inv0"), (hop_net_tree_ll128_s, nodes, inv0), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -6439,14 +4686,10 @@ def _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_block(out, hop
 
 
 collective_all_reduce_tree_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_block,
-    reals=0,
-    masks=0,
-    arguments=("hop_net_tree_ll128_s", "nodes"),
-    passed=("inv0",),
+    _collective_all_reduce_tree_ll128_time_s__scale_network_alpha_block, reals=0, masks=0,
+    arguments=("hop_net_tree_ll128_s", "nodes"), passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll128_time_s__scale_network_alpha_invariants,
-    widened=("hop_net_tree_ll128_s",),
-    quiet=False,
+    widened=("hop_net_tree_ll128_s",), quiet=False,
 )
 
 
@@ -6456,47 +4699,11 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(*, msg_bytes, nic
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -2*msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        7*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/9,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        15*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/16)), (Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25, True))*Piecewise((7/9, nodes < 2), (15/16, True)),
-        True))/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, Piecewise((7/9, nodes < 2),
-        (15/16, True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25))**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 40 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
@@ -6522,8 +4729,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(*, msg_bytes, nic
             "collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0),
-            reals=10,
-            masks=4,
+            reals=10, masks=4,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block(*block)
@@ -6594,14 +4800,11 @@ def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block(out, r0, r
 
 
 collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block,
-    reals=10,
-    masks=4,
+    _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_block, reals=10, masks=4,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -6610,48 +4813,11 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_beta(*, msg_bytes, ni
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -2*msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        7*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/9,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        15*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/16)), (Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25, True))*Piecewise((7/9,
-        nodes < 2), (15/16, True)), True))/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-        Piecewise((7/9, nodes < 2), (15/16,
-        True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25))**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_ll128_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 40 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s))
@@ -6677,8 +4843,7 @@ def collective_all_reduce_tree_ll128_time_s__scale_network_beta(*, msg_bytes, ni
             "collective_all_reduce_tree_ll128_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s, inv0),
-            reals=10,
-            masks=4,
+            reals=10, masks=4,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block(*block)
@@ -6748,14 +4913,11 @@ def _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block(out, r0, 
 
 
 collective_all_reduce_tree_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block,
-    reals=10,
-    masks=4,
+    _collective_all_reduce_tree_ll128_time_s__scale_network_beta_block, reals=10, masks=4,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_ll128_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -6764,29 +4926,11 @@ def collective_all_reduce_tree_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
     s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        2/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -6803,8 +4947,7 @@ def collective_all_reduce_tree_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
             "collective_all_reduce_tree_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
             (nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block(*block)
@@ -6829,14 +4972,9 @@ def _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block(out, r0, r1, r2
 
 
 collective_all_reduce_tree_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_tree_simple_time_s__d_msg_bytes_block, reals=3, masks=1,
     arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -6848,23 +4986,11 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(*, alpha_tree_s
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_tree_simple_s + hop_nvlink_tree_simple_s*(2*ranks_per_node - 2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_nvlink_tree_simple_s: NCCL hwLat NVLink: one tree hop, Simple [s].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node))
@@ -6877,9 +5003,7 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(*, alpha_tree_s
     call = _runtime.Call(
         "collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha",
         ("alpha_tree_simple_s", "hop_nvlink_tree_simple_s", "ranks_per_node", "inv0"),
-        (alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node, inv0),
-        reals=0,
-        masks=0,
+        (alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -6905,14 +5029,11 @@ def _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block(out, alp
 
 
 collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=0,
+    _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_block, reals=0, masks=0,
     arguments=("alpha_tree_simple_s", "hop_nvlink_tree_simple_s", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_tree_simple_s",),
-    quiet=False,
+    widened=("hop_nvlink_tree_simple_s",), quiet=False,
 )
 
 
@@ -6923,22 +5044,11 @@ def collective_all_reduce_tree_simple_time_s__scale_network_alpha(*, hop_net_tre
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        2*hop_net_tree_simple_s*log(nodes)/log(2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((hop_net_tree_simple_s, nodes))
@@ -6950,9 +5060,7 @@ def collective_all_reduce_tree_simple_time_s__scale_network_alpha(*, hop_net_tre
     (inv0,) = _collective_all_reduce_tree_simple_time_s__scale_network_alpha_invariants(hop_net_tree_simple_s)
     call = _runtime.Call(
         "collective_all_reduce_tree_simple_time_s__scale_network_alpha",
-        ("hop_net_tree_simple_s", "nodes", "inv0"),
-        (hop_net_tree_simple_s, nodes, inv0),
-        reals=0,
+        ("hop_net_tree_simple_s", "nodes", "inv0"), (hop_net_tree_simple_s, nodes, inv0), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -6978,14 +5086,10 @@ def _collective_all_reduce_tree_simple_time_s__scale_network_alpha_block(out, ho
 
 
 collective_all_reduce_tree_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_simple_time_s__scale_network_alpha_block,
-    reals=0,
-    masks=0,
-    arguments=("hop_net_tree_simple_s", "nodes"),
-    passed=("inv0",),
+    _collective_all_reduce_tree_simple_time_s__scale_network_alpha_block, reals=0, masks=0,
+    arguments=("hop_net_tree_simple_s", "nodes"), passed=("inv0",),
     invariants=_collective_all_reduce_tree_simple_time_s__scale_network_alpha_invariants,
-    widened=("hop_net_tree_simple_s",),
-    quiet=False,
+    widened=("hop_net_tree_simple_s",), quiet=False,
 )
 
 
@@ -6995,36 +5099,11 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -2*msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25, True))/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -7046,8 +5125,7 @@ def collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
             "collective_all_reduce_tree_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block(*block)
@@ -7100,14 +5178,11 @@ def _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block(out, r0, 
 
 
 collective_all_reduce_tree_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=3,
+    _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_block, reals=6, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -7116,37 +5191,11 @@ def collective_all_reduce_tree_simple_time_s__scale_network_beta(*, msg_bytes, n
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -2*msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_tree_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
     330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
     differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s))
@@ -7168,8 +5217,7 @@ def collective_all_reduce_tree_simple_time_s__scale_network_beta(*, msg_bytes, n
             "collective_all_reduce_tree_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_tree_simple_time_s__scale_network_beta_block(*block)
@@ -7221,14 +5269,11 @@ def _collective_all_reduce_tree_simple_time_s__scale_network_beta_block(out, r0,
 
 
 collective_all_reduce_tree_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_tree_simple_time_s__scale_network_beta_block,
-    reals=6,
-    masks=3,
+    _collective_all_reduce_tree_simple_time_s__scale_network_beta_block, reals=6, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "tree_channel_max_bw_bytes_per_s"),
     passed=("inv0",),
     invariants=_collective_all_reduce_tree_simple_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -7237,32 +5282,13 @@ def collective_all_reduce_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        (2*ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -7279,8 +5305,7 @@ def collective_all_reduce_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
             "collective_all_reduce_ring_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block(*block)
@@ -7307,14 +5332,9 @@ def _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll
 
 
 collective_all_reduce_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_all_reduce_ring_ll_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -7323,40 +5343,13 @@ def collective_all_reduce_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_ma
     ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        2*msg_bytes/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) -
-        msg_bytes*(2*ranks - 1)/(ranks**2*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((2*hop_nvlink_ring_ll_s, nodes < 2), (2*Max(hop_nvlink_ring_ll_s, net_overhead_s),
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -7376,8 +5369,7 @@ def collective_all_reduce_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_ma
             "collective_all_reduce_ring_ll_time_s__d_ranks",
             ("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_time_s__d_ranks_block(*block)
@@ -7425,14 +5417,10 @@ def _collective_all_reduce_ring_ll_time_s__d_ranks_block(out, r0, r1, r2, m0, ho
 
 
 collective_all_reduce_ring_ll_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s__d_ranks_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_ring_ll_time_s__d_ranks_block, reals=3, masks=1,
     arguments=("hop_nvlink_ring_ll_s", "ll_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0", "inv1"),
-    invariants=_collective_all_reduce_ring_ll_time_s__d_ranks_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_collective_all_reduce_ring_ll_time_s__d_ranks_invariants,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -7444,28 +5432,13 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((2*ranks - 2, nodes < 2), ((-2*nodes +
-        2*ranks)*Piecewise((1, hop_nvlink_ring_ll_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks))
@@ -7481,8 +5454,7 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
         call = _runtime.Call(
             "collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "inv0"),
-            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
+            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0), reals=1,
             masks=1,
         )
         for block in call.blocks():
@@ -7515,14 +5487,11 @@ def _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_block(out, r0, m0,
 
 
 collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -7533,33 +5502,13 @@ def collective_all_reduce_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), ((2*nodes - 2)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), ((2*nodes -
-        2)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-2*nodes + 2*ranks)*Piecewise((0, hop_nvlink_ring_ll_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -7579,8 +5528,7 @@ def collective_all_reduce_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
             "collective_all_reduce_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block(*block)
@@ -7628,14 +5576,11 @@ def _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block(out, r0, r1
 
 
 collective_all_reduce_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_reduce_ring_ll_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -7645,38 +5590,13 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -7697,8 +5617,7 @@ def collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
             "collective_all_reduce_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block(*block)
@@ -7752,14 +5671,11 @@ def _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, 
 
 
 collective_all_reduce_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -7768,38 +5684,13 @@ def collective_all_reduce_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 23.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -7820,8 +5711,7 @@ def collective_all_reduce_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
             "collective_all_reduce_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll_time_s__scale_network_beta_block(*block)
@@ -7875,14 +5765,11 @@ def _collective_all_reduce_ring_ll_time_s__scale_network_beta_block(out, r0, r1,
 
 
 collective_all_reduce_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_reduce_ring_ll_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -7891,33 +5778,13 @@ def collective_all_reduce_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        (2*ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -7934,8 +5801,7 @@ def collective_all_reduce_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw
             "collective_all_reduce_ring_ll128_time_s__d_msg_bytes",
             ("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block(*block)
@@ -7963,14 +5829,9 @@ def _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2,
 
 
 collective_all_reduce_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_ring_ll128_time_s__d_msg_bytes_block, reals=3, masks=1,
     arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -7979,41 +5840,13 @@ def collective_all_reduce_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
     ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        2*msg_bytes/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) -
-        msg_bytes*(2*ranks - 1)/(ranks**2*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((2*hop_nvlink_ring_ll128_s, nodes < 2), (2*Max(hop_nvlink_ring_ll128_s,
-        net_overhead_s), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -8033,8 +5866,7 @@ def collective_all_reduce_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
             "collective_all_reduce_ring_ll128_time_s__d_ranks",
             ("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s__d_ranks_block(*block)
@@ -8083,14 +5915,11 @@ def _collective_all_reduce_ring_ll128_time_s__d_ranks_block(out, r0, r1, r2, m0,
 
 
 collective_all_reduce_ring_ll128_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s__d_ranks_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_ring_ll128_time_s__d_ranks_block, reals=3, masks=1,
     arguments=("hop_nvlink_ring_ll128_s", "ll128_channel_max_bw_bytes_per_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1"),
     invariants=_collective_all_reduce_ring_ll128_time_s__d_ranks_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -8102,28 +5931,13 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((2*ranks - 2, nodes < 2), ((-2*nodes
-        + 2*ranks)*Piecewise((1, hop_nvlink_ring_ll128_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks))
@@ -8140,8 +5954,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
             "collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "inv0"),
             (alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
@@ -8173,14 +5986,11 @@ def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block(out, r0, 
 
 
 collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -8191,33 +6001,13 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), ((2*nodes - 2)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2),
-        ((2*nodes - 2)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-2*nodes + 2*ranks)*Piecewise((0,
-        hop_nvlink_ring_ll128_s > net_overhead_s), (1, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -8237,8 +6027,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
             "collective_all_reduce_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block(*block)
@@ -8286,14 +6075,11 @@ def _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block(out, r0,
 
 
 collective_all_reduce_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_reduce_ring_ll128_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll128_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -8303,42 +6089,13 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -8360,8 +6117,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
             "collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block(*block)
@@ -8418,14 +6174,11 @@ def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r
 
 
 collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=3,
+    _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -8434,42 +6187,13 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_beta(*, ll128_channel
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_ll128_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -8491,8 +6215,7 @@ def collective_all_reduce_ring_ll128_time_s__scale_network_beta(*, ll128_channel
             "collective_all_reduce_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block(*block)
@@ -8548,14 +6271,11 @@ def _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block(out, r0, 
 
 
 collective_all_reduce_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block,
-    reals=6,
-    masks=3,
+    _collective_all_reduce_ring_ll128_time_s__scale_network_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_ll128_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -8564,31 +6284,13 @@ def collective_all_reduce_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
     s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        (2*ranks - 3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -8605,8 +6307,7 @@ def collective_all_reduce_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
             "collective_all_reduce_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block(*block)
@@ -8643,14 +6344,10 @@ def _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0
 
 
 collective_all_reduce_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_all_reduce_ring_simple_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_reduce_ring_simple_time_s__d_msg_bytes_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_reduce_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -8659,38 +6356,13 @@ def collective_all_reduce_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
     per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        2*msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks - msg_bytes*(2*ranks -
-        3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks**2 + Piecewise((2*hop_nvlink_ring_simple_s, nodes < 2),
-        (2*Max(hop_nvlink_ring_simple_s, 3*net_overhead_s), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -8709,8 +6381,7 @@ def collective_all_reduce_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
             "collective_all_reduce_ring_simple_time_s__d_ranks",
             ("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2"),
             (hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s__d_ranks_block(*block)
@@ -8761,9 +6432,7 @@ def _collective_all_reduce_ring_simple_time_s__d_ranks_block(out, r0, r1, r2, m0
 
 
 collective_all_reduce_ring_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s__d_ranks_block,
-    reals=3,
-    masks=1,
+    _collective_all_reduce_ring_simple_time_s__d_ranks_block, reals=3, masks=1,
     arguments=("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_collective_all_reduce_ring_simple_time_s__d_ranks_invariants,
@@ -8780,29 +6449,13 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((2*ranks - 2, nodes < 2),
-        ((-2*nodes + 2*ranks)*Piecewise((1, hop_nvlink_ring_simple_s > 3*net_overhead_s), (0,
-        True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks))
@@ -8819,8 +6472,7 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
             "collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "inv0"),
             (alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -8852,14 +6504,11 @@ def _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block(out, r0,
 
 
 collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -8870,33 +6519,13 @@ def collective_all_reduce_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), ((2*nodes - 2)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2),
-        ((2*nodes - 2)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-2*nodes + 2*ranks)*Piecewise((0,
-        hop_nvlink_ring_simple_s > 3*net_overhead_s), (3, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -8916,8 +6545,7 @@ def collective_all_reduce_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
             "collective_all_reduce_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block(*block)
@@ -8965,14 +6593,11 @@ def _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block(out, r0
 
 
 collective_all_reduce_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_reduce_ring_simple_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_simple_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -8982,34 +6607,13 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks -
-        3/2)*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -9028,8 +6632,7 @@ def collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
             "collective_all_reduce_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block(*block)
@@ -9075,14 +6678,11 @@ def _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block(out, r0, 
 
 
 collective_all_reduce_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_reduce_ring_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -9091,33 +6691,13 @@ def collective_all_reduce_ring_simple_time_s__scale_network_beta(*, msg_bytes, n
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*(2*ranks - 3/2)*Piecewise((0, nodes < 2),
-        (-Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_ring_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -9135,8 +6715,7 @@ def collective_all_reduce_ring_simple_time_s__scale_network_beta(*, msg_bytes, n
             "collective_all_reduce_ring_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_reduce_ring_simple_time_s__scale_network_beta_block(*block)
@@ -9171,14 +6750,9 @@ def _collective_all_reduce_ring_simple_time_s__scale_network_beta_block(out, r0,
 
 
 collective_all_reduce_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_ring_simple_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_reduce_ring_simple_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -9187,32 +6761,11 @@ def collective_all_reduce_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
     s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise(((2*ranks - 2)/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_nvls_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -9231,8 +6784,7 @@ def collective_all_reduce_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
             "collective_all_reduce_nvls_simple_time_s__d_msg_bytes",
             ("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block(*block)
@@ -9272,14 +6824,9 @@ def _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block(out, r0, r1, r2
 
 
 collective_all_reduce_nvls_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block,
-    reals=4,
-    masks=3,
+    _collective_all_reduce_nvls_simple_time_s__d_msg_bytes_block, reals=4, masks=3,
     arguments=("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -9288,51 +6835,11 @@ def collective_all_reduce_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
     per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((-msg_bytes*(2*ranks - 2)*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)), (Piecewise((-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1,
-        True))/Max(1, ranks - 1)**2, nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) <
-        2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks), (2*nvls_efficiency*(ranks -
-        1)*Piecewise((0, nvls_channel_max_bw_bytes_per_s < nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1)), (-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1, True))/Max(1, ranks - 1)**2,
-        True))/ranks + 2*nvls_efficiency*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks - 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2, True)), True))/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)**2) + 2*msg_bytes/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)) - 2*msg_bytes*(2*ranks - 2)/(ranks**3*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_nvls_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -9359,8 +6866,7 @@ def collective_all_reduce_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
             "collective_all_reduce_nvls_simple_time_s__d_ranks",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "inv0", "inv1"),
             (msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0, inv1),
-            reals=11,
-            masks=5,
+            reals=11, masks=5,
         )
         for block in call.blocks():
             _collective_all_reduce_nvls_simple_time_s__d_ranks_block(*block)
@@ -9453,14 +6959,11 @@ def _collective_all_reduce_nvls_simple_time_s__d_ranks_block(out, r0, r1, r2, r3
 
 
 collective_all_reduce_nvls_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_reduce_nvls_simple_time_s__d_ranks_block,
-    reals=11,
-    masks=5,
+    _collective_all_reduce_nvls_simple_time_s__d_ranks_block, reals=11, masks=5,
     arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
     passed=("inv0", "inv1"),
     invariants=_collective_all_reduce_nvls_simple_time_s__d_ranks_invariants,
-    widened=("nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_efficiency"),
-    quiet=True,
+    widened=("nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_efficiency"), quiet=True,
 )
 
 
@@ -9472,24 +6975,11 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        hop_nvlink_nvls_s*Piecewise((1, (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        nodes: nodes the group spans [nodes].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((hop_nvlink_nvls_s, nodes, nvls, ranks))
@@ -9504,9 +6994,7 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
         call = _runtime.Call(
             "collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha",
             ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-            (hop_nvlink_nvls_s, nodes, nvls, ranks),
-            reals=0,
-            masks=3,
+            (hop_nvlink_nvls_s, nodes, nvls, ranks), reals=0, masks=3,
         )
         for block in call.blocks():
             _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -9529,14 +7017,9 @@ def _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block(out, m0,
 
 
 collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=3,
-    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha_block, reals=0, masks=3,
+    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"), passed=(), invariants=None,
+    widened=("nvls",), quiet=True,
 )
 
 
@@ -9546,52 +7029,11 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nvlink_nccl_bw_bytes_per_s*Piecewise((-msg_bytes*(2*ranks - 2)*Piecewise((0,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)), (Piecewise((1/Max(1, ranks - 1),
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks), (2*nvls_efficiency*(ranks - 1)*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (1/Max(1, ranks - 1), True))/ranks, True)),
-        True))/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)**2), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True)) + nvls_channel_max_bw_bytes_per_s*Piecewise((-msg_bytes*(2*ranks -
-        2)*Piecewise((1, nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)), (Piecewise((0,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks), (2*nvls_efficiency*(ranks - 1)*Piecewise((1, nvls_channel_max_bw_bytes_per_s <
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (0, True))/ranks, True)),
-        True))/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)**2), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 46.
     xp = _runtime.namespace((msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -9618,8 +7060,7 @@ def collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
             "collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=9,
-            masks=6,
+            reals=9, masks=6,
         )
         for block in call.blocks():
             _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block(*block)
@@ -9696,14 +7137,9 @@ def _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block(out, r0, 
 
 
 collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block,
-    reals=9,
-    masks=6,
+    _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta_block, reals=9, masks=6,
     arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -9712,30 +7148,13 @@ def collective_all_gather_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        1/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes <
-        2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -9752,8 +7171,7 @@ def collective_all_gather_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, 
             "collective_all_gather_ring_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_time_s__d_msg_bytes_block(*block)
@@ -9776,14 +7194,9 @@ def _collective_all_gather_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll
 
 
 collective_all_gather_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_all_gather_ring_ll_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -9792,26 +7205,13 @@ def collective_all_gather_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, net_o
     ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll_s, nodes < 2), (Max(hop_nvlink_ring_ll_s, net_overhead_s),
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((hop_nvlink_ring_ll_s, net_overhead_s, nodes))
@@ -9827,9 +7227,7 @@ def collective_all_gather_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, net_o
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__d_ranks",
             ("hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "inv0"),
-            (hop_nvlink_ring_ll_s, net_overhead_s, nodes, inv0),
-            reals=0,
-            masks=1,
+            (hop_nvlink_ring_ll_s, net_overhead_s, nodes, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_time_s__d_ranks_block(*block)
@@ -9855,14 +7253,10 @@ def _collective_all_gather_ring_ll_time_s__d_ranks_block(out, m0, hop_nvlink_rin
 
 
 collective_all_gather_ring_ll_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s__d_ranks_block,
-    reals=0,
-    masks=1,
-    arguments=("hop_nvlink_ring_ll_s", "net_overhead_s", "nodes"),
-    passed=("inv0",),
+    _collective_all_gather_ring_ll_time_s__d_ranks_block, reals=0, masks=1,
+    arguments=("hop_nvlink_ring_ll_s", "net_overhead_s", "nodes"), passed=("inv0",),
     invariants=_collective_all_gather_ring_ll_time_s__d_ranks_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -9874,28 +7268,13 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks))
@@ -9911,8 +7290,7 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s,
         call = _runtime.Call(
             "collective_all_gather_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "inv0"),
-            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
+            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0), reals=1,
             masks=1,
         )
         for block in call.blocks():
@@ -9944,14 +7322,11 @@ def _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_block(out, r0, m0,
 
 
 collective_all_gather_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -9962,33 +7337,13 @@ def collective_all_gather_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -10008,8 +7363,7 @@ def collective_all_gather_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll
             "collective_all_gather_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_time_s__scale_network_alpha_block(*block)
@@ -10056,14 +7410,11 @@ def _collective_all_gather_ring_ll_time_s__scale_network_alpha_block(out, r0, r1
 
 
 collective_all_gather_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_gather_ring_ll_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -10073,37 +7424,13 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -10124,8 +7451,7 @@ def collective_all_gather_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_p
             "collective_all_gather_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block(*block)
@@ -10175,14 +7501,11 @@ def _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, 
 
 
 collective_all_gather_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_gather_ring_ll_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -10191,37 +7514,13 @@ def collective_all_gather_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -10242,8 +7541,7 @@ def collective_all_gather_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_
             "collective_all_gather_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll_time_s__scale_network_beta_block(*block)
@@ -10293,14 +7591,11 @@ def _collective_all_gather_ring_ll_time_s__scale_network_beta_block(out, r0, r1,
 
 
 collective_all_gather_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_gather_ring_ll_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -10309,32 +7604,13 @@ def collective_all_gather_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        1/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll128_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -10351,8 +7627,7 @@ def collective_all_gather_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw
             "collective_all_gather_ring_ll128_time_s__d_msg_bytes",
             ("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block(*block)
@@ -10377,14 +7652,9 @@ def _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2,
 
 
 collective_all_gather_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=1,
+    _collective_all_gather_ring_ll128_time_s__d_msg_bytes_block, reals=3, masks=1,
     arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -10393,26 +7663,13 @@ def collective_all_gather_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
     ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll128_s, nodes < 2), (Max(hop_nvlink_ring_ll128_s,
-        net_overhead_s), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll128_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((hop_nvlink_ring_ll128_s, net_overhead_s, nodes))
@@ -10428,9 +7685,7 @@ def collective_all_gather_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s,
         call = _runtime.Call(
             "collective_all_gather_ring_ll128_time_s__d_ranks",
             ("hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "inv0"),
-            (hop_nvlink_ring_ll128_s, net_overhead_s, nodes, inv0),
-            reals=0,
-            masks=1,
+            (hop_nvlink_ring_ll128_s, net_overhead_s, nodes, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s__d_ranks_block(*block)
@@ -10456,14 +7711,10 @@ def _collective_all_gather_ring_ll128_time_s__d_ranks_block(out, m0, hop_nvlink_
 
 
 collective_all_gather_ring_ll128_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s__d_ranks_block,
-    reals=0,
-    masks=1,
-    arguments=("hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes"),
-    passed=("inv0",),
+    _collective_all_gather_ring_ll128_time_s__d_ranks_block, reals=0, masks=1,
+    arguments=("hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes"), passed=("inv0",),
     invariants=_collective_all_gather_ring_ll128_time_s__d_ranks_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -10475,28 +7726,13 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll128_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks))
@@ -10513,8 +7749,7 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll
             "collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "inv0"),
             (alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
@@ -10545,14 +7780,11 @@ def _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block(out, r0, 
 
 
 collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -10563,33 +7795,13 @@ def collective_all_gather_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll128_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll128_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -10609,8 +7821,7 @@ def collective_all_gather_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring
             "collective_all_gather_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block(*block)
@@ -10657,14 +7868,11 @@ def _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block(out, r0,
 
 
 collective_all_gather_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_gather_ring_ll128_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll128_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -10674,40 +7882,13 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll128_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -10729,8 +7910,7 @@ def collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_
             "collective_all_gather_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block(*block)
@@ -10783,14 +7963,11 @@ def _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r
 
 
 collective_all_gather_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=3,
+    _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll128_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -10799,40 +7976,13 @@ def collective_all_gather_ring_ll128_time_s__scale_network_beta(*, ll128_channel
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_ll128_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -10854,8 +8004,7 @@ def collective_all_gather_ring_ll128_time_s__scale_network_beta(*, ll128_channel
             "collective_all_gather_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_ring_ll128_time_s__scale_network_beta_block(*block)
@@ -10907,14 +8056,11 @@ def _collective_all_gather_ring_ll128_time_s__scale_network_beta_block(out, r0, 
 
 
 collective_all_gather_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_ll128_time_s__scale_network_beta_block,
-    reals=6,
-    masks=3,
+    _collective_all_gather_ring_ll128_time_s__scale_network_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_ll128_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -10923,31 +8069,13 @@ def collective_all_gather_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
     s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        (ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -10964,8 +8092,7 @@ def collective_all_gather_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s,
             "collective_all_gather_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s__d_msg_bytes_block(*block)
@@ -11001,14 +8128,10 @@ def _collective_all_gather_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0
 
 
 collective_all_gather_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_all_gather_ring_simple_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_ring_simple_time_s__d_msg_bytes_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -11017,38 +8140,13 @@ def collective_all_gather_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
     per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks - msg_bytes*(ranks -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks**2 + Piecewise((hop_nvlink_ring_simple_s, nodes < 2),
-        (Max(hop_nvlink_ring_simple_s, 3*net_overhead_s), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -11067,8 +8165,7 @@ def collective_all_gather_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_
             "collective_all_gather_ring_simple_time_s__d_ranks",
             ("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s__d_ranks_block(*block)
@@ -11116,9 +8213,7 @@ def _collective_all_gather_ring_simple_time_s__d_ranks_block(out, r0, r1, r2, m0
 
 
 collective_all_gather_ring_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s__d_ranks_block,
-    reals=3,
-    masks=1,
+    _collective_all_gather_ring_simple_time_s__d_ranks_block, reals=3, masks=1,
     arguments=("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1"),
     invariants=_collective_all_gather_ring_simple_time_s__d_ranks_invariants,
@@ -11135,28 +8230,13 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_simple_s > 3*net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks))
@@ -11173,8 +8253,7 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_s
             "collective_all_gather_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "inv0"),
             (alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -11205,14 +8284,11 @@ def _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block(out, r0,
 
 
 collective_all_gather_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_simple_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -11223,33 +8299,13 @@ def collective_all_gather_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2),
-        ((nodes - 1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-nodes + ranks)*Piecewise((0,
-        hop_nvlink_ring_simple_s > 3*net_overhead_s), (3, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -11269,8 +8325,7 @@ def collective_all_gather_ring_simple_time_s__scale_network_alpha(*, hop_net_rin
             "collective_all_gather_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s__scale_network_alpha_block(*block)
@@ -11317,14 +8372,11 @@ def _collective_all_gather_ring_simple_time_s__scale_network_alpha_block(out, r0
 
 
 collective_all_gather_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_gather_ring_simple_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_simple_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -11334,34 +8386,13 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*(ranks -
-        1/2)*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -11380,8 +8411,7 @@ def collective_all_gather_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, ni
             "collective_all_gather_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block(*block)
@@ -11426,14 +8456,11 @@ def _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block(out, r0, 
 
 
 collective_all_gather_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_gather_ring_simple_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_all_gather_ring_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -11442,33 +8469,13 @@ def collective_all_gather_ring_simple_time_s__scale_network_beta(*, msg_bytes, n
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*(ranks - 1/2)*Piecewise((0, nodes < 2), (-Piecewise((nics_used,
-        nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels), (0,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_ring_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -11486,8 +8493,7 @@ def collective_all_gather_ring_simple_time_s__scale_network_beta(*, msg_bytes, n
             "collective_all_gather_ring_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_all_gather_ring_simple_time_s__scale_network_beta_block(*block)
@@ -11521,14 +8527,9 @@ def _collective_all_gather_ring_simple_time_s__scale_network_beta_block(out, r0,
 
 
 collective_all_gather_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_ring_simple_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_all_gather_ring_simple_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -11537,32 +8538,11 @@ def collective_all_gather_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
     s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((1/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_nvls_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -11580,8 +8560,7 @@ def collective_all_gather_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_
             "collective_all_gather_nvls_simple_time_s__d_msg_bytes",
             ("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block(*block)
@@ -11621,14 +8600,9 @@ def _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block(out, r0, r1, r2
 
 
 collective_all_gather_nvls_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block,
-    reals=4,
-    masks=3,
+    _collective_all_gather_nvls_simple_time_s__d_msg_bytes_block, reals=4, masks=3,
     arguments=("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -11637,49 +8611,11 @@ def collective_all_gather_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
     per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((-msg_bytes*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (Piecewise((-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1,
-        True))/Max(1, ranks - 1)**2, nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) <
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2), (nvls_efficiency*(ranks -
-        1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s < nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1)), (-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1, True))/Max(1, ranks
-        - 1)**2, True))/ranks**2 + nvls_efficiency*(2*ranks -
-        2)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2 - 2*nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**3, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2) -
-        msg_bytes/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_nvls_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -11706,8 +8642,7 @@ def collective_all_gather_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlin
             "collective_all_gather_nvls_simple_time_s__d_ranks",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "inv0"),
             (msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0),
-            reals=10,
-            masks=5,
+            reals=10, masks=5,
         )
         for block in call.blocks():
             _collective_all_gather_nvls_simple_time_s__d_ranks_block(*block)
@@ -11798,14 +8733,10 @@ def _collective_all_gather_nvls_simple_time_s__d_ranks_block(out, r0, r1, r2, r3
 
 
 collective_all_gather_nvls_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_gather_nvls_simple_time_s__d_ranks_block,
-    reals=10,
-    masks=5,
+    _collective_all_gather_nvls_simple_time_s__d_ranks_block, reals=10, masks=5,
     arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=("inv0",),
-    invariants=_collective_all_gather_nvls_simple_time_s__d_ranks_invariants,
-    widened=("nvlink_nccl_bw_bytes_per_s", "nvls"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_all_gather_nvls_simple_time_s__d_ranks_invariants,
+    widened=("nvlink_nccl_bw_bytes_per_s", "nvls"), quiet=True,
 )
 
 
@@ -11817,24 +8748,11 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        hop_nvlink_nvls_s*Piecewise((1, (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        nodes: nodes the group spans [nodes].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((hop_nvlink_nvls_s, nodes, nvls, ranks))
@@ -11849,9 +8767,7 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_n
         call = _runtime.Call(
             "collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha",
             ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-            (hop_nvlink_nvls_s, nodes, nvls, ranks),
-            reals=0,
-            masks=3,
+            (hop_nvlink_nvls_s, nodes, nvls, ranks), reals=0, masks=3,
         )
         for block in call.blocks():
             _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -11874,14 +8790,9 @@ def _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block(out, m0,
 
 
 collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=3,
-    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha_block, reals=0, masks=3,
+    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"), passed=(), invariants=None,
+    widened=("nvls",), quiet=True,
 )
 
 
@@ -11891,53 +8802,11 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nvlink_nccl_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((0,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((1/Max(1, ranks - 1),
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (1/Max(1, ranks - 1), True))/ranks**2,
-        True)), True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True)) +
-        nvls_channel_max_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((1,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((0,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((1, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (0, True))/ranks**2, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_gather_nvls_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 45.
     xp = _runtime.namespace((msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -11963,8 +8832,7 @@ def collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, no
             "collective_all_gather_nvls_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=6,
-            masks=6,
+            reals=6, masks=6,
         )
         for block in call.blocks():
             _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block(*block)
@@ -12038,14 +8906,9 @@ def _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block(out, r0, 
 
 
 collective_all_gather_nvls_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=6,
+    _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta_block, reals=6, masks=6,
     arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -12054,30 +8917,13 @@ def collective_reduce_scatter_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per
     s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        1/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes <
-        2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -12094,8 +8940,7 @@ def collective_reduce_scatter_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per
             "collective_reduce_scatter_ring_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block(*block)
@@ -12118,14 +8963,9 @@ def _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0
 
 
 collective_reduce_scatter_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -12134,26 +8974,13 @@ def collective_reduce_scatter_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, n
     per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll_s, nodes < 2), (Max(hop_nvlink_ring_ll_s, net_overhead_s),
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((hop_nvlink_ring_ll_s, net_overhead_s, nodes))
@@ -12169,9 +8996,7 @@ def collective_reduce_scatter_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, n
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__d_ranks",
             ("hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "inv0"),
-            (hop_nvlink_ring_ll_s, net_overhead_s, nodes, inv0),
-            reals=0,
-            masks=1,
+            (hop_nvlink_ring_ll_s, net_overhead_s, nodes, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_time_s__d_ranks_block(*block)
@@ -12197,14 +9022,10 @@ def _collective_reduce_scatter_ring_ll_time_s__d_ranks_block(out, m0, hop_nvlink
 
 
 collective_reduce_scatter_ring_ll_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s__d_ranks_block,
-    reals=0,
-    masks=1,
-    arguments=("hop_nvlink_ring_ll_s", "net_overhead_s", "nodes"),
-    passed=("inv0",),
+    _collective_reduce_scatter_ring_ll_time_s__d_ranks_block, reals=0, masks=1,
+    arguments=("hop_nvlink_ring_ll_s", "net_overhead_s", "nodes"), passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll_time_s__d_ranks_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -12216,28 +9037,13 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_l
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks))
@@ -12253,8 +9059,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_l
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "inv0"),
-            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
+            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, inv0), reals=1,
             masks=1,
         )
         for block in call.blocks():
@@ -12286,14 +9091,11 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_block(out, r0,
 
 
 collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -12304,33 +9106,13 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(*, hop_net_rin
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -12350,8 +9132,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(*, hop_net_rin
             "collective_reduce_scatter_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block(*block)
@@ -12398,14 +9179,11 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block(out, r0
 
 
 collective_reduce_scatter_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "hop_nvlink_ring_ll_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -12415,37 +9193,13 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_byt
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -12466,8 +9220,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_byt
             "collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block(*block)
@@ -12517,14 +9270,11 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block(out, r0, 
 
 
 collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -12533,37 +9283,13 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_beta(*, ll_max_bw_by
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -12584,8 +9310,7 @@ def collective_reduce_scatter_ring_ll_time_s__scale_network_beta(*, ll_max_bw_by
             "collective_reduce_scatter_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block(*block)
@@ -12635,14 +9360,11 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block(out, r0,
 
 
 collective_reduce_scatter_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_reduce_scatter_ring_ll_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -12651,32 +9373,13 @@ def collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_ma
     in s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        1/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -12693,8 +9396,7 @@ def collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_ma
             "collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes",
             ("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block(*block)
@@ -12719,14 +9421,9 @@ def _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1,
 
 
 collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=1,
+    _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes_block, reals=3, masks=1,
     arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -12735,26 +9432,13 @@ def collective_reduce_scatter_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll12
     per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll128_s, nodes < 2), (Max(hop_nvlink_ring_ll128_s,
-        net_overhead_s), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((hop_nvlink_ring_ll128_s, net_overhead_s, nodes))
@@ -12770,9 +9454,7 @@ def collective_reduce_scatter_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll12
         call = _runtime.Call(
             "collective_reduce_scatter_ring_ll128_time_s__d_ranks",
             ("hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "inv0"),
-            (hop_nvlink_ring_ll128_s, net_overhead_s, nodes, inv0),
-            reals=0,
-            masks=1,
+            (hop_nvlink_ring_ll128_s, net_overhead_s, nodes, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block(*block)
@@ -12798,14 +9480,10 @@ def _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block(out, m0, hop_nvl
 
 
 collective_reduce_scatter_ring_ll128_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block,
-    reals=0,
-    masks=1,
-    arguments=("hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes"),
-    passed=("inv0",),
+    _collective_reduce_scatter_ring_ll128_time_s__d_ranks_block, reals=0, masks=1,
+    arguments=("hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes"), passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll128_time_s__d_ranks_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -12817,28 +9495,13 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_rin
     hop_nvlink_tree_ll128_s, hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together,
     at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll128_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks))
@@ -12855,8 +9518,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_rin
             "collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "inv0"),
             (alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
@@ -12887,14 +9549,11 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block(out, 
 
 
 collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -12905,33 +9564,13 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(*, hop_net_
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll128_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -12951,8 +9590,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(*, hop_net_
             "collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block(*block)
@@ -12999,14 +9637,11 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block(out,
 
 
 collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "hop_nvlink_ring_ll128_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_ll128_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -13016,40 +9651,13 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(*, ll128_chan
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -13071,8 +9679,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(*, ll128_chan
             "collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block(*block)
@@ -13125,14 +9732,11 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block(out, r
 
 
 collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=3,
+    _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -13141,40 +9745,13 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(*, ll128_cha
     the network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_ll128_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -13196,8 +9773,7 @@ def collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(*, ll128_cha
             "collective_reduce_scatter_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block(*block)
@@ -13249,14 +9825,11 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block(out, 
 
 
 collective_reduce_scatter_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block,
-    reals=6,
-    masks=3,
+    _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_ll128_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -13265,31 +9838,13 @@ def collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_pe
     in s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        (ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -13306,8 +9861,7 @@ def collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_pe
             "collective_reduce_scatter_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block(*block)
@@ -13343,14 +9897,11 @@ def _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block(out, r0, r1
 
 
 collective_reduce_scatter_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_simple_time_s__d_msg_bytes_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -13359,38 +9910,13 @@ def collective_reduce_scatter_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_sim
     s per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks - msg_bytes*(ranks -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks**2 + Piecewise((hop_nvlink_ring_simple_s, nodes < 2),
-        (Max(hop_nvlink_ring_simple_s, 3*net_overhead_s), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -13409,8 +9935,7 @@ def collective_reduce_scatter_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_sim
             "collective_reduce_scatter_ring_simple_time_s__d_ranks",
             ("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s__d_ranks_block(*block)
@@ -13458,9 +9983,7 @@ def _collective_reduce_scatter_ring_simple_time_s__d_ranks_block(out, r0, r1, r2
 
 
 collective_reduce_scatter_ring_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s__d_ranks_block,
-    reals=3,
-    masks=1,
+    _collective_reduce_scatter_ring_simple_time_s__d_ranks_block, reals=3, masks=1,
     arguments=("hop_nvlink_ring_simple_s", "msg_bytes", "net_overhead_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1"),
     invariants=_collective_reduce_scatter_ring_simple_time_s__d_ranks_invariants,
@@ -13477,28 +10000,13 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ri
     hop_nvlink_tree_ll128_s, hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together,
     at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_simple_s > 3*net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks))
@@ -13515,8 +10023,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ri
             "collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "inv0"),
             (alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, inv0),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -13547,14 +10054,11 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block(out,
 
 
 collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_block, reals=1, masks=1,
     arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha_invariants,
-    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -13565,33 +10069,13 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(*, hop_net
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2),
-        ((nodes - 1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-nodes + ranks)*Piecewise((0,
-        hop_nvlink_ring_simple_s > 3*net_overhead_s), (3, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node))
@@ -13611,8 +10095,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(*, hop_net
             "collective_reduce_scatter_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node", "inv0"),
             (hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node, inv0),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block(*block)
@@ -13659,14 +10142,11 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block(out
 
 
 collective_reduce_scatter_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_block, reals=2, masks=2,
     arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "hop_nvlink_ring_simple_s", "net_overhead_s", "nodes", "ranks", "ranks_per_node"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_simple_time_s__scale_network_alpha_invariants,
-    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"),
-    quiet=True,
+    widened=("hop_nvlink_ring_simple_s", "net_overhead_s"), quiet=True,
 )
 
 
@@ -13676,34 +10156,13 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*(ranks -
-        1/2)*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -13722,8 +10181,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes
             "collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block(*block)
@@ -13768,14 +10226,11 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block(out, 
 
 
 collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -13784,33 +10239,13 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_beta(*, msg_byte
     the network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*(ranks - 1/2)*Piecewise((0, nodes < 2), (-Piecewise((nics_used,
-        nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels), (0,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))/ranks
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_ring_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels))
@@ -13828,8 +10263,7 @@ def collective_reduce_scatter_ring_simple_time_s__scale_network_beta(*, msg_byte
             "collective_reduce_scatter_ring_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block(*block)
@@ -13863,14 +10297,9 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block(out,
 
 
 collective_reduce_scatter_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_reduce_scatter_ring_simple_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ranks", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -13879,32 +10308,11 @@ def collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_n
     in s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((1/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -13922,8 +10330,7 @@ def collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_n
             "collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes",
             ("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block(*block)
@@ -13963,14 +10370,9 @@ def _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block(out, r0, r1
 
 
 collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block,
-    reals=4,
-    masks=3,
+    _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes_block, reals=4, masks=3,
     arguments=("nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -13979,49 +10381,11 @@ def collective_reduce_scatter_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, n
     s per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((-msg_bytes*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (Piecewise((-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1,
-        True))/Max(1, ranks - 1)**2, nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) <
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2), (nvls_efficiency*(ranks -
-        1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s < nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1)), (-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1, True))/Max(1, ranks
-        - 1)**2, True))/ranks**2 + nvls_efficiency*(2*ranks -
-        2)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2 - 2*nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**3, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2) -
-        msg_bytes/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_nvls_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -14048,8 +10412,7 @@ def collective_reduce_scatter_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, n
             "collective_reduce_scatter_nvls_simple_time_s__d_ranks",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks", "inv0"),
             (msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks, inv0),
-            reals=10,
-            masks=5,
+            reals=10, masks=5,
         )
         for block in call.blocks():
             _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block(*block)
@@ -14140,14 +10503,10 @@ def _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block(out, r0, r1, r2
 
 
 collective_reduce_scatter_nvls_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block,
-    reals=10,
-    masks=5,
+    _collective_reduce_scatter_nvls_simple_time_s__d_ranks_block, reals=10, masks=5,
     arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=("inv0",),
-    invariants=_collective_reduce_scatter_nvls_simple_time_s__d_ranks_invariants,
-    widened=("nvlink_nccl_bw_bytes_per_s", "nvls"),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_reduce_scatter_nvls_simple_time_s__d_ranks_invariants,
+    widened=("nvlink_nccl_bw_bytes_per_s", "nvls"), quiet=True,
 )
 
 
@@ -14159,24 +10518,11 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvli
     hop_nvlink_tree_ll128_s, hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together,
     at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        hop_nvlink_nvls_s*Piecewise((1, (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        nodes: nodes the group spans [nodes].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((hop_nvlink_nvls_s, nodes, nvls, ranks))
@@ -14191,9 +10537,7 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvli
         call = _runtime.Call(
             "collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha",
             ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-            (hop_nvlink_nvls_s, nodes, nvls, ranks),
-            reals=0,
-            masks=3,
+            (hop_nvlink_nvls_s, nodes, nvls, ranks), reals=0, masks=3,
         )
         for block in call.blocks():
             _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -14216,14 +10560,9 @@ def _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block(out,
 
 
 collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=3,
-    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha_block, reals=0, masks=3,
+    arguments=("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"), passed=(), invariants=None,
+    widened=("nvls",), quiet=True,
 )
 
 
@@ -14233,53 +10572,11 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nvlink_nccl_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((0,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((1/Max(1, ranks - 1),
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (1/Max(1, ranks - 1), True))/ranks**2,
-        True)), True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True)) +
-        nvls_channel_max_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((1,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((0,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((1, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (0, True))/ranks**2, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
     nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
     totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 41 (SymPy count_ops of the CSE form below); NumPy calls per block: 45.
     xp = _runtime.namespace((msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks))
@@ -14305,8 +10602,7 @@ def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes
             "collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
             (msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks),
-            reals=6,
-            masks=6,
+            reals=6, masks=6,
         )
         for block in call.blocks():
             _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block(*block)
@@ -14380,14 +10676,9 @@ def _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block(out, 
 
 
 collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=6,
+    _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta_block, reals=6, masks=6,
     arguments=("msg_bytes", "nodes", "nvlink_nccl_bw_bytes_per_s", "nvls", "nvls_channel_max_bw_bytes_per_s", "nvls_efficiency", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=("nvls",),
-    quiet=True,
+    passed=(), invariants=None, widened=("nvls",), quiet=True,
 )
 
 
@@ -14396,30 +10687,13 @@ def collective_broadcast_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, n
     bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        1/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes <
-        2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -14436,8 +10710,7 @@ def collective_broadcast_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, n
             "collective_broadcast_ring_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll_time_s__d_msg_bytes_block(*block)
@@ -14460,14 +10733,9 @@ def _collective_broadcast_ring_ll_time_s__d_msg_bytes_block(out, r0, r1, m0, ll_
 
 
 collective_broadcast_ring_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_broadcast_ring_ll_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("ll_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -14479,25 +10747,13 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((1, nodes < 2), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes))
@@ -14512,9 +10768,7 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
         call = _runtime.Call(
             "collective_broadcast_ring_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "nodes"),
-            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes),
-            reals=0,
-            masks=1,
+            (alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block(*block)
@@ -14532,14 +10786,9 @@ def _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block(out, m0, alph
 
 
 collective_broadcast_ring_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=1,
-    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "nodes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha_block, reals=0, masks=1,
+    arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "nodes"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
@@ -14550,28 +10799,13 @@ def collective_broadcast_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), (Piecewise((0, Eq(ranks_per_node, 1)), (1,
-        True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), (Piecewise((1,
-        Eq(ranks_per_node, 1)), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node))
@@ -14588,9 +10822,7 @@ def collective_broadcast_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
         call = _runtime.Call(
             "collective_broadcast_ring_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "hop_net_tree_ll_s", "nodes", "ranks_per_node"),
-            (hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node),
-            reals=1,
-            masks=2,
+            (hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node), reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll_time_s__scale_network_alpha_block(*block)
@@ -14617,14 +10849,9 @@ def _collective_broadcast_ring_ll_time_s__scale_network_alpha_block(out, r0, m0,
 
 
 collective_broadcast_ring_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll_time_s__scale_network_alpha_block,
-    reals=1,
-    masks=2,
-    arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "nodes", "ranks_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _collective_broadcast_ring_ll_time_s__scale_network_alpha_block, reals=1, masks=2,
+    arguments=("hop_net_ring_ll_s", "hop_net_tree_ll_s", "nodes", "ranks_per_node"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -14634,37 +10861,13 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -14685,8 +10888,7 @@ def collective_broadcast_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
             "collective_broadcast_ring_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block(*block)
@@ -14736,14 +10938,10 @@ def _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r
 
 
 collective_broadcast_ring_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block,
-    reals=5,
-    masks=2,
+    _collective_broadcast_ring_ll_time_s__scale_nvlink_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_broadcast_ring_ll_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_broadcast_ring_ll_time_s__scale_nvlink_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -14752,37 +10950,13 @@ def collective_broadcast_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -14803,8 +10977,7 @@ def collective_broadcast_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
             "collective_broadcast_ring_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll_time_s__scale_network_beta_block(*block)
@@ -14854,14 +11027,11 @@ def _collective_broadcast_ring_ll_time_s__scale_network_beta_block(out, r0, r1, 
 
 
 collective_broadcast_ring_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll_time_s__scale_network_beta_block,
-    reals=5,
-    masks=2,
+    _collective_broadcast_ring_ll_time_s__scale_network_beta_block, reals=5, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_broadcast_ring_ll_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -14870,32 +11040,13 @@ def collective_broadcast_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        1/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll128_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -14912,8 +11063,7 @@ def collective_broadcast_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_
             "collective_broadcast_ring_ll128_time_s__d_msg_bytes",
             ("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block(*block)
@@ -14938,14 +11088,9 @@ def _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block(out, r0, r1, r2, 
 
 
 collective_broadcast_ring_ll128_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=1,
+    _collective_broadcast_ring_ll128_time_s__d_msg_bytes_block, reals=3, masks=1,
     arguments=("ll128_channel_max_bw_bytes_per_s", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -14957,25 +11102,13 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll1
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((1, nodes < 2), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes))
@@ -14990,9 +11123,7 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll1
         call = _runtime.Call(
             "collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "nodes"),
-            (alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes),
-            reals=0,
-            masks=1,
+            (alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block(*block)
@@ -15010,14 +11141,9 @@ def _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block(out, m0, a
 
 
 collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=1,
-    arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "nodes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha_block, reals=0, masks=1,
+    arguments=("alpha_ring_ll128_s", "hop_nvlink_ring_ll128_s", "nodes"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -15028,28 +11154,13 @@ def collective_broadcast_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), (Piecewise((0, Eq(ranks_per_node, 1)), (1,
-        True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2), (Piecewise((1,
-        Eq(ranks_per_node, 1)), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll128_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node))
@@ -15066,9 +11177,7 @@ def collective_broadcast_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_
         call = _runtime.Call(
             "collective_broadcast_ring_ll128_time_s__scale_network_alpha",
             ("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "nodes", "ranks_per_node"),
-            (hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node),
-            reals=1,
-            masks=2,
+            (hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node), reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block(*block)
@@ -15095,14 +11204,9 @@ def _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block(out, r0, 
 
 
 collective_broadcast_ring_ll128_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block,
-    reals=1,
-    masks=2,
+    _collective_broadcast_ring_ll128_time_s__scale_network_alpha_block, reals=1, masks=2,
     arguments=("hop_net_ring_ll128_s", "hop_net_tree_ll128_s", "nodes", "ranks_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -15112,40 +11216,13 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_m
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll128_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15167,8 +11244,7 @@ def collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_m
             "collective_broadcast_ring_ll128_time_s__scale_nvlink_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block(*block)
@@ -15221,14 +11297,11 @@ def _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block(out, r0, r1
 
 
 collective_broadcast_ring_ll128_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=3,
+    _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_broadcast_ring_ll128_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -15237,40 +11310,13 @@ def collective_broadcast_ring_ll128_time_s__scale_network_beta(*, ll128_channel_
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_ll128_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15292,8 +11338,7 @@ def collective_broadcast_ring_ll128_time_s__scale_network_beta(*, ll128_channel_
             "collective_broadcast_ring_ll128_time_s__scale_network_beta",
             ("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_broadcast_ring_ll128_time_s__scale_network_beta_block(*block)
@@ -15345,14 +11390,11 @@ def _collective_broadcast_ring_ll128_time_s__scale_network_beta_block(out, r0, r
 
 
 collective_broadcast_ring_ll128_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_ll128_time_s__scale_network_beta_block,
-    reals=6,
-    masks=3,
+    _collective_broadcast_ring_ll128_time_s__scale_network_beta_block, reals=6, masks=3,
     arguments=("ll128_channel_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_broadcast_ring_ll128_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s",),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -15361,29 +11403,13 @@ def collective_broadcast_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15400,8 +11426,7 @@ def collective_broadcast_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, 
             "collective_broadcast_ring_simple_time_s__d_msg_bytes",
             ("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _collective_broadcast_ring_simple_time_s__d_msg_bytes_block(*block)
@@ -15433,14 +11458,10 @@ def _collective_broadcast_ring_simple_time_s__d_msg_bytes_block(out, r0, r1, m0,
 
 
 collective_broadcast_ring_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_simple_time_s__d_msg_bytes_block,
-    reals=2,
-    masks=1,
+    _collective_broadcast_ring_simple_time_s__d_msg_bytes_block, reals=2, masks=1,
     arguments=("nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_broadcast_ring_simple_time_s__d_msg_bytes_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_broadcast_ring_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -15452,25 +11473,13 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((1, nodes < 2), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes))
@@ -15485,9 +11494,7 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
         call = _runtime.Call(
             "collective_broadcast_ring_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "nodes"),
-            (alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes),
-            reals=0,
-            masks=1,
+            (alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -15505,14 +11512,9 @@ def _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block(out, m0, 
 
 
 collective_broadcast_ring_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block,
-    reals=0,
-    masks=1,
-    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "nodes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha_block, reals=0, masks=1,
+    arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "nodes"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -15523,28 +11525,13 @@ def collective_broadcast_ring_simple_time_s__scale_network_alpha(*, hop_net_ring
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), (Piecewise((0, Eq(ranks_per_node, 1)), (1,
-        True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2), (Piecewise((1,
-        Eq(ranks_per_node, 1)), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node))
@@ -15561,9 +11548,7 @@ def collective_broadcast_ring_simple_time_s__scale_network_alpha(*, hop_net_ring
         call = _runtime.Call(
             "collective_broadcast_ring_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "hop_net_tree_simple_s", "nodes", "ranks_per_node"),
-            (hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node),
-            reals=1,
-            masks=2,
+            (hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node), reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_simple_time_s__scale_network_alpha_block(*block)
@@ -15590,14 +11575,9 @@ def _collective_broadcast_ring_simple_time_s__scale_network_alpha_block(out, r0,
 
 
 collective_broadcast_ring_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_simple_time_s__scale_network_alpha_block,
-    reals=1,
-    masks=2,
+    _collective_broadcast_ring_simple_time_s__scale_network_alpha_block, reals=1, masks=2,
     arguments=("hop_net_ring_simple_s", "hop_net_tree_simple_s", "nodes", "ranks_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -15607,33 +11587,13 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels),
-        nodes < 2), (-Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15652,8 +11612,7 @@ def collective_broadcast_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
             "collective_broadcast_ring_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block(*block)
@@ -15695,14 +11654,11 @@ def _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block(out, r0, r
 
 
 collective_broadcast_ring_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block,
-    reals=4,
-    masks=2,
+    _collective_broadcast_ring_simple_time_s__scale_nvlink_beta_block, reals=4, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_broadcast_ring_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -15711,32 +11667,13 @@ def collective_broadcast_ring_simple_time_s__scale_network_beta(*, msg_bytes, ni
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*Piecewise((0, nodes < 2), (-Piecewise((nics_used,
-        nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels), (0,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_broadcast_ring_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
     327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
     ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
     src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
     all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15754,8 +11691,7 @@ def collective_broadcast_ring_simple_time_s__scale_network_beta(*, msg_bytes, ni
             "collective_broadcast_ring_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=4,
-            masks=2,
+            reals=4, masks=2,
         )
         for block in call.blocks():
             _collective_broadcast_ring_simple_time_s__scale_network_beta_block(*block)
@@ -15786,14 +11722,9 @@ def _collective_broadcast_ring_simple_time_s__scale_network_beta_block(out, r0, 
 
 
 collective_broadcast_ring_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_broadcast_ring_simple_time_s__scale_network_beta_block,
-    reals=4,
-    masks=2,
+    _collective_broadcast_ring_simple_time_s__scale_network_beta_block, reals=4, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "nodes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -15802,21 +11733,8 @@ def collective_all_to_all_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, m
     bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((Piecewise(((ranks_per_node - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))), ((ranks -
-        ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -15826,22 +11744,6 @@ def collective_all_to_all_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, m
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15861,8 +11763,7 @@ def collective_all_to_all_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, m
             "collective_all_to_all_p2p_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=6,
-            masks=2,
+            reals=6, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block(*block)
@@ -15903,14 +11804,9 @@ def _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block(out, r0, r1, r2, r3,
 
 
 collective_all_to_all_p2p_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block,
-    reals=6,
-    masks=2,
+    _collective_all_to_all_p2p_ll_time_s__d_msg_bytes_block, reals=6, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -15919,23 +11815,8 @@ def collective_all_to_all_p2p_ll_time_s__d_ranks(*, ll_max_bw_bytes_per_s, msg_b
     ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        Piecewise((Piecewise((-msg_bytes*(ranks_per_node - 1)/(ranks**2*Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))),
-        (msg_bytes/(ranks*Min(ll_max_bw_bytes_per_s, Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)) - msg_bytes*(ranks -
-        ranks_per_node)/(ranks**2*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -15945,22 +11826,6 @@ def collective_all_to_all_p2p_ll_time_s__d_ranks(*, ll_max_bw_bytes_per_s, msg_b
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -15983,8 +11848,7 @@ def collective_all_to_all_p2p_ll_time_s__d_ranks(*, ll_max_bw_bytes_per_s, msg_b
             "collective_all_to_all_p2p_ll_time_s__d_ranks",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=9,
-            masks=2,
+            reals=9, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s__d_ranks_block(*block)
@@ -16034,14 +11898,9 @@ def _collective_all_to_all_p2p_ll_time_s__d_ranks_block(out, r0, r1, r2, r3, r4,
 
 
 collective_all_to_all_p2p_ll_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s__d_ranks_block,
-    reals=9,
-    masks=2,
+    _collective_all_to_all_p2p_ll_time_s__d_ranks_block, reals=9, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -16053,14 +11912,8 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll_s*Piecewise((1, p2p_ll_threshold_bytes >= msg_bytes/ranks), (0, True)) +
-        hop_nvlink_ring_ll_s*Piecewise((Piecewise((1, nodes < 2), (0, True)), p2p_ll_threshold_bytes
-        >= msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16070,18 +11923,6 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks))
@@ -16098,8 +11939,7 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, 
             "collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
             (alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block(*block)
@@ -16126,14 +11966,9 @@ def _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block(out, r0, r1, 
 
 
 collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha_block, reals=2, masks=2,
     arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -16144,13 +11979,8 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((Piecewise((0, nodes < 2), (1, True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16160,17 +11990,6 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks))
@@ -16185,9 +12004,7 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_
         call = _runtime.Call(
             "collective_all_to_all_p2p_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
-            (hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks),
-            reals=1,
-            masks=2,
+            (hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks), reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block(*block)
@@ -16209,14 +12026,9 @@ def _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block(out, r0, m0,
 
 
 collective_all_to_all_p2p_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block,
-    reals=1,
-    masks=2,
+    _collective_all_to_all_p2p_ll_time_s__scale_network_alpha_block, reals=1, masks=2,
     arguments=("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -16226,27 +12038,8 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((Piecewise((-msg_bytes*(ranks_per_node -
-        1)*Piecewise((0, ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2),
-        (ring_channels/2, True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)**2), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))), (-msg_bytes*(ranks -
-        ranks_per_node)*Piecewise((0, ll_max_bw_bytes_per_s <
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2), (Piecewise((ring_channels,
-        ring_channel_bw_bytes_per_s*ring_channels < nic_bw_bytes_per_s*nics_used/ranks_per_node),
-        (0, True))/2, True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)**2), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16256,22 +12049,6 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 39.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -16297,8 +12074,7 @@ def collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_pe
             "collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=13,
-            masks=3,
+            reals=13, masks=3,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block(*block)
@@ -16365,14 +12141,9 @@ def _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r
 
 
 collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block,
-    reals=13,
-    masks=3,
+    _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta_block, reals=13, masks=3,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -16381,24 +12152,8 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((Piecewise((0, msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))), (-msg_bytes*(ranks -
-        ranks_per_node)*Piecewise((0, ll_max_bw_bytes_per_s <
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2), (Piecewise((0,
-        ring_channel_bw_bytes_per_s*ring_channels < nic_bw_bytes_per_s*nics_used/ranks_per_node),
-        (nics_used/ranks_per_node, True))/2, True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)**2), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16408,22 +12163,6 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 31.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -16446,8 +12185,7 @@ def collective_all_to_all_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_p
             "collective_all_to_all_p2p_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=10,
-            masks=3,
+            reals=10, masks=3,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block(*block)
@@ -16503,14 +12241,9 @@ def _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block(out, r0, r1, 
 
 
 collective_all_to_all_p2p_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block,
-    reals=10,
-    masks=3,
+    _collective_all_to_all_p2p_ll_time_s__scale_network_beta_block, reals=10, masks=3,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -16519,26 +12252,8 @@ def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_by
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks), (Piecewise((ranks_per_node*(ranks
-        - ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks), msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) > (msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), ((Piecewise((0, p2p_chunk_bytes <
-        msg_bytes/(ranks*Max(1, p2p_channels/ranks))), (1/(ranks*Max(1, p2p_channels/ranks)),
-        True))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + 1/(ranks*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1), True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16548,25 +12263,6 @@ def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_by
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -16591,8 +12287,7 @@ def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_by
             "collective_all_to_all_p2p_simple_time_s__d_msg_bytes",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=9,
-            masks=3,
+            reals=9, masks=3,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block(*block)
@@ -16666,14 +12361,11 @@ def _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block(out, r0, r1, r2,
 
 
 collective_all_to_all_p2p_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block,
-    reals=9,
-    masks=3,
+    _collective_all_to_all_p2p_simple_time_s__d_msg_bytes_block, reals=9, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1"),
     invariants=_collective_all_to_all_p2p_simple_time_s__d_msg_bytes_invariants,
-    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), quiet=True,
 )
 
 
@@ -16682,45 +12374,8 @@ def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_
     ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((msg_bytes*ranks_per_node/(nic_bw_bytes_per_s*nics_used*ranks) -
-        msg_bytes*ranks_per_node*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks**2),
-        msg_bytes*ranks_per_node*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) >
-        (msg_bytes/(ranks*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), ((-msg_bytes*Piecewise((0, ring_channel_bw_bytes_per_s
-        < 2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1,
-        ranks_per_node - 1))), (-ring_channel_bw_bytes_per_s*ring_channels*Piecewise((0,
-        p2p_channels/ranks < 1), (-p2p_channels/ranks**2, True))/(Max(1,
-        p2p_channels/ranks)**2*Max(1, ranks_per_node - 1)), True))/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2) - msg_bytes*Piecewise((0, p2p_channels/ranks < 1), (-p2p_channels/ranks**2,
-        True))/(ranks*Max(1, p2p_channels/ranks)**2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) - msg_bytes/(ranks**2*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Piecewise((0, p2p_chunk_bytes < msg_bytes/(ranks*Max(1, p2p_channels/ranks))),
-        (-msg_bytes*Piecewise((0, p2p_channels/ranks < 1), (-p2p_channels/ranks**2,
-        True))/(ranks*Max(1, p2p_channels/ranks)**2) - msg_bytes/(ranks**2*Max(1,
-        p2p_channels/ranks)), True))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) - Piecewise((0, ring_channel_bw_bytes_per_s <
-        2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1,
-        ranks_per_node - 1))), (-ring_channel_bw_bytes_per_s*ring_channels*Piecewise((0,
-        p2p_channels/ranks < 1), (-p2p_channels/ranks**2, True))/(Max(1,
-        p2p_channels/ranks)**2*Max(1, ranks_per_node - 1)), True))*Min(p2p_chunk_bytes,
-        msg_bytes/(ranks*Max(1, p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2))*Min(1, ranks_per_node - 1), True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s__d_ranks``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16730,25 +12385,6 @@ def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 62.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -16784,8 +12420,7 @@ def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_
             "collective_all_to_all_p2p_simple_time_s__d_ranks",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2),
-            reals=17,
-            masks=3,
+            reals=17, masks=3,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_simple_time_s__d_ranks_block(*block)
@@ -16899,14 +12534,11 @@ def _collective_all_to_all_p2p_simple_time_s__d_ranks_block(out, r0, r1, r2, r3,
 
 
 collective_all_to_all_p2p_simple_time_s__d_ranks.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s__d_ranks_block,
-    reals=17,
-    masks=3,
+    _collective_all_to_all_p2p_simple_time_s__d_ranks_block, reals=17, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_collective_all_to_all_p2p_simple_time_s__d_ranks_invariants,
-    widened=("nic_bw_bytes_per_s", "p2p_channels", "ring_channel_bw_bytes_per_s"),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s", "p2p_channels", "ring_channel_bw_bytes_per_s"), quiet=True,
 )
 
 
@@ -16918,14 +12550,8 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_simple_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks), (1, True)) +
-        hop_nvlink_ring_simple_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((1, nodes < 2), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -16935,18 +12561,6 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks))
@@ -16963,8 +12577,7 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_si
             "collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
             (alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks),
-            reals=1,
-            masks=2,
+            reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -16990,14 +12603,9 @@ def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block(out, r0, 
 
 
 collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=2,
+    _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha_block, reals=1, masks=2,
     arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -17008,13 +12616,8 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((0, nodes < 2), (1, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17024,17 +12627,6 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks))
@@ -17049,8 +12641,7 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring
         call = _runtime.Call(
             "collective_all_to_all_p2p_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
-            (hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks),
-            reals=1,
+            (hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks), reals=1,
             masks=1,
         )
         for block in call.blocks():
@@ -17072,14 +12663,9 @@ def _collective_all_to_all_p2p_simple_time_s__scale_network_alpha_block(out, r0,
 
 
 collective_all_to_all_p2p_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s__scale_network_alpha_block,
-    reals=1,
-    masks=1,
+    _collective_all_to_all_p2p_simple_time_s__scale_network_alpha_block, reals=1, masks=1,
     arguments=("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes", "ranks"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -17089,32 +12675,8 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((0, msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) > (msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), ((-msg_bytes*Piecewise((1/2,
-        ring_channel_bw_bytes_per_s < 2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1,
-        p2p_channels/ranks)*Max(1, ranks_per_node - 1))), (ring_channels/(Max(1,
-        p2p_channels/ranks)*Max(1, ranks_per_node - 1)), True))/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2) - Piecewise((1/2, ring_channel_bw_bytes_per_s <
-        2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1,
-        ranks_per_node - 1))), (ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node -
-        1)), True))*Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2))*Min(1, ranks_per_node - 1), True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17124,25 +12686,6 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 36.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -17168,8 +12711,7 @@ def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic
             "collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1),
-            reals=8,
-            masks=3,
+            reals=8, masks=3,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block(*block)
@@ -17244,14 +12786,11 @@ def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block(out, r0, r
 
 
 collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block,
-    reals=8,
-    masks=3,
+    _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_block, reals=8, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1"),
     invariants=_collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), quiet=True,
 )
 
 
@@ -17260,21 +12799,8 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, ni
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((-msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s**2*nics_used*ranks), msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) > (msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_all_to_all_p2p_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17284,25 +12810,6 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, ni
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 30.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels))
@@ -17325,8 +12832,7 @@ def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, ni
             "collective_all_to_all_p2p_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0", "inv1", "inv2"),
             (msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, inv0, inv1, inv2),
-            reals=9,
-            masks=2,
+            reals=9, masks=2,
         )
         for block in call.blocks():
             _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block(*block)
@@ -17393,14 +12899,11 @@ def _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block(out, r0, 
 
 
 collective_all_to_all_p2p_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block,
-    reals=9,
-    masks=2,
+    _collective_all_to_all_p2p_simple_time_s__scale_network_beta_block, reals=9, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nics_used", "p2p_channels", "p2p_chunk_bytes", "p2p_ll_threshold_bytes", "ranks", "ranks_per_node", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_collective_all_to_all_p2p_simple_time_s__scale_network_beta_invariants,
-    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"),
-    quiet=True,
+    widened=("nic_bw_bytes_per_s", "ring_channel_bw_bytes_per_s"), quiet=True,
 )
 
 
@@ -17409,15 +12912,8 @@ def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, ms
     bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((Piecewise((1/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), nodes < 2), (1/Min(ll_max_bw_bytes_per_s,
-        nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2), True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_ll_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17427,20 +12923,6 @@ def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, ms
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -17458,8 +12940,7 @@ def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, ms
             "collective_send_recv_p2p_ll_time_s__d_msg_bytes",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=3,
-            masks=2,
+            reals=3, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block(*block)
@@ -17496,14 +12977,10 @@ def _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block(out, r0, r1, r2, m0, 
 
 
 collective_send_recv_p2p_ll_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block,
-    reals=3,
-    masks=2,
+    _collective_send_recv_p2p_ll_time_s__d_msg_bytes_block, reals=3, masks=2,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_send_recv_p2p_ll_time_s__d_msg_bytes_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_send_recv_p2p_ll_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -17515,14 +12992,8 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, h
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_ll_s*Piecewise((1, msg_bytes <= p2p_ll_threshold_bytes), (0, True)) +
-        hop_nvlink_ring_ll_s*Piecewise((Piecewise((1, nodes < 2), (0, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17532,17 +13003,6 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, h
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes))
@@ -17559,8 +13019,7 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, h
             "collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha",
             ("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
             (alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block(*block)
@@ -17586,14 +13045,9 @@ def _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block(out, r0, r1, m
 
 
 collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block,
-    reals=2,
-    masks=2,
+    _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha_block, reals=2, masks=2,
     arguments=("alpha_ring_ll_s", "hop_nvlink_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -17604,13 +13058,8 @@ def collective_send_recv_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((Piecewise((0, nodes < 2), (1, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_ll_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17620,16 +13069,6 @@ def collective_send_recv_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes))
@@ -17644,9 +13083,7 @@ def collective_send_recv_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s
         call = _runtime.Call(
             "collective_send_recv_p2p_ll_time_s__scale_network_alpha",
             ("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
-            (hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes),
-            reals=1,
-            masks=2,
+            (hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes), reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block(*block)
@@ -17667,14 +13104,9 @@ def _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block(out, r0, m0, 
 
 
 collective_send_recv_p2p_ll_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block,
-    reals=1,
-    masks=2,
-    arguments=("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _collective_send_recv_p2p_ll_time_s__scale_network_alpha_block, reals=1, masks=2,
+    arguments=("hop_net_ring_ll_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -17684,20 +13116,8 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((Piecewise((-msg_bytes*Piecewise((0,
-        ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2), (ring_channels/2,
-        True))/Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)**2, nodes <
-        2), (-msg_bytes*Piecewise((0, ll_max_bw_bytes_per_s < Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), (Piecewise((0, nic_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2), (ring_channels/2, True)),
-        True))/Min(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)**2, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_ll_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17707,20 +13127,6 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -17738,8 +13144,7 @@ def collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per
             "collective_send_recv_p2p_ll_time_s__scale_nvlink_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=6,
-            masks=3,
+            reals=6, masks=3,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block(*block)
@@ -17790,14 +13195,9 @@ def _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block(out, r0, r1, r2
 
 
 collective_send_recv_p2p_ll_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block,
-    reals=6,
-    masks=3,
+    _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta_block, reals=6, masks=3,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -17806,17 +13206,8 @@ def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_pe
     beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((Piecewise((0, nodes < 2), (-msg_bytes*Piecewise((0,
-        ll_max_bw_bytes_per_s < Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), (Piecewise((1, nic_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2), (0, True)), True))/Min(ll_max_bw_bytes_per_s,
-        nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)**2, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_ll_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17826,20 +13217,6 @@ def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_pe
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -17857,8 +13234,7 @@ def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_pe
             "collective_send_recv_p2p_ll_time_s__scale_network_beta",
             ("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_ll_time_s__scale_network_beta_block(*block)
@@ -17907,14 +13283,10 @@ def _collective_send_recv_p2p_ll_time_s__scale_network_beta_block(out, r0, r1, r
 
 
 collective_send_recv_p2p_ll_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_ll_time_s__scale_network_beta_block,
-    reals=4,
-    masks=3,
+    _collective_send_recv_p2p_ll_time_s__scale_network_beta_block, reals=4, masks=3,
     arguments=("ll_max_bw_bytes_per_s", "msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_send_recv_p2p_ll_time_s__scale_network_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_send_recv_p2p_ll_time_s__scale_network_beta_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -17923,14 +13295,8 @@ def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_byt
     per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes),
-        (Piecewise((3/(2*ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (3/(2*Min(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels)), True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_simple_time_s__d_msg_bytes``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -17940,19 +13306,6 @@ def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_byt
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -17969,8 +13322,7 @@ def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_byt
             "collective_send_recv_p2p_simple_time_s__d_msg_bytes",
             ("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=1,
-            masks=2,
+            reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block(*block)
@@ -18005,14 +13357,10 @@ def _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block(out, r0, m0, m1, 
 
 
 collective_send_recv_p2p_simple_time_s__d_msg_bytes.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block,
-    reals=1,
-    masks=2,
+    _collective_send_recv_p2p_simple_time_s__d_msg_bytes_block, reals=1, masks=2,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=("inv0",),
-    invariants=_collective_send_recv_p2p_simple_time_s__d_msg_bytes_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    passed=("inv0",), invariants=_collective_send_recv_p2p_simple_time_s__d_msg_bytes_invariants,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -18024,14 +13372,8 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_sim
     hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
     x d t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        alpha_ring_simple_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (1, True)) +
-        hop_nvlink_ring_simple_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (Piecewise((1,
-        nodes < 2), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -18041,17 +13383,6 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_sim
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes))
@@ -18068,8 +13399,7 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_sim
             "collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha",
             ("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
             (alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes),
-            reals=1,
-            masks=2,
+            reals=1, masks=2,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block(*block)
@@ -18094,14 +13424,9 @@ def _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block(out, r0, m
 
 
 collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block,
-    reals=1,
-    masks=2,
+    _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha_block, reals=1, masks=2,
     arguments=("alpha_ring_simple_s", "hop_nvlink_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -18112,13 +13437,8 @@ def collective_send_recv_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_
     together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
     everywhere).
 
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (Piecewise((0,
-        nodes < 2), (1, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_simple_time_s__scale_network_alpha``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -18128,16 +13448,6 @@ def collective_send_recv_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes))
@@ -18152,9 +13462,7 @@ def collective_send_recv_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_
         call = _runtime.Call(
             "collective_send_recv_p2p_simple_time_s__scale_network_alpha",
             ("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
-            (hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes),
-            reals=0,
-            masks=1,
+            (hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes), reals=0, masks=1,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block(*block)
@@ -18174,14 +13482,9 @@ def _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block(out, m0, 
 
 
 collective_send_recv_p2p_simple_time_s__scale_network_alpha.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block,
-    reals=0,
-    masks=1,
-    arguments=("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _collective_send_recv_p2p_simple_time_s__scale_network_alpha_block, reals=0, masks=1,
+    arguments=("hop_net_ring_simple_s", "msg_bytes", "nodes", "p2p_ll_threshold_bytes"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -18191,16 +13494,8 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_
     nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
     symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes),
-        (Piecewise((-3*msg_bytes/(2*ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-3*msg_bytes*Piecewise((0, nic_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/(2*Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels)**2), True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_simple_time_s__scale_nvlink_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -18210,19 +13505,6 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -18241,8 +13523,7 @@ def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_
             "collective_send_recv_p2p_simple_time_s__scale_nvlink_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels", "inv0"),
             (msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels, inv0),
-            reals=4,
-            masks=3,
+            reals=4, masks=3,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block(*block)
@@ -18290,14 +13571,11 @@ def _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block(out, r0, r1
 
 
 collective_send_recv_p2p_simple_time_s__scale_nvlink_beta.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block,
-    reals=4,
-    masks=3,
+    _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_block, reals=4, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
     passed=("inv0",),
     invariants=_collective_send_recv_p2p_simple_time_s__scale_nvlink_beta_invariants,
-    widened=("ring_channel_bw_bytes_per_s",),
-    quiet=True,
+    widened=("ring_channel_bw_bytes_per_s",), quiet=True,
 )
 
 
@@ -18306,15 +13584,8 @@ def collective_send_recv_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic
     network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
     t / d symbol, seconds per unit of the scale (almost everywhere).
 
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (Piecewise((0, nodes
-        < 2), (-3*msg_bytes*Piecewise((1, nic_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True))/(2*Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels)**2), True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#collective_send_recv_p2p_simple_time_s__scale_network_beta``.
     Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
     src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
     doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
@@ -18324,19 +13595,6 @@ def collective_send_recv_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic
     ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
     P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
     symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels))
@@ -18353,8 +13611,7 @@ def collective_send_recv_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic
             "collective_send_recv_p2p_simple_time_s__scale_network_beta",
             ("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
             (msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels),
-            reals=3,
-            masks=3,
+            reals=3, masks=3,
         )
         for block in call.blocks():
             _collective_send_recv_p2p_simple_time_s__scale_network_beta_block(*block)
@@ -18387,12 +13644,7 @@ def _collective_send_recv_p2p_simple_time_s__scale_network_beta_block(out, r0, r
 
 
 collective_send_recv_p2p_simple_time_s__scale_network_beta.kernel = _runtime.Kernel(
-    _collective_send_recv_p2p_simple_time_s__scale_network_beta_block,
-    reals=3,
-    masks=3,
+    _collective_send_recv_p2p_simple_time_s__scale_network_beta_block, reals=3, masks=3,
     arguments=("msg_bytes", "nic_bw_bytes_per_s", "nodes", "p2p_ll_threshold_bytes", "ring_channel_bw_bytes_per_s", "ring_channels"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the compute formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -51,35 +53,10 @@ __all__ = [
 def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s):
     """Forward FLOPs per token of one transformer layer (active projections, router, scores).
 
-    Closed form::
-
-        4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p + 2*h*hff*n_ffMM +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))) + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_standard_dense_layer_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s))
@@ -100,8 +77,7 @@ def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_ga
             "compute_standard_dense_layer_forward_flop",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s", "inv0"),
             (a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _compute_standard_dense_layer_forward_flop_block(*block)
@@ -133,12 +109,9 @@ def _compute_standard_dense_layer_forward_flop_block(out, a, attn_extra_p, attn_
 
 
 compute_standard_dense_layer_forward_flop.kernel = _runtime.Kernel(
-    _compute_standard_dense_layer_forward_flop_block,
-    reals=0,
-    masks=0,
+    _compute_standard_dense_layer_forward_flop_block, reals=0, masks=0,
     arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"),
-    passed=("inv0",),
-    invariants=_compute_standard_dense_layer_forward_flop_invariants,
+    passed=("inv0",), invariants=_compute_standard_dense_layer_forward_flop_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "o_bias", "qkv_bias", "s"),
     quiet=True,
 )
@@ -148,52 +121,10 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
     """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
     plus the recomputed forward passes (full) or attention scores (selective).
 
-    Closed form::
-
-        b*m*s*(4*a*n_sel_rec*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 6*h*n_output*v +
-        n_full_rec*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p + 2*h*hff*n_ffMM
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))) + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2)
-        + 3*n_layers_stage*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff*n_ffMM + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))) + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/2))/(cp*t)
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_standard_dense_stage_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
     attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v))
@@ -215,8 +146,7 @@ def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, c
             "compute_standard_dense_stage_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
             (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3),
-            reals=1,
-            masks=0,
+            reals=1, masks=0,
         )
         for block in call.blocks():
             _compute_standard_dense_stage_flop_block(*block)
@@ -267,9 +197,7 @@ def _compute_standard_dense_stage_flop_block(out, r0, a, attn_extra_p, attn_outp
 
 
 compute_standard_dense_stage_flop.kernel = _runtime.Kernel(
-    _compute_standard_dense_stage_flop_block,
-    reals=1,
-    masks=0,
+    _compute_standard_dense_stage_flop_block, reals=1, masks=0,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "o_bias", "qkv_bias", "s", "t", "v"),
     passed=("inv0", "inv1", "inv2", "inv3"),
     invariants=_compute_standard_dense_stage_flop_invariants,
@@ -283,56 +211,8 @@ def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate,
     operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
     Adam update.
 
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 -
-        flash_attention)/(cp*t) + 8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t) +
-        2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*hff*n_ffMM*s/(cp*t) + 2*b*s*(4*h + (attn_extra_p +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/4)/(h*t))/cp + 2*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp + 2*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_layers_stage*(2*a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) + 12*a*b*s**2*(1 -
-        flash_attention)/(cp*t) + 24*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t) +
-        8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*h*s*(5*dropout + 20)/(cp*sp) +
-        4*b*hff*n_ffMM*s/(cp*t) + 6*b*s*(4*h + (attn_extra_p + n_attMM*(a*h*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4)/(h*t))/cp + 6*b*s*(h*n_ffMM +
-        hff*n_ffMM/t)/cp + (2*bytes_grad - 2)*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/t + 6*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/t) + n_sel_rec*(a*b*s**2*(1 -
-        flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 - flash_attention)/(cp*t) +
-        8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#compute_standard_dense_stage_hbm_bytes``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -342,46 +222,6 @@ def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate,
     LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
     place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
     main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 133 (SymPy count_ops of the CSE form below); NumPy calls per block: 80.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_grad, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level))
@@ -425,8 +265,7 @@ def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate,
             "compute_standard_dense_stage_hbm_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_grad", "cp", "d", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "sp", "t", "v", "zero_level", "tmp3", "tmp7", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, attn_extra_p, attn_output_gate, b, bytes_grad, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level, tmp3, tmp7, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=19,
-            masks=1,
+            reals=19, masks=1,
         )
         for block in call.blocks():
             _compute_standard_dense_stage_hbm_bytes_block(*block)
@@ -587,9 +426,7 @@ def _compute_standard_dense_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r
 
 
 compute_standard_dense_stage_hbm_bytes.kernel = _runtime.Kernel(
-    _compute_standard_dense_stage_hbm_bytes_block,
-    reals=19,
-    masks=1,
+    _compute_standard_dense_stage_hbm_bytes_block, reals=19, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_grad", "cp", "d", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "sp", "t", "v", "zero_level"),
     passed=("tmp3", "tmp7", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_compute_standard_dense_stage_hbm_bytes_invariants,
@@ -603,68 +440,13 @@ def compute_standard_dense_stage_vector_flop(*, a, attn_extra_p, attn_output_gat
     norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
     their recomputation, the Adam update.
 
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) + b*hff*s*(n_ffMM +
-        6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) +
-        a*b*s**2*(1 - flash_attention)*(dropout + 8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout +
-        20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) + b*hff*s*(n_ffMM + 6)/(cp*t) +
-        b*hff*s*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t + 11*n_layers_stage*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t)*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_standard_dense_stage_vector_flop``.
     Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
     FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
     backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
     n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
     no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 86 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level))
@@ -690,8 +472,7 @@ def compute_standard_dense_stage_vector_flop(*, a, attn_extra_p, attn_output_gat
             "compute_standard_dense_stage_vector_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "sp", "t", "v", "zero_level", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv8", "inv9", "inv10", "inv11"),
             (a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv8, inv9, inv10, inv11),
-            reals=8,
-            masks=1,
+            reals=8, masks=1,
         )
         for block in call.blocks():
             _compute_standard_dense_stage_vector_flop_block(*block)
@@ -787,9 +568,7 @@ def _compute_standard_dense_stage_vector_flop_block(out, r0, r1, r2, r3, r4, r5,
 
 
 compute_standard_dense_stage_vector_flop.kernel = _runtime.Kernel(
-    _compute_standard_dense_stage_vector_flop_block,
-    reals=8,
-    masks=1,
+    _compute_standard_dense_stage_vector_flop_block, reals=8, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "sp", "t", "v", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv8", "inv9", "inv10", "inv11"),
     invariants=_compute_standard_dense_stage_vector_flop_invariants,
@@ -801,39 +580,10 @@ compute_standard_dense_stage_vector_flop.kernel = _runtime.Kernel(
 def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s):
     """Forward FLOPs per token of one transformer layer (active projections, router, scores).
 
-    Closed form::
-
-        4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True))) +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_standard_moe_layer_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s))
@@ -855,8 +605,7 @@ def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate
             "compute_standard_moe_layer_forward_flop",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "inv0"),
             (a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _compute_standard_moe_layer_forward_flop_block(*block)
@@ -890,12 +639,9 @@ def _compute_standard_moe_layer_forward_flop_block(out, a, attn_extra_p, attn_ou
 
 
 compute_standard_moe_layer_forward_flop.kernel = _runtime.Kernel(
-    _compute_standard_moe_layer_forward_flop_block,
-    reals=0,
-    masks=0,
+    _compute_standard_moe_layer_forward_flop_block, reals=0, masks=0,
     arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"),
-    passed=("inv0",),
-    invariants=_compute_standard_moe_layer_forward_flop_invariants,
+    passed=("inv0",), invariants=_compute_standard_moe_layer_forward_flop_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s"),
     quiet=True,
 )
@@ -905,56 +651,10 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
     """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
     plus the recomputed forward passes (full) or attention scores (selective).
 
-    Closed form::
-
-        b*m*s*(4*a*n_sel_rec*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 6*h*n_output*v +
-        n_full_rec*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True))) +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2) +
-        3*n_layers_stage*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True))) +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2))/(cp*t)
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_standard_moe_stage_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
     attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v))
@@ -977,8 +677,7 @@ def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp,
             "compute_standard_moe_stage_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v", "inv0", "inv1", "inv2", "inv3"),
             (a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v, inv0, inv1, inv2, inv3),
-            reals=1,
-            masks=0,
+            reals=1, masks=0,
         )
         for block in call.blocks():
             _compute_standard_moe_stage_flop_block(*block)
@@ -1031,12 +730,9 @@ def _compute_standard_moe_stage_flop_block(out, r0, a, attn_extra_p, attn_output
 
 
 compute_standard_moe_stage_flop.kernel = _runtime.Kernel(
-    _compute_standard_moe_stage_flop_block,
-    reals=1,
-    masks=0,
+    _compute_standard_moe_stage_flop_block, reals=1, masks=0,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "dh", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "o_bias", "qkv_bias", "s", "t", "v"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_compute_standard_moe_stage_flop_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_compute_standard_moe_stage_flop_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "o_bias", "qkv_bias", "s", "v"),
     quiet=True,
 )
@@ -1047,65 +743,7 @@ def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b
     operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
     Adam update.
 
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 -
-        flash_attention)/(cp*t) + 8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t) +
-        2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t)
-        + 2*b*n_ffMM*s*(h + hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*s*(4*h +
-        (attn_extra_p + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/4)/(h*t))/cp + 2*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + 2*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep) + n_layers_stage*(2*a*b*s**2*(1 - flash_attention)*(5*dropout +
-        4)/(cp*t) + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 24*a*b*s*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*h*s*(5*dropout +
-        20)/(cp*sp) + 4*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t) + 6*b*n_ffMM*s*(h +
-        hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 6*b*s*(4*h + (attn_extra_p +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/4)/(h*t))/cp + (2*bytes_grad - 2)*((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep) + 6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + 6*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep) + n_sel_rec*(a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/(cp*t))) + (30*h*n_output*v/t + 30*n_layers_stage*((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#compute_standard_moe_stage_hbm_bytes``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -1115,50 +753,6 @@ def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b
     LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
     place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
     main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 162 (SymPy count_ops of the CSE form below); NumPy calls per block: 94.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_grad, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level))
@@ -1209,8 +803,7 @@ def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b
             "compute_standard_moe_stage_hbm_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_grad", "cp", "d", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "tmp3", "tmp6", "tmp9", "tmp10", "tmp14", "inv0", "tmp21", "tmp23", "inv1", "inv2", "inv3", "inv4", "tmp33", "tmp35", "inv5", "inv6", "inv7"),
             (a, attn_extra_p, attn_output_gate, b, bytes_grad, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level, tmp3, tmp6, tmp9, tmp10, tmp14, inv0, tmp21, tmp23, inv1, inv2, inv3, inv4, tmp33, tmp35, inv5, inv6, inv7),
-            reals=19,
-            masks=1,
+            reals=19, masks=1,
         )
         for block in call.blocks():
             _compute_standard_moe_stage_hbm_bytes_block(*block)
@@ -1400,9 +993,7 @@ def _compute_standard_moe_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5, r6,
 
 
 compute_standard_moe_stage_hbm_bytes.kernel = _runtime.Kernel(
-    _compute_standard_moe_stage_hbm_bytes_block,
-    reals=19,
-    masks=1,
+    _compute_standard_moe_stage_hbm_bytes_block, reals=19, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_grad", "cp", "d", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
     passed=("tmp3", "tmp6", "tmp9", "tmp10", "tmp14", "inv0", "tmp21", "tmp23", "inv1", "inv2", "inv3", "inv4", "tmp33", "tmp35", "inv5", "inv6", "inv7"),
     invariants=_compute_standard_moe_stage_hbm_bytes_invariants,
@@ -1416,75 +1007,13 @@ def compute_standard_moe_stage_vector_flop(*, a, attn_extra_p, attn_output_gate,
     norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
     their recomputation, the Adam update.
 
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1
-        - flash_attention)*(dropout + 5)/(cp*t) + a*b*s**2*(1 - flash_attention)*(dropout +
-        8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout + 20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t) + b*hff_exp*s*(n_chosen_exp +
-        n_shared_exp)*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_standard_moe_stage_vector_flop``.
     Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
     FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
     backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
     n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
     no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 46.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level))
@@ -1512,8 +1041,7 @@ def compute_standard_moe_stage_vector_flop(*, a, attn_extra_p, attn_output_gate,
             "compute_standard_moe_stage_vector_flop",
             ("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp8", "tmp9", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12", "inv13"),
             (a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level, inv0, inv1, inv2, inv3, inv4, inv5, tmp8, tmp9, inv6, inv7, inv8, inv10, inv11, inv12, inv13),
-            reals=8,
-            masks=1,
+            reals=8, masks=1,
         )
         for block in call.blocks():
             _compute_standard_moe_stage_vector_flop_block(*block)
@@ -1629,9 +1157,7 @@ def _compute_standard_moe_stage_vector_flop_block(out, r0, r1, r2, r3, r4, r5, r
 
 
 compute_standard_moe_stage_vector_flop.kernel = _runtime.Kernel(
-    _compute_standard_moe_stage_vector_flop_block,
-    reals=8,
-    masks=1,
+    _compute_standard_moe_stage_vector_flop_block, reals=8, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "cp", "d", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp8", "tmp9", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12", "inv13"),
     invariants=_compute_standard_moe_stage_vector_flop_invariants,
@@ -1643,34 +1169,10 @@ compute_standard_moe_stage_vector_flop.kernel = _runtime.Kernel(
 def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
     """Forward FLOPs per token of one transformer layer (active projections, router, scores).
 
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff*n_ffMM + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_latent_dense_layer_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
@@ -1689,8 +1191,7 @@ def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h,
             "compute_mla_q_latent_dense_layer_forward_flop",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
             (a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_latent_dense_layer_forward_flop_block(*block)
@@ -1718,12 +1219,9 @@ def _compute_mla_q_latent_dense_layer_forward_flop_block(out, a, dc_kv, dc_q, dh
 
 
 compute_mla_q_latent_dense_layer_forward_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_dense_layer_forward_flop_block,
-    reals=0,
-    masks=0,
+    _compute_mla_q_latent_dense_layer_forward_flop_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
-    passed=("inv0",),
-    invariants=_compute_mla_q_latent_dense_layer_forward_flop_invariants,
+    passed=("inv0",), invariants=_compute_mla_q_latent_dense_layer_forward_flop_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
     quiet=True,
 )
@@ -1733,50 +1231,10 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
     """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
     plus the recomputed forward passes (full) or attention scores (selective).
 
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/2) + 3*n_layers_stage*(2*a*s*(dh + dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_mla_q_latent_dense_stage_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
     attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
@@ -1797,8 +1255,7 @@ def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, 
             "compute_mla_q_latent_dense_stage_flop",
             ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp3", "inv0", "inv1"),
             (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp3, inv0, inv1),
-            reals=1,
-            masks=0,
+            reals=1, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_latent_dense_stage_flop_block(*block)
@@ -1843,9 +1300,7 @@ def _compute_mla_q_latent_dense_stage_flop_block(out, r0, a, b, cp, dc_kv, dc_q,
 
 
 compute_mla_q_latent_dense_stage_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_dense_stage_flop_block,
-    reals=1,
-    masks=0,
+    _compute_mla_q_latent_dense_stage_flop_block, reals=1, masks=0,
     arguments=("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v"),
     passed=("tmp2", "tmp3", "inv0", "inv1"),
     invariants=_compute_mla_q_latent_dense_stage_flop_invariants,
@@ -1859,47 +1314,8 @@ def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
     operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
     Adam update.
 
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff*n_ffMM*s/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/(4*h*t))/cp + 2*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp +
-        2*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t)
-        + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff*n_ffMM*s/(cp*t) + 6*b*s*(4*h +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/(4*h*t))/cp + 6*b*s*(h*n_ffMM +
-        hff*n_ffMM/t)/cp + (2*bytes_grad - 2)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t +
-        6*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_latent_dense_stage_hbm_bytes``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -1909,46 +1325,6 @@ def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
     LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
     place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
     main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 132 (SymPy count_ops of the CSE form below); NumPy calls per block: 80.
     xp = _runtime.namespace((a, b, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level))
@@ -1988,8 +1364,7 @@ def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
             "compute_mla_q_latent_dense_stage_hbm_bytes",
             ("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level", "tmp3", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, tmp3, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=19,
-            masks=1,
+            reals=19, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_latent_dense_stage_hbm_bytes_block(*block)
@@ -2142,9 +1517,7 @@ def _compute_mla_q_latent_dense_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r
 
 
 compute_mla_q_latent_dense_stage_hbm_bytes.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_dense_stage_hbm_bytes_block,
-    reals=19,
-    masks=1,
+    _compute_mla_q_latent_dense_stage_hbm_bytes_block, reals=19, masks=1,
     arguments=("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level"),
     passed=("tmp3", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_compute_mla_q_latent_dense_stage_hbm_bytes_invariants,
@@ -2158,67 +1531,13 @@ def compute_mla_q_latent_dense_stage_vector_flop(*, a, b, cp, d, dc_kv, dc_q, dh
     norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
     their recomputation, the Adam update.
 
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) + b*hff*s*(n_ffMM +
-        6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) +
-        a*b*s**2*(1 - flash_attention)*(dropout + 8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout +
-        20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) + b*hff*s*(n_ffMM + 6)/(cp*t) +
-        b*hff*s*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_latent_dense_stage_vector_flop``.
     Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
     FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
     backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
     n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
     no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 89 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level))
@@ -2242,8 +1561,7 @@ def compute_mla_q_latent_dense_stage_vector_flop(*, a, b, cp, d, dc_kv, dc_q, dh
             "compute_mla_q_latent_dense_stage_vector_flop",
             ("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv8", "inv9", "inv10", "inv11"),
             (a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv8, inv9, inv10, inv11),
-            reals=8,
-            masks=1,
+            reals=8, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_latent_dense_stage_vector_flop_block(*block)
@@ -2335,9 +1653,7 @@ def _compute_mla_q_latent_dense_stage_vector_flop_block(out, r0, r1, r2, r3, r4,
 
 
 compute_mla_q_latent_dense_stage_vector_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_dense_stage_vector_flop_block,
-    reals=8,
-    masks=1,
+    _compute_mla_q_latent_dense_stage_vector_flop_block, reals=8, masks=1,
     arguments=("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv8", "inv9", "inv10", "inv11"),
     invariants=_compute_mla_q_latent_dense_stage_vector_flop_invariants,
@@ -2349,38 +1665,10 @@ compute_mla_q_latent_dense_stage_vector_flop.kernel = _runtime.Kernel(
 def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
     """Forward FLOPs per token of one transformer layer (active projections, router, scores).
 
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/2
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_latent_moe_layer_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
@@ -2400,8 +1688,7 @@ def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, h
             "compute_mla_q_latent_moe_layer_forward_flop",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
             (a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_latent_moe_layer_forward_flop_block(*block)
@@ -2431,12 +1718,9 @@ def _compute_mla_q_latent_moe_layer_forward_flop_block(out, a, dc_kv, dc_q, dh, 
 
 
 compute_mla_q_latent_moe_layer_forward_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_moe_layer_forward_flop_block,
-    reals=0,
-    masks=0,
+    _compute_mla_q_latent_moe_layer_forward_flop_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
-    passed=("inv0",),
-    invariants=_compute_mla_q_latent_moe_layer_forward_flop_invariants,
+    passed=("inv0",), invariants=_compute_mla_q_latent_moe_layer_forward_flop_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
     quiet=True,
 )
@@ -2446,54 +1730,10 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
     """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
     plus the recomputed forward passes (full) or attention scores (selective).
 
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) +
-        2*h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2) +
-        3*n_layers_stage*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_mla_q_latent_moe_stage_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
     attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 48 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
@@ -2515,8 +1755,7 @@ def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hf
             "compute_mla_q_latent_moe_stage_flop",
             ("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
             (a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1),
-            reals=1,
-            masks=0,
+            reals=1, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_latent_moe_stage_flop_block(*block)
@@ -2563,9 +1802,7 @@ def _compute_mla_q_latent_moe_stage_flop_block(out, r0, a, b, cp, dc_kv, dc_q, d
 
 
 compute_mla_q_latent_moe_stage_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_moe_stage_flop_block,
-    reals=1,
-    masks=0,
+    _compute_mla_q_latent_moe_stage_flop_block, reals=1, masks=0,
     arguments=("a", "b", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v"),
     passed=("tmp2", "tmp4", "inv0", "inv1"),
     invariants=_compute_mla_q_latent_moe_stage_flop_invariants,
@@ -2579,56 +1816,8 @@ def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
     operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
     Adam update.
 
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*n_ffMM*s*(h +
-        hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/(4*h*t))/cp + 2*(h*layer_norms*(norm_bias + 1) + h*n_exp
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        2*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout +
-        4)/(cp*t) + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout +
-        10)/(cp*sp) + 2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff_exp*n_ffMM*s*(n_chosen_exp +
-        n_shared_exp)/(cp*t) + 6*b*n_ffMM*s*(h + hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) +
-        6*b*s*(4*h + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/(4*h*t))/cp + (2*bytes_grad -
-        2)*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep) +
-        6*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        6*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_latent_moe_stage_hbm_bytes``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -2638,50 +1827,6 @@ def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
     LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
     place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
     main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 166 (SymPy count_ops of the CSE form below); NumPy calls per block: 94.
     xp = _runtime.namespace((a, b, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level))
@@ -2730,8 +1875,7 @@ def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
             "compute_mla_q_latent_moe_stage_hbm_bytes",
             ("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "tmp3", "tmp6", "tmp9", "tmp10", "tmp12", "inv0", "tmp19", "tmp21", "inv1", "inv2", "inv3", "inv4", "tmp31", "tmp33", "inv5", "inv6", "inv7"),
             (a, b, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, tmp3, tmp6, tmp9, tmp10, tmp12, inv0, tmp19, tmp21, inv1, inv2, inv3, inv4, tmp31, tmp33, inv5, inv6, inv7),
-            reals=19,
-            masks=1,
+            reals=19, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_latent_moe_stage_hbm_bytes_block(*block)
@@ -2917,9 +2061,7 @@ def _compute_mla_q_latent_moe_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5,
 
 
 compute_mla_q_latent_moe_stage_hbm_bytes.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_moe_stage_hbm_bytes_block,
-    reals=19,
-    masks=1,
+    _compute_mla_q_latent_moe_stage_hbm_bytes_block, reals=19, masks=1,
     arguments=("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
     passed=("tmp3", "tmp6", "tmp9", "tmp10", "tmp12", "inv0", "tmp19", "tmp21", "inv1", "inv2", "inv3", "inv4", "tmp31", "tmp33", "inv5", "inv6", "inv7"),
     invariants=_compute_mla_q_latent_moe_stage_hbm_bytes_invariants,
@@ -2933,74 +2075,13 @@ def compute_mla_q_latent_moe_stage_vector_flop(*, a, b, cp, d, dc_kv, dc_q, dh, 
     norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
     their recomputation, the Adam update.
 
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1
-        - flash_attention)*(dropout + 5)/(cp*t) + a*b*s**2*(1 - flash_attention)*(dropout +
-        8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout + 20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t) + b*hff_exp*s*(n_chosen_exp +
-        n_shared_exp)*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_latent_moe_stage_vector_flop``.
     Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
     FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
     backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
     n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
     no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 108 (SymPy count_ops of the CSE form below); NumPy calls per block: 46.
     xp = _runtime.namespace((a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level))
@@ -3026,8 +2107,7 @@ def compute_mla_q_latent_moe_stage_vector_flop(*, a, b, cp, d, dc_kv, dc_q, dh, 
             "compute_mla_q_latent_moe_stage_vector_flop",
             ("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp8", "tmp9", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12", "inv13"),
             (a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, inv0, inv1, inv2, inv3, inv4, inv5, tmp8, tmp9, inv6, inv7, inv8, inv10, inv11, inv12, inv13),
-            reals=8,
-            masks=1,
+            reals=8, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_latent_moe_stage_vector_flop_block(*block)
@@ -3139,9 +2219,7 @@ def _compute_mla_q_latent_moe_stage_vector_flop_block(out, r0, r1, r2, r3, r4, r
 
 
 compute_mla_q_latent_moe_stage_vector_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_latent_moe_stage_vector_flop_block,
-    reals=8,
-    masks=1,
+    _compute_mla_q_latent_moe_stage_vector_flop_block, reals=8, masks=1,
     arguments=("a", "b", "cp", "d", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp8", "tmp9", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12", "inv13"),
     invariants=_compute_mla_q_latent_moe_stage_vector_flop_invariants,
@@ -3153,33 +2231,10 @@ compute_mla_q_latent_moe_stage_vector_flop.kernel = _runtime.Kernel(
 def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
     """Forward FLOPs per token of one transformer layer (active projections, router, scores).
 
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff*n_ffMM + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/2
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_direct_dense_layer_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s))
@@ -3198,8 +2253,7 @@ def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, 
         call = _runtime.Call(
             "compute_mla_q_direct_dense_layer_forward_flop",
             ("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "inv0"),
-            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0),
-            reals=0,
+            (a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s, inv0), reals=0,
             masks=0,
         )
         for block in call.blocks():
@@ -3230,12 +2284,9 @@ def _compute_mla_q_direct_dense_layer_forward_flop_block(out, a, dc_kv, dh, dhr,
 
 
 compute_mla_q_direct_dense_layer_forward_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_dense_layer_forward_flop_block,
-    reals=0,
-    masks=0,
+    _compute_mla_q_direct_dense_layer_forward_flop_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
-    passed=("inv0",),
-    invariants=_compute_mla_q_direct_dense_layer_forward_flop_invariants,
+    passed=("inv0",), invariants=_compute_mla_q_direct_dense_layer_forward_flop_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "n_attMM", "n_ffMM", "n_kv", "qk_nope_head_dim", "s"),
     quiet=True,
 )
@@ -3245,49 +2296,10 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
     """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
     plus the recomputed forward passes (full) or attention scores (selective).
 
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2) + 3*n_layers_stage*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_mla_q_direct_dense_stage_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
     attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 40 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
@@ -3309,8 +2321,7 @@ def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m
             "compute_mla_q_direct_dense_stage_flop",
             ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp4", "inv0", "inv1"),
             (a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v, tmp2, tmp4, inv0, inv1),
-            reals=1,
-            masks=0,
+            reals=1, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_direct_dense_stage_flop_block(*block)
@@ -3357,9 +2368,7 @@ def _compute_mla_q_direct_dense_stage_flop_block(out, r0, a, b, cp, dc_kv, dh, d
 
 
 compute_mla_q_direct_dense_stage_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_dense_stage_flop_block,
-    reals=1,
-    masks=0,
+    _compute_mla_q_direct_dense_stage_flop_block, reals=1, masks=0,
     arguments=("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff", "m", "n_attMM", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "qk_nope_head_dim", "s", "t", "v"),
     passed=("tmp2", "tmp4", "inv0", "inv1"),
     invariants=_compute_mla_q_direct_dense_stage_flop_invariants,
@@ -3373,45 +2382,8 @@ def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
     operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
     Adam update.
 
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff*n_ffMM*s/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/(4*h*t))/cp + 2*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp + 2*(h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t)
-        + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff*n_ffMM*s/(cp*t) + 6*b*s*(4*h + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/(4*h*t))/cp + 6*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp + (2*bytes_grad -
-        2)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t +
-        6*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t) + n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 -
-        flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 - flash_attention)/(cp*t))) +
-        (30*h*n_output*v/t + 30*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_direct_dense_stage_hbm_bytes``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -3421,45 +2393,6 @@ def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
     LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
     place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
     main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 128 (SymPy count_ops of the CSE form below); NumPy calls per block: 81.
     xp = _runtime.namespace((a, b, bytes_grad, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level))
@@ -3500,8 +2433,7 @@ def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
             "compute_mla_q_direct_dense_stage_hbm_bytes",
             ("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level", "tmp3", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_grad, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, tmp3, tmp7, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=19,
-            masks=1,
+            reals=19, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_direct_dense_stage_hbm_bytes_block(*block)
@@ -3656,9 +2588,7 @@ def _compute_mla_q_direct_dense_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r
 
 
 compute_mla_q_direct_dense_stage_hbm_bytes.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_dense_stage_hbm_bytes_block,
-    reals=19,
-    masks=1,
+    _compute_mla_q_direct_dense_stage_hbm_bytes_block, reals=19, masks=1,
     arguments=("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level"),
     passed=("tmp3", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_compute_mla_q_direct_dense_stage_hbm_bytes_invariants,
@@ -3672,66 +2602,13 @@ def compute_mla_q_direct_dense_stage_vector_flop(*, a, b, cp, d, dc_kv, dh, dhr,
     norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
     their recomputation, the Adam update.
 
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) + b*hff*s*(n_ffMM +
-        6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) +
-        a*b*s**2*(1 - flash_attention)*(dropout + 8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout +
-        20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) + b*hff*s*(n_ffMM + 6)/(cp*t) +
-        b*hff*s*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_direct_dense_stage_vector_flop``.
     Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
     FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
     backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
     n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
     no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 85 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, b, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level))
@@ -3756,8 +2633,7 @@ def compute_mla_q_direct_dense_stage_vector_flop(*, a, b, cp, d, dc_kv, dh, dhr,
             "compute_mla_q_direct_dense_stage_vector_flop",
             ("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv8", "inv9", "inv10", "inv11"),
             (a, b, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv8, inv9, inv10, inv11),
-            reals=8,
-            masks=1,
+            reals=8, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_direct_dense_stage_vector_flop_block(*block)
@@ -3851,9 +2727,7 @@ def _compute_mla_q_direct_dense_stage_vector_flop_block(out, r0, r1, r2, r3, r4,
 
 
 compute_mla_q_direct_dense_stage_vector_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_dense_stage_vector_flop_block,
-    reals=8,
-    masks=1,
+    _compute_mla_q_direct_dense_stage_vector_flop_block, reals=8, masks=1,
     arguments=("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "sp", "t", "v", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv8", "inv9", "inv10", "inv11"),
     invariants=_compute_mla_q_direct_dense_stage_vector_flop_invariants,
@@ -3865,37 +2739,10 @@ compute_mla_q_direct_dense_stage_vector_flop.kernel = _runtime.Kernel(
 def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
     """Forward FLOPs per token of one transformer layer (active projections, router, scores).
 
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_direct_moe_layer_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s))
@@ -3916,8 +2763,7 @@ def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp
             "compute_mla_q_direct_moe_layer_forward_flop",
             ("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "inv0"),
             (a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_direct_moe_layer_forward_flop_block(*block)
@@ -3949,12 +2795,9 @@ def _compute_mla_q_direct_moe_layer_forward_flop_block(out, a, dc_kv, dh, dhr, h
 
 
 compute_mla_q_direct_moe_layer_forward_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_moe_layer_forward_flop_block,
-    reals=0,
-    masks=0,
+    _compute_mla_q_direct_moe_layer_forward_flop_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
-    passed=("inv0",),
-    invariants=_compute_mla_q_direct_moe_layer_forward_flop_invariants,
+    passed=("inv0",), invariants=_compute_mla_q_direct_moe_layer_forward_flop_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "hff_exp", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s"),
     quiet=True,
 )
@@ -3964,53 +2807,10 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
     """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
     plus the recomputed forward passes (full) or attention scores (selective).
 
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) +
-        2*h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/2) + 3*n_layers_stage*(2*a*s*(dh + dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_mla_q_direct_moe_stage_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
     attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 44 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
@@ -4033,8 +2833,7 @@ def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp,
             "compute_mla_q_direct_moe_stage_flop",
             ("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v", "tmp2", "tmp5", "inv0", "inv1"),
             (a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v, tmp2, tmp5, inv0, inv1),
-            reals=1,
-            masks=0,
+            reals=1, masks=0,
         )
         for block in call.blocks():
             _compute_mla_q_direct_moe_stage_flop_block(*block)
@@ -4083,9 +2882,7 @@ def _compute_mla_q_direct_moe_stage_flop_block(out, r0, a, b, cp, dc_kv, dh, dhr
 
 
 compute_mla_q_direct_moe_stage_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_moe_stage_flop_block,
-    reals=1,
-    masks=0,
+    _compute_mla_q_direct_moe_stage_flop_block, reals=1, masks=0,
     arguments=("a", "b", "cp", "dc_kv", "dh", "dhr", "h", "hff_exp", "m", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "t", "v"),
     passed=("tmp2", "tmp5", "inv0", "inv1"),
     invariants=_compute_mla_q_direct_moe_stage_flop_invariants,
@@ -4099,56 +2896,8 @@ def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
     operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
     Adam update.
 
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*n_ffMM*s*(h +
-        hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/(4*h*t))/cp + 2*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        2*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout +
-        4)/(cp*t) + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout +
-        10)/(cp*sp) + 2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff_exp*n_ffMM*s*(n_chosen_exp +
-        n_shared_exp)/(cp*t) + 6*b*n_ffMM*s*(h + hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) +
-        6*b*s*(4*h + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/(4*h*t))/cp + (2*bytes_grad -
-        2)*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep) +
-        6*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        6*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_direct_moe_stage_hbm_bytes``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -4158,49 +2907,6 @@ def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
     LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
     place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
     main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 160 (SymPy count_ops of the CSE form below); NumPy calls per block: 95.
     xp = _runtime.namespace((a, b, bytes_grad, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level))
@@ -4247,8 +2953,7 @@ def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
             "compute_mla_q_direct_moe_stage_hbm_bytes",
             ("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "tmp3", "tmp6", "tmp8", "tmp9", "tmp10", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp31", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_grad, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, tmp3, tmp6, tmp8, tmp9, tmp10, inv0, tmp19, tmp22, inv1, inv2, inv3, inv4, inv5, tmp31, inv6, inv7, inv8, inv9),
-            reals=18,
-            masks=1,
+            reals=18, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_direct_moe_stage_hbm_bytes_block(*block)
@@ -4435,9 +3140,7 @@ def _compute_mla_q_direct_moe_stage_hbm_bytes_block(out, r0, r1, r2, r3, r4, r5,
 
 
 compute_mla_q_direct_moe_stage_hbm_bytes.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_moe_stage_hbm_bytes_block,
-    reals=18,
-    masks=1,
+    _compute_mla_q_direct_moe_stage_hbm_bytes_block, reals=18, masks=1,
     arguments=("a", "b", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
     passed=("tmp3", "tmp6", "tmp8", "tmp9", "tmp10", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp31", "inv6", "inv7", "inv8", "inv9"),
     invariants=_compute_mla_q_direct_moe_stage_hbm_bytes_invariants,
@@ -4451,73 +3154,13 @@ def compute_mla_q_direct_moe_stage_vector_flop(*, a, b, cp, d, dc_kv, dh, dhr, d
     norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
     their recomputation, the Adam update.
 
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1
-        - flash_attention)*(dropout + 5)/(cp*t) + a*b*s**2*(1 - flash_attention)*(dropout +
-        8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout + 20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t) + b*hff_exp*s*(n_chosen_exp +
-        n_shared_exp)*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols:
+    ``docs/formulas.md#compute_mla_q_direct_moe_stage_vector_flop``.
     Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
     FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
     backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
     n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
     no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 104 (SymPy count_ops of the CSE form below); NumPy calls per block: 46.
     xp = _runtime.namespace((a, b, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level))
@@ -4544,8 +3187,7 @@ def compute_mla_q_direct_moe_stage_vector_flop(*, a, b, cp, d, dc_kv, dh, dhr, d
             "compute_mla_q_direct_moe_stage_vector_flop",
             ("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp8", "tmp9", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12", "inv13"),
             (a, b, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level, inv0, inv1, inv2, inv3, inv4, inv5, tmp8, tmp9, inv6, inv7, inv8, inv10, inv11, inv12, inv13),
-            reals=8,
-            masks=1,
+            reals=8, masks=1,
         )
         for block in call.blocks():
             _compute_mla_q_direct_moe_stage_vector_flop_block(*block)
@@ -4659,9 +3301,7 @@ def _compute_mla_q_direct_moe_stage_vector_flop_block(out, r0, r1, r2, r3, r4, r
 
 
 compute_mla_q_direct_moe_stage_vector_flop.kernel = _runtime.Kernel(
-    _compute_mla_q_direct_moe_stage_vector_flop_block,
-    reals=8,
-    masks=1,
+    _compute_mla_q_direct_moe_stage_vector_flop_block, reals=8, masks=1,
     arguments=("a", "b", "cp", "d", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_layers_stage", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "s", "shared_expert_gate", "sp", "t", "v", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "tmp8", "tmp9", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12", "inv13"),
     invariants=_compute_mla_q_direct_moe_stage_vector_flop_invariants,
@@ -4673,21 +3313,9 @@ compute_mla_q_direct_moe_stage_vector_flop.kernel = _runtime.Kernel(
 def compute_output_forward_flop(*, h, v):
     """Forward FLOPs per token of the output layer (logits).
 
-    Closed form::
-
-        2*h*v
-
-    Unit: FLOP.
-
+    Unit: FLOP. Closed form and symbols: ``docs/formulas.md#compute_output_forward_flop``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
     the logits)
-
-    Args:
-        h: hidden width [elements].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((h, v))
@@ -4696,13 +3324,7 @@ def compute_output_forward_flop(*, h, v):
         (h, v) = _runtime.floats(xp, (h, v))
         out = 2*h*v
         return _runtime.broadcast(xp, out, (h, v))
-    call = _runtime.Call(
-        "compute_output_forward_flop",
-        ("h", "v"),
-        (h, v),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("compute_output_forward_flop", ("h", "v"), (h, v), reals=0, masks=0)
     for block in call.blocks():
         _compute_output_forward_flop_block(*block)
     return call.out
@@ -4716,14 +3338,8 @@ def _compute_output_forward_flop_block(out, h, v):
 
 
 compute_output_forward_flop.kernel = _runtime.Kernel(
-    _compute_output_forward_flop_block,
-    reals=0,
-    masks=0,
-    arguments=("h", "v"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _compute_output_forward_flop_block, reals=0, masks=0, arguments=("h", "v"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4734,14 +3350,7 @@ def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency,
     over the achieved vector-unit FLOP/s (peak × the generation's vector efficiency), not
     overlapped.
 
-    Closed form::
-
-        stage_vector_flops/(vector_efficiency*vector_flops_per_s) +
-        stage_hbm_bytes/(hbm_bytes_per_s*hbm_efficiency) +
-        stage_flops/(compute_efficiency*peak_flops_per_s)
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#compute_stage_time_s``.
     Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
     and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
     overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
@@ -4751,22 +3360,6 @@ def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency,
     2; a fork summing n gradients n; Adam 11 per parameter), their time added to the operation's
     memory time (processing_mode no_overlap, calculon/system.py); peaks and efficiencies: the
     hardware catalog
-
-    Args:
-        compute_efficiency: achieved fraction of the peak FLOP/s (one per GPU generation) [1].
-        hbm_bytes_per_s: datasheet peak HBM bandwidth of one GPU [bytes/s].
-        hbm_efficiency: achieved fraction of the peak HBM bandwidth (one per GPU generation) [1].
-        peak_flops_per_s: datasheet dense peak FLOP/s of one GPU in the training dtype [FLOP/s].
-        stage_flops: FLOPs one rank of a pipeline stage computes per step [FLOP].
-        stage_hbm_bytes: HBM bytes one rank of a pipeline stage moves per step in memory-bound work
-            (element-wise ops, GEMM operands, the optimizer step) [bytes].
-        stage_vector_flops: FLOPs one rank of a pipeline stage computes per step on the vector unit
-            (element-wise operations, the optimizer step) [FLOP].
-        vector_efficiency: achieved fraction of the vector unit's peak (one per GPU generation) [1].
-        vector_flops_per_s: peak 16-bit FLOP/s of one GPU's vector (non-tensor) unit [FLOP/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes, stage_vector_flops, vector_efficiency, vector_flops_per_s))
@@ -4780,8 +3373,7 @@ def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency,
         "compute_stage_time_s",
         ("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "stage_vector_flops", "vector_efficiency", "vector_flops_per_s", "inv0", "inv1", "inv2"),
         (compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes, stage_vector_flops, vector_efficiency, vector_flops_per_s, inv0, inv1, inv2),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _compute_stage_time_s_block(*block)
@@ -4813,12 +3405,9 @@ def _compute_stage_time_s_block(out, r0, compute_efficiency, hbm_bytes_per_s, hb
 
 
 compute_stage_time_s.kernel = _runtime.Kernel(
-    _compute_stage_time_s_block,
-    reals=1,
-    masks=0,
+    _compute_stage_time_s_block, reals=1, masks=0,
     arguments=("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "stage_vector_flops", "vector_efficiency", "vector_flops_per_s"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_compute_stage_time_s_invariants,
+    passed=("inv0", "inv1", "inv2"), invariants=_compute_stage_time_s_invariants,
     widened=("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s", "vector_efficiency", "vector_flops_per_s"),
     quiet=False,
 )
@@ -4827,22 +3416,9 @@ compute_stage_time_s.kernel = _runtime.Kernel(
 def compute_pipeline_bubble(*, m, p, vp):
     """Idle fraction of the ideal step time a pipeline adds under 1F1B / interleaved schedules.
 
-    Closed form::
-
-        (p - 1)/(m*vp)
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#compute_pipeline_bubble``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble
     (p-1)/(vp·m)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((m, p, vp))
@@ -4851,13 +3427,7 @@ def compute_pipeline_bubble(*, m, p, vp):
         (m, p, vp) = _runtime.floats(xp, (m, p, vp))
         out = (p - 1)/(m*vp)
         return _runtime.broadcast(xp, out, (m, p, vp))
-    call = _runtime.Call(
-        "compute_pipeline_bubble",
-        ("m", "p", "vp"),
-        (m, p, vp),
-        reals=1,
-        masks=0,
-    )
+    call = _runtime.Call("compute_pipeline_bubble", ("m", "p", "vp"), (m, p, vp), reals=1, masks=0)
     for block in call.blocks():
         _compute_pipeline_bubble_block(*block)
     return call.out
@@ -4872,14 +3442,8 @@ def _compute_pipeline_bubble_block(out, r0, m, p, vp):
 
 
 compute_pipeline_bubble.kernel = _runtime.Kernel(
-    _compute_pipeline_bubble_block,
-    reals=1,
-    masks=0,
-    arguments=("m", "p", "vp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _compute_pipeline_bubble_block, reals=1, masks=0, arguments=("m", "p", "vp"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4887,37 +3451,9 @@ def compute_step_time_s(*, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, 
     """Seconds per training step: the slowest stage's compute stretched by the pipeline bubble, plus
     the communication that cannot overlap with it.
 
-    Closed form::
-
-        exposed_comm_s + (1 + (p -
-        1)/(m*vp))*(stage_vector_flops/(vector_efficiency*vector_flops_per_s) +
-        stage_hbm_bytes/(hbm_bytes_per_s*hbm_efficiency) +
-        stage_flops/(compute_efficiency*peak_flops_per_s))
-
-    Unit: s.
-
+    Unit: s. Closed form and symbols: ``docs/formulas.md#compute_step_time_s``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble
     (p-1)/(vp·m); exposed communication: docs/search.md
-
-    Args:
-        compute_efficiency: achieved fraction of the peak FLOP/s (one per GPU generation) [1].
-        exposed_comm_s: communication seconds per step that do not overlap with compute [s].
-        hbm_bytes_per_s: datasheet peak HBM bandwidth of one GPU [bytes/s].
-        hbm_efficiency: achieved fraction of the peak HBM bandwidth (one per GPU generation) [1].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        peak_flops_per_s: datasheet dense peak FLOP/s of one GPU in the training dtype [FLOP/s].
-        stage_flops: FLOPs one rank of a pipeline stage computes per step [FLOP].
-        stage_hbm_bytes: HBM bytes one rank of a pipeline stage moves per step in memory-bound work
-            (element-wise ops, GEMM operands, the optimizer step) [bytes].
-        stage_vector_flops: FLOPs one rank of a pipeline stage computes per step on the vector unit
-            (element-wise operations, the optimizer step) [FLOP].
-        vector_efficiency: achieved fraction of the vector unit's peak (one per GPU generation) [1].
-        vector_flops_per_s: peak 16-bit FLOP/s of one GPU's vector (non-tensor) unit [FLOP/s].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, stage_vector_flops, vector_efficiency, vector_flops_per_s, vp))
@@ -4931,8 +3467,7 @@ def compute_step_time_s(*, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, 
         "compute_step_time_s",
         ("compute_efficiency", "exposed_comm_s", "hbm_bytes_per_s", "hbm_efficiency", "m", "p", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "stage_vector_flops", "vector_efficiency", "vector_flops_per_s", "vp", "inv0", "inv1", "inv2"),
         (compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, stage_vector_flops, vector_efficiency, vector_flops_per_s, vp, inv0, inv1, inv2),
-        reals=2,
-        masks=0,
+        reals=2, masks=0,
     )
     for block in call.blocks():
         _compute_step_time_s_block(*block)
@@ -4971,12 +3506,9 @@ def _compute_step_time_s_block(out, r0, r1, compute_efficiency, exposed_comm_s, 
 
 
 compute_step_time_s.kernel = _runtime.Kernel(
-    _compute_step_time_s_block,
-    reals=2,
-    masks=0,
+    _compute_step_time_s_block, reals=2, masks=0,
     arguments=("compute_efficiency", "exposed_comm_s", "hbm_bytes_per_s", "hbm_efficiency", "m", "p", "peak_flops_per_s", "stage_flops", "stage_hbm_bytes", "stage_vector_flops", "vector_efficiency", "vector_flops_per_s", "vp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_compute_step_time_s_invariants,
+    passed=("inv0", "inv1", "inv2"), invariants=_compute_step_time_s_invariants,
     widened=("compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "peak_flops_per_s", "vector_efficiency", "vector_flops_per_s"),
     quiet=False,
 )

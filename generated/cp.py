@@ -5,7 +5,9 @@
 """Evaluators of the cp formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -112,27 +114,9 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     """Bytes a rank sends per micro-batch and layer in Ulysses CP with MHA attention: all-to-all of
     queries, keys/values and output, forward and backward.
 
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_mha_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
     branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -148,9 +132,7 @@ def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         call = _runtime.Call(
             "cp_ulysses_mha_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_mha_traffic_bytes_block(*block)
@@ -179,14 +161,10 @@ def _cp_ulysses_mha_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h,
 
 
 cp_ulysses_mha_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_mha_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_mha_traffic_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_mha_traffic_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -194,25 +172,9 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
     """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with MHA
     attention: K/V all-gather forward, reduce-scatter backward.
 
-    Closed form::
-
-        4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_mha_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
     branch)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -223,11 +185,8 @@ def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     (inv0,) = _cp_ring_mha_traffic_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "cp_ring_mha_traffic_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=0,
+        "cp_ring_mha_traffic_bytes", ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _cp_ring_mha_traffic_bytes_block(*block)
@@ -255,13 +214,9 @@ def _cp_ring_mha_traffic_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv
 
 
 cp_ring_mha_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mha_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_mha_traffic_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _cp_ring_mha_traffic_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_cp_ring_mha_traffic_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -270,29 +225,9 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     """Bytes a rank sends per micro-batch and layer in Ulysses CP with GQA attention: all-to-all of
     queries, keys/values and output, forward and backward.
 
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_gqa_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
     branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -308,9 +243,7 @@ def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         call = _runtime.Call(
             "cp_ulysses_gqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_gqa_traffic_bytes_block(*block)
@@ -339,14 +272,10 @@ def _cp_ulysses_gqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h,
 
 
 cp_ulysses_gqa_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_gqa_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_gqa_traffic_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_gqa_traffic_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -354,27 +283,9 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
     """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with GQA
     attention: K/V all-gather forward, reduce-scatter backward.
 
-    Closed form::
-
-        4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_gqa_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
     branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
@@ -390,9 +301,7 @@ def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
         call = _runtime.Call(
             "cp_ring_gqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ring_gqa_traffic_bytes_block(*block)
@@ -420,14 +329,10 @@ def _cp_ring_gqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, n_kv,
 
 
 cp_ring_gqa_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ring_gqa_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_gqa_traffic_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_gqa_traffic_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -435,27 +340,9 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     """Bytes a rank sends per micro-batch and layer in Ulysses CP with MQA attention: all-to-all of
     queries, keys/values and output, forward and backward.
 
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_mqa_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
     branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -471,9 +358,7 @@ def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         call = _runtime.Call(
             "cp_ulysses_mqa_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_mqa_traffic_bytes_block(*block)
@@ -502,14 +387,10 @@ def _cp_ulysses_mqa_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h,
 
 
 cp_ulysses_mqa_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_mqa_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_mqa_traffic_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_mqa_traffic_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -517,25 +398,9 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
     """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with MQA
     attention: K/V all-gather forward, reduce-scatter backward.
 
-    Closed form::
-
-        4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_mqa_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
     branch)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
@@ -546,11 +411,8 @@ def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, dh, s, t))
     (inv0,) = _cp_ring_mqa_traffic_bytes_invariants(bytes_compute, dh, s)
     call = _runtime.Call(
-        "cp_ring_mqa_traffic_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
-        (b, bytes_compute, cp, dh, s, t, inv0),
-        reals=1,
-        masks=0,
+        "cp_ring_mqa_traffic_bytes", ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
+        (b, bytes_compute, cp, dh, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _cp_ring_mqa_traffic_bytes_block(*block)
@@ -578,13 +440,9 @@ def _cp_ring_mqa_traffic_bytes_block(out, r0, b, bytes_compute, cp, dh, s, t, in
 
 
 cp_ring_mqa_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mqa_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_mqa_traffic_bytes_invariants,
-    widened=("bytes_compute", "dh", "s"),
+    _cp_ring_mqa_traffic_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"), passed=("inv0",),
+    invariants=_cp_ring_mqa_traffic_bytes_invariants, widened=("bytes_compute", "dh", "s"),
     quiet=False,
 )
 
@@ -593,30 +451,9 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
     """Bytes a rank sends per micro-batch and layer in Ulysses CP with MLA attention: all-to-all of
     queries, keys/values and output, forward and backward.
 
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t +
-        a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_mla_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
     branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
@@ -633,9 +470,7 @@ def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s
         call = _runtime.Call(
             "cp_ulysses_mla_traffic_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_mla_traffic_bytes_block(*block)
@@ -666,14 +501,10 @@ def _cp_ulysses_mla_traffic_bytes_block(out, r0, a, b, bytes_compute, cp, dh, dh
 
 
 cp_ulysses_mla_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_mla_traffic_bytes_block,
-    reals=1,
-    masks=0,
+    _cp_ulysses_mla_traffic_bytes_block, reals=1, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ulysses_mla_traffic_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_ulysses_mla_traffic_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -681,27 +512,9 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
     """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with MLA
     attention: K/V all-gather forward, reduce-scatter backward.
 
-    Closed form::
-
-        2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_mla_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
     branch)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
@@ -714,9 +527,7 @@ def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
     call = _runtime.Call(
         "cp_ring_mla_traffic_bytes",
         ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _cp_ring_mla_traffic_bytes_block(*block)
@@ -744,14 +555,10 @@ def _cp_ring_mla_traffic_bytes_block(out, r0, b, bytes_compute, cp, dh, dhr, n_k
 
 
 cp_ring_mla_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mla_traffic_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_mla_traffic_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_mla_traffic_bytes_invariants,
-    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
-    quiet=False,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"), quiet=False,
 )
 
 
@@ -760,23 +567,9 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
     fp32 recurrent state passed on and its gradient passed back; independent of s, b and cp (§10
     item 9).
 
-    Closed form::
-
-        8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_linear_state_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 165-167 (cp_traffic, n_linrec
     branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dh, h, t))
@@ -790,11 +583,8 @@ def cp_linear_state_traffic_bytes(*, a, dh, h, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_linear_state_traffic_bytes_invariants(a, dh, h)
         call = _runtime.Call(
-            "cp_linear_state_traffic_bytes",
-            ("a", "dh", "h", "t", "inv0"),
-            (a, dh, h, t, inv0),
-            reals=0,
-            masks=0,
+            "cp_linear_state_traffic_bytes", ("a", "dh", "h", "t", "inv0"), (a, dh, h, t, inv0),
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _cp_linear_state_traffic_bytes_block(*block)
@@ -818,14 +608,9 @@ def _cp_linear_state_traffic_bytes_block(out, a, dh, h, t, inv0):
 
 
 cp_linear_state_traffic_bytes.kernel = _runtime.Kernel(
-    _cp_linear_state_traffic_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("a", "dh", "h", "t"),
-    passed=("inv0",),
-    invariants=_cp_linear_state_traffic_bytes_invariants,
-    widened=("a", "dh", "h"),
-    quiet=True,
+    _cp_linear_state_traffic_bytes_block, reals=0, masks=0, arguments=("a", "dh", "h", "t"),
+    passed=("inv0",), invariants=_cp_linear_state_traffic_bytes_invariants,
+    widened=("a", "dh", "h"), quiet=True,
 )
 
 
@@ -833,23 +618,8 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
     """Effective bandwidth a CP ring sees, blending intra- and inter-node links by the share of hops
     inside a node.
 
-    Closed form::
-
-        Piecewise((bw_intra, cp <= device_per_node), (bw_inter*(1 - (Min(cp, device_per_node) -
-        1)/(cp - 1)) + bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1), True))
-
-    Unit: GB/s.
-
+    Unit: GB/s. Closed form and symbols: ``docs/formulas.md#cp_topology_effective_bandwidth_gbps``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72 (_cp_resolve_topology)
-
-    Args:
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bw_inter, bw_intra, cp, device_per_node))
@@ -865,9 +635,7 @@ def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_n
         call = _runtime.Call(
             "cp_topology_effective_bandwidth_gbps",
             ("bw_inter", "bw_intra", "cp", "device_per_node"),
-            (bw_inter, bw_intra, cp, device_per_node),
-            reals=2,
-            masks=1,
+            (bw_inter, bw_intra, cp, device_per_node), reals=2, masks=1,
         )
         for block in call.blocks():
             _cp_topology_effective_bandwidth_gbps_block(*block)
@@ -893,34 +661,17 @@ def _cp_topology_effective_bandwidth_gbps_block(out, r0, r1, m0, bw_inter, bw_in
 
 
 cp_topology_effective_bandwidth_gbps.kernel = _runtime.Kernel(
-    _cp_topology_effective_bandwidth_gbps_block,
-    reals=2,
-    masks=1,
-    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_topology_effective_bandwidth_gbps_block, reals=2, masks=1,
+    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
 def cp_topology_code(*, cp, device_per_node):
     """CP topology as an index into TOPOLOGIES: 1 intra-node, 2 cross-node, 3 mixed.
 
-    Closed form::
-
-        Piecewise((1, cp <= device_per_node), (2, Eq(Min(cp, device_per_node), 1)), (3, True))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#cp_topology_code``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72 (_cp_resolve_topology)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((cp, device_per_node))
@@ -933,11 +684,7 @@ def cp_topology_code(*, cp, device_per_node):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "cp_topology_code",
-            ("cp", "device_per_node"),
-            (cp, device_per_node),
-            reals=1,
-            masks=1,
+            "cp_topology_code", ("cp", "device_per_node"), (cp, device_per_node), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_topology_code_block(*block)
@@ -957,14 +704,8 @@ def _cp_topology_code_block(out, r0, m0, cp, device_per_node):
 
 
 cp_topology_code.kernel = _runtime.Kernel(
-    _cp_topology_code_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "device_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_topology_code_block, reals=1, masks=1, arguments=("cp", "device_per_node"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -972,25 +713,11 @@ def cp_record_overlap_ratio():
     """Share of the CP exchange the record assumes hidden behind attention compute (fixed 0.5, also
     at cp <= 1).
 
-    Closed form::
-
-        1/2
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#cp_record_overlap_ratio``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 81 and 106
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "cp_record_overlap_ratio",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_record_overlap_ratio", (), (), reals=0, masks=0)
     for block in call.blocks():
         _cp_record_overlap_ratio_block(*block)
     return call.out
@@ -1003,33 +730,16 @@ def _cp_record_overlap_ratio_block(out,):
 
 
 cp_record_overlap_ratio.kernel = _runtime.Kernel(
-    _cp_record_overlap_ratio_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_record_overlap_ratio_block, reals=0, masks=0, arguments=(), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
 def cp_record_ring_directions_count(*, cp):
     """Directions the record counts (forward and backward); 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_record_ring_directions_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 79, 132, 142
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp,))
@@ -1041,13 +751,7 @@ def cp_record_ring_directions_count(*, cp):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        call = _runtime.Call(
-            "cp_record_ring_directions_count",
-            ("cp",),
-            (cp,),
-            reals=0,
-            masks=1,
-        )
+        call = _runtime.Call("cp_record_ring_directions_count", ("cp",), (cp,), reals=0, masks=1)
         for block in call.blocks():
             _cp_record_ring_directions_count_block(*block)
     return call.out
@@ -1062,38 +766,16 @@ def _cp_record_ring_directions_count_block(out, m0, cp):
 
 
 cp_record_ring_directions_count.kernel = _runtime.Kernel(
-    _cp_record_ring_directions_count_block,
-    reals=0,
-    masks=1,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_record_ring_directions_count_block, reals=0, masks=1, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
 def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
     """Effective CP bandwidth of the topology blend; 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (Piecewise((bw_intra, cp <= device_per_node), (bw_inter*(1 -
-        (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1),
-        True)), True))
-
-    Unit: GB/s.
-
+    Unit: GB/s. Closed form and symbols: ``docs/formulas.md#cp_record_effective_bandwidth_gbps``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72, 81, 117
-
-    Args:
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bw_inter, bw_intra, cp, device_per_node))
@@ -1107,11 +789,8 @@ def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_nod
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "cp_record_effective_bandwidth_gbps",
-            ("bw_inter", "bw_intra", "cp", "device_per_node"),
-            (bw_inter, bw_intra, cp, device_per_node),
-            reals=2,
-            masks=2,
+            "cp_record_effective_bandwidth_gbps", ("bw_inter", "bw_intra", "cp", "device_per_node"),
+            (bw_inter, bw_intra, cp, device_per_node), reals=2, masks=2,
         )
         for block in call.blocks():
             _cp_record_effective_bandwidth_gbps_block(*block)
@@ -1140,35 +819,17 @@ def _cp_record_effective_bandwidth_gbps_block(out, r0, r1, m0, m1, bw_inter, bw_
 
 
 cp_record_effective_bandwidth_gbps.kernel = _runtime.Kernel(
-    _cp_record_effective_bandwidth_gbps_block,
-    reals=2,
-    masks=2,
-    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_record_effective_bandwidth_gbps_block, reals=2, masks=2,
+    arguments=("bw_inter", "bw_intra", "cp", "device_per_node"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
 def cp_record_topology_code(*, cp, device_per_node):
     """Topology as an index into TOPOLOGIES: 0 none (cp <= 1), 1 intra-node, 2 cross-node, 3 mixed.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (Piecewise((1, cp <= device_per_node), (2, Eq(Min(cp,
-        device_per_node), 1)), (3, True)), True))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#cp_record_topology_code``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72, 82
-
-    Args:
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((cp, device_per_node))
@@ -1181,10 +842,7 @@ def cp_record_topology_code(*, cp, device_per_node):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "cp_record_topology_code",
-            ("cp", "device_per_node"),
-            (cp, device_per_node),
-            reals=1,
+            "cp_record_topology_code", ("cp", "device_per_node"), (cp, device_per_node), reals=1,
             masks=1,
         )
         for block in call.blocks():
@@ -1208,40 +866,20 @@ def _cp_record_topology_code_block(out, r0, m0, cp, device_per_node):
 
 
 cp_record_topology_code.kernel = _runtime.Kernel(
-    _cp_record_topology_code_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "device_per_node"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_record_topology_code_block, reals=1, masks=1, arguments=("cp", "device_per_node"),
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
 def cp_ulysses_record_ring_steps_count():
     """Ring steps the ulysses record counts: cp - 1 for a ring, 0 for Ulysses; 0 at cp <= 1.
 
-    Closed form::
-
-        0
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_ulysses_record_ring_steps_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 171-207
     (cp_comm_layer_detailed)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "cp_ulysses_record_ring_steps_count",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_ulysses_record_ring_steps_count", (), (), reals=0, masks=0)
     for block in call.blocks():
         _cp_ulysses_record_ring_steps_count_block(*block)
     return call.out
@@ -1254,38 +892,17 @@ def _cp_ulysses_record_ring_steps_count_block(out,):
 
 
 cp_ulysses_record_ring_steps_count.kernel = _runtime.Kernel(
-    _cp_ulysses_record_ring_steps_count_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_ulysses_record_ring_steps_count_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
     """K/V volume of one ulysses step per rank and micro-batch, in elements (no bytes: §10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*a*b*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols:
+    ``docs/formulas.md#cp_ulysses_record_kv_volume_per_step_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 125-132
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, cp, dh, s, t))
@@ -1300,10 +917,7 @@ def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
         (inv0,) = _cp_ulysses_record_kv_volume_per_step_elements_invariants(a, dh, s)
         call = _runtime.Call(
             "cp_ulysses_record_kv_volume_per_step_elements",
-            ("a", "b", "cp", "dh", "s", "t", "inv0"),
-            (a, b, cp, dh, s, t, inv0),
-            reals=1,
-            masks=1,
+            ("a", "b", "cp", "dh", "s", "t", "inv0"), (a, b, cp, dh, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ulysses_record_kv_volume_per_step_elements_block(*block)
@@ -1334,13 +948,9 @@ def _cp_ulysses_record_kv_volume_per_step_elements_block(out, r0, m0, a, b, cp, 
 
 
 cp_ulysses_record_kv_volume_per_step_elements.kernel = _runtime.Kernel(
-    _cp_ulysses_record_kv_volume_per_step_elements_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "cp", "dh", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ulysses_record_kv_volume_per_step_elements_invariants,
-    widened=("a", "dh", "s"),
+    _cp_ulysses_record_kv_volume_per_step_elements_block, reals=1, masks=1,
+    arguments=("a", "b", "cp", "dh", "s", "t"), passed=("inv0",),
+    invariants=_cp_ulysses_record_kv_volume_per_step_elements_invariants, widened=("a", "dh", "s"),
     quiet=True,
 )
 
@@ -1349,24 +959,9 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
     """Total K/V volume of the ulysses record per rank and micro-batch, in elements (no bytes: §10
     item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*a*b*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols:
+    ``docs/formulas.md#cp_ulysses_record_total_kv_volume_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 125-132
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, cp, dh, s, t))
@@ -1380,11 +975,8 @@ def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_ulysses_record_total_kv_volume_elements_invariants(a, dh, s)
         call = _runtime.Call(
-            "cp_ulysses_record_total_kv_volume_elements",
-            ("a", "b", "cp", "dh", "s", "t", "inv0"),
-            (a, b, cp, dh, s, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_ulysses_record_total_kv_volume_elements", ("a", "b", "cp", "dh", "s", "t", "inv0"),
+            (a, b, cp, dh, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ulysses_record_total_kv_volume_elements_block(*block)
@@ -1415,13 +1007,9 @@ def _cp_ulysses_record_total_kv_volume_elements_block(out, r0, m0, a, b, cp, dh,
 
 
 cp_ulysses_record_total_kv_volume_elements.kernel = _runtime.Kernel(
-    _cp_ulysses_record_total_kv_volume_elements_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "cp", "dh", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ulysses_record_total_kv_volume_elements_invariants,
-    widened=("a", "dh", "s"),
+    _cp_ulysses_record_total_kv_volume_elements_block, reals=1, masks=1,
+    arguments=("a", "b", "cp", "dh", "s", "t"), passed=("inv0",),
+    invariants=_cp_ulysses_record_total_kv_volume_elements_invariants, widened=("a", "dh", "s"),
     quiet=True,
 )
 
@@ -1429,29 +1017,8 @@ cp_ulysses_record_total_kv_volume_elements.kernel = _runtime.Kernel(
 def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
     """The ulysses record's total_kv_volume over the effective bandwidth, in milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (a*b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ulysses_record_total_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
@@ -1469,9 +1036,7 @@ def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device
         call = _runtime.Call(
             "cp_ulysses_record_total_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-            reals=4,
-            masks=2,
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1), reals=4, masks=2,
         )
         for block in call.blocks():
             _cp_ulysses_record_total_comm_time_ms_block(*block)
@@ -1519,43 +1084,18 @@ def _cp_ulysses_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a, 
 
 
 cp_ulysses_record_total_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ulysses_record_total_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ulysses_record_total_comm_time_ms_block, reals=4, masks=2,
     arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ulysses_record_total_comm_time_ms_invariants,
-    widened=("a", "bw_intra", "dh", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ulysses_record_total_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "s"), quiet=True,
 )
 
 
 def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
     """The part of the ulysses record's time not hidden at the fixed 0.5 overlap, in milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (a*b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(500000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ulysses_record_exposed_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
@@ -1573,9 +1113,7 @@ def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devi
         call = _runtime.Call(
             "cp_ulysses_record_exposed_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-            reals=4,
-            masks=2,
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1), reals=4, masks=2,
         )
         for block in call.blocks():
             _cp_ulysses_record_exposed_comm_time_ms_block(*block)
@@ -1623,34 +1161,19 @@ def _cp_ulysses_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a
 
 
 cp_ulysses_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ulysses_record_exposed_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ulysses_record_exposed_comm_time_ms_block, reals=4, masks=2,
     arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ulysses_record_exposed_comm_time_ms_invariants,
-    widened=("a", "bw_intra", "dh", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ulysses_record_exposed_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "s"), quiet=True,
 )
 
 
 def cp_ring_record_ring_steps_count(*, cp):
     """Ring steps the ring record counts: cp - 1 for a ring, 0 for Ulysses; 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (cp - 1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_ring_record_ring_steps_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 171-207
     (cp_comm_layer_detailed)
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp,))
@@ -1662,13 +1185,7 @@ def cp_ring_record_ring_steps_count(*, cp):
     # Piecewise: branches are computed for whole blocks, then masked; a dead one may divide by zero.
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
-        call = _runtime.Call(
-            "cp_ring_record_ring_steps_count",
-            ("cp",),
-            (cp,),
-            reals=0,
-            masks=1,
-        )
+        call = _runtime.Call("cp_ring_record_ring_steps_count", ("cp",), (cp,), reals=0, masks=1)
         for block in call.blocks():
             _cp_ring_record_ring_steps_count_block(*block)
     return call.out
@@ -1683,14 +1200,8 @@ def _cp_ring_record_ring_steps_count_block(out, m0, cp):
 
 
 cp_ring_record_ring_steps_count.kernel = _runtime.Kernel(
-    _cp_ring_record_ring_steps_count_block,
-    reals=0,
-    masks=1,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_ring_record_ring_steps_count_block, reals=0, masks=1, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -1698,23 +1209,9 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
     """K/V volume of one ring step per rank and micro-batch with MHA attention, in bytes at a fixed
     4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*h*s/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_mha_record_kv_volume_per_step_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, cp, h, s, t))
@@ -1728,11 +1225,8 @@ def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_ring_mha_record_kv_volume_per_step_bytes_invariants(h, s)
         call = _runtime.Call(
-            "cp_ring_mha_record_kv_volume_per_step_bytes",
-            ("b", "cp", "h", "s", "t", "inv0"),
-            (b, cp, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_ring_mha_record_kv_volume_per_step_bytes", ("b", "cp", "h", "s", "t", "inv0"),
+            (b, cp, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mha_record_kv_volume_per_step_bytes_block(*block)
@@ -1760,13 +1254,9 @@ def _cp_ring_mha_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, h, s,
 
 
 cp_ring_mha_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mha_record_kv_volume_per_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_mha_record_kv_volume_per_step_bytes_invariants,
-    widened=("h", "s"),
+    _cp_ring_mha_record_kv_volume_per_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_cp_ring_mha_record_kv_volume_per_step_bytes_invariants, widened=("h", "s"),
     quiet=True,
 )
 
@@ -1775,23 +1265,9 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
     """Total K/V volume of the ring record per rank and micro-batch with MHA attention, in bytes at
     a fixed 4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*b*h*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_mha_record_total_kv_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, cp, h, s, t))
@@ -1805,11 +1281,8 @@ def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_ring_mha_record_total_kv_volume_bytes_invariants(h, s)
         call = _runtime.Call(
-            "cp_ring_mha_record_total_kv_volume_bytes",
-            ("b", "cp", "h", "s", "t", "inv0"),
-            (b, cp, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_ring_mha_record_total_kv_volume_bytes", ("b", "cp", "h", "s", "t", "inv0"),
+            (b, cp, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mha_record_total_kv_volume_bytes_block(*block)
@@ -1840,14 +1313,9 @@ def _cp_ring_mha_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, h, s, t,
 
 
 cp_ring_mha_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mha_record_total_kv_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_mha_record_total_kv_volume_bytes_invariants,
-    widened=("h", "s"),
-    quiet=True,
+    _cp_ring_mha_record_total_kv_volume_bytes_block, reals=1, masks=1,
+    arguments=("b", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_cp_ring_mha_record_total_kv_volume_bytes_invariants, widened=("h", "s"), quiet=True,
 )
 
 
@@ -1855,28 +1323,8 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     """The ring record's total_kv_volume with MHA attention over the effective bandwidth, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*h*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(125000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_mha_record_total_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
@@ -1894,9 +1342,7 @@ def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         call = _runtime.Call(
             "cp_ring_mha_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
-            (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
-            reals=4,
-            masks=2,
+            (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1), reals=4, masks=2,
         )
         for block in call.blocks():
             _cp_ring_mha_record_total_comm_time_ms_block(*block)
@@ -1944,14 +1390,10 @@ def _cp_ring_mha_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b,
 
 
 cp_ring_mha_record_total_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_mha_record_total_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_mha_record_total_comm_time_ms_block, reals=4, masks=2,
     arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_mha_record_total_comm_time_ms_invariants,
-    widened=("bw_intra", "h", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_mha_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "h", "s"), quiet=True,
 )
 
 
@@ -1959,28 +1401,8 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     """The part of the ring record's time with MHA attention not hidden at the fixed 0.5 overlap, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*h*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_mha_record_exposed_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, h, s, t))
@@ -1998,9 +1420,7 @@ def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         call = _runtime.Call(
             "cp_ring_mha_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t", "inv0", "inv1"),
-            (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1),
-            reals=4,
-            masks=2,
+            (b, bw_inter, bw_intra, cp, device_per_node, h, s, t, inv0, inv1), reals=4, masks=2,
         )
         for block in call.blocks():
             _cp_ring_mha_record_exposed_comm_time_ms_block(*block)
@@ -2048,14 +1468,10 @@ def _cp_ring_mha_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, 
 
 
 cp_ring_mha_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_mha_record_exposed_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_mha_record_exposed_comm_time_ms_block, reals=4, masks=2,
     arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "h", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_mha_record_exposed_comm_time_ms_invariants,
-    widened=("bw_intra", "h", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_mha_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "h", "s"), quiet=True,
 )
 
 
@@ -2063,26 +1479,9 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
     """K/V volume of one ring step per rank and micro-batch with GQA attention, in bytes at a fixed
     4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*dh*s*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t),
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_gqa_record_kv_volume_per_step_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((a, b, cp, dh, n_kv, s, t))
@@ -2097,10 +1496,8 @@ def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
         (inv0,) = _cp_ring_gqa_record_kv_volume_per_step_bytes_invariants(a, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_kv_volume_per_step_bytes",
-            ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
-            (a, b, cp, dh, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"), (a, b, cp, dh, n_kv, s, t, inv0),
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_gqa_record_kv_volume_per_step_bytes_block(*block)
@@ -2128,14 +1525,10 @@ def _cp_ring_gqa_record_kv_volume_per_step_bytes_block(out, r0, m0, a, b, cp, dh
 
 
 cp_ring_gqa_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
-    _cp_ring_gqa_record_kv_volume_per_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_gqa_record_kv_volume_per_step_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_gqa_record_kv_volume_per_step_bytes_invariants,
-    widened=("a", "dh", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2143,26 +1536,9 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
     """Total K/V volume of the ring record per rank and micro-batch with GQA attention, in bytes at
     a fixed 4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*b*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a,
-        True))/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_gqa_record_total_kv_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, cp, dh, n_kv, s, t))
@@ -2177,10 +1553,8 @@ def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
         (inv0,) = _cp_ring_gqa_record_total_kv_volume_bytes_invariants(a, dh, n_kv, s)
         call = _runtime.Call(
             "cp_ring_gqa_record_total_kv_volume_bytes",
-            ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"),
-            (a, b, cp, dh, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            ("a", "b", "cp", "dh", "n_kv", "s", "t", "inv0"), (a, b, cp, dh, n_kv, s, t, inv0),
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_gqa_record_total_kv_volume_bytes_block(*block)
@@ -2211,14 +1585,10 @@ def _cp_ring_gqa_record_total_kv_volume_bytes_block(out, r0, m0, a, b, cp, dh, n
 
 
 cp_ring_gqa_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_gqa_record_total_kv_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_gqa_record_total_kv_volume_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "cp", "dh", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_gqa_record_total_kv_volume_bytes_invariants,
-    widened=("a", "dh", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2226,31 +1596,8 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
     """The ring record's total_kv_volume with GQA attention over the effective bandwidth, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))*Piecewise((Min(a, n_kv), n_kv > 0), (a,
-        True))/(125000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_gqa_record_total_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
@@ -2268,8 +1615,7 @@ def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, devic
         call = _runtime.Call(
             "cp_ring_gqa_record_total_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
-            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
-            reals=4,
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1), reals=4,
             masks=2,
         )
         for block in call.blocks():
@@ -2318,14 +1664,10 @@ def _cp_ring_gqa_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, a,
 
 
 cp_ring_gqa_record_total_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_gqa_record_total_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_gqa_record_total_comm_time_ms_block, reals=4, masks=2,
     arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_gqa_record_total_comm_time_ms_invariants,
-    widened=("a", "bw_intra", "dh", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_gqa_record_total_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2333,31 +1675,8 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
     """The part of the ring record's time with GQA attention not hidden at the fixed 0.5 overlap, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))*Piecewise((Min(a, n_kv), n_kv > 0), (a,
-        True))/(250000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_gqa_record_exposed_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t))
@@ -2375,8 +1694,7 @@ def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, dev
         call = _runtime.Call(
             "cp_ring_gqa_record_exposed_comm_time_ms",
             ("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t", "inv0", "inv1"),
-            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1),
-            reals=4,
+            (a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t, inv0, inv1), reals=4,
             masks=2,
         )
         for block in call.blocks():
@@ -2425,14 +1743,10 @@ def _cp_ring_gqa_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, 
 
 
 cp_ring_gqa_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_gqa_record_exposed_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_gqa_record_exposed_comm_time_ms_block, reals=4, masks=2,
     arguments=("a", "b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_gqa_record_exposed_comm_time_ms_invariants,
-    widened=("a", "bw_intra", "dh", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_gqa_record_exposed_comm_time_ms_invariants,
+    widened=("a", "bw_intra", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2440,23 +1754,9 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
     """K/V volume of one ring step per rank and micro-batch with MQA attention, in bytes at a fixed
     4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*dh*s/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_mqa_record_kv_volume_per_step_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, cp, dh, s, t))
@@ -2470,11 +1770,8 @@ def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_ring_mqa_record_kv_volume_per_step_bytes_invariants(dh, s)
         call = _runtime.Call(
-            "cp_ring_mqa_record_kv_volume_per_step_bytes",
-            ("b", "cp", "dh", "s", "t", "inv0"),
-            (b, cp, dh, s, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_ring_mqa_record_kv_volume_per_step_bytes", ("b", "cp", "dh", "s", "t", "inv0"),
+            (b, cp, dh, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mqa_record_kv_volume_per_step_bytes_block(*block)
@@ -2502,13 +1799,9 @@ def _cp_ring_mqa_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, dh, s
 
 
 cp_ring_mqa_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mqa_record_kv_volume_per_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "cp", "dh", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_mqa_record_kv_volume_per_step_bytes_invariants,
-    widened=("dh", "s"),
+    _cp_ring_mqa_record_kv_volume_per_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "cp", "dh", "s", "t"), passed=("inv0",),
+    invariants=_cp_ring_mqa_record_kv_volume_per_step_bytes_invariants, widened=("dh", "s"),
     quiet=True,
 )
 
@@ -2517,23 +1810,9 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
     """Total K/V volume of the ring record per rank and micro-batch with MQA attention, in bytes at
     a fixed 4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*b*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_mqa_record_total_kv_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, cp, dh, s, t))
@@ -2547,11 +1826,8 @@ def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_ring_mqa_record_total_kv_volume_bytes_invariants(dh, s)
         call = _runtime.Call(
-            "cp_ring_mqa_record_total_kv_volume_bytes",
-            ("b", "cp", "dh", "s", "t", "inv0"),
-            (b, cp, dh, s, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_ring_mqa_record_total_kv_volume_bytes", ("b", "cp", "dh", "s", "t", "inv0"),
+            (b, cp, dh, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mqa_record_total_kv_volume_bytes_block(*block)
@@ -2582,13 +1858,9 @@ def _cp_ring_mqa_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, dh, s, t
 
 
 cp_ring_mqa_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mqa_record_total_kv_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "cp", "dh", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_mqa_record_total_kv_volume_bytes_invariants,
-    widened=("dh", "s"),
+    _cp_ring_mqa_record_total_kv_volume_bytes_block, reals=1, masks=1,
+    arguments=("b", "cp", "dh", "s", "t"), passed=("inv0",),
+    invariants=_cp_ring_mqa_record_total_kv_volume_bytes_invariants, widened=("dh", "s"),
     quiet=True,
 )
 
@@ -2597,28 +1869,8 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     """The ring record's total_kv_volume with MQA attention over the effective bandwidth, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(125000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_mqa_record_total_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
@@ -2636,9 +1888,7 @@ def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         call = _runtime.Call(
             "cp_ring_mqa_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-            (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-            reals=4,
-            masks=2,
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1), reals=4, masks=2,
         )
         for block in call.blocks():
             _cp_ring_mqa_record_total_comm_time_ms_block(*block)
@@ -2686,14 +1936,10 @@ def _cp_ring_mqa_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b,
 
 
 cp_ring_mqa_record_total_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_mqa_record_total_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_mqa_record_total_comm_time_ms_block, reals=4, masks=2,
     arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_mqa_record_total_comm_time_ms_invariants,
-    widened=("bw_intra", "dh", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_mqa_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "s"), quiet=True,
 )
 
 
@@ -2701,28 +1947,8 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     """The part of the ring record's time with MQA attention not hidden at the fixed 0.5 overlap, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_mqa_record_exposed_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, s, t))
@@ -2740,9 +1966,7 @@ def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         call = _runtime.Call(
             "cp_ring_mqa_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t", "inv0", "inv1"),
-            (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1),
-            reals=4,
-            masks=2,
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, s, t, inv0, inv1), reals=4, masks=2,
         )
         for block in call.blocks():
             _cp_ring_mqa_record_exposed_comm_time_ms_block(*block)
@@ -2790,14 +2014,10 @@ def _cp_ring_mqa_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, 
 
 
 cp_ring_mqa_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_mqa_record_exposed_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_mqa_record_exposed_comm_time_ms_block, reals=4, masks=2,
     arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_mqa_record_exposed_comm_time_ms_invariants,
-    widened=("bw_intra", "dh", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_mqa_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "s"), quiet=True,
 )
 
 
@@ -2805,25 +2025,9 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     """K/V volume of one ring step per rank and micro-batch with MLA attention, in bytes at a fixed
     4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*n_kv*s*(2*dh + dhr)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_mla_record_kv_volume_per_step_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, cp, dh, dhr, n_kv, s, t))
@@ -2838,10 +2042,8 @@ def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         (inv0,) = _cp_ring_mla_record_kv_volume_per_step_bytes_invariants(dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_kv_volume_per_step_bytes",
-            ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-            (b, cp, dh, dhr, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"), (b, cp, dh, dhr, n_kv, s, t, inv0),
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mla_record_kv_volume_per_step_bytes_block(*block)
@@ -2869,14 +2071,10 @@ def _cp_ring_mla_record_kv_volume_per_step_bytes_block(out, r0, m0, b, cp, dh, d
 
 
 cp_ring_mla_record_kv_volume_per_step_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mla_record_kv_volume_per_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_mla_record_kv_volume_per_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_mla_record_kv_volume_per_step_bytes_invariants,
-    widened=("dh", "dhr", "n_kv", "s"),
-    quiet=True,
+    widened=("dh", "dhr", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2884,25 +2082,9 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
     """Total K/V volume of the ring record per rank and micro-batch with MLA attention, in bytes at
     a fixed 4 bytes for K+V (§10 item 7).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ring_mla_record_total_kv_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, cp, dh, dhr, n_kv, s, t))
@@ -2917,10 +2099,8 @@ def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
         (inv0,) = _cp_ring_mla_record_total_kv_volume_bytes_invariants(dh, dhr, n_kv, s)
         call = _runtime.Call(
             "cp_ring_mla_record_total_kv_volume_bytes",
-            ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-            (b, cp, dh, dhr, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            ("b", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"), (b, cp, dh, dhr, n_kv, s, t, inv0),
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mla_record_total_kv_volume_bytes_block(*block)
@@ -2951,14 +2131,10 @@ def _cp_ring_mla_record_total_kv_volume_bytes_block(out, r0, m0, b, cp, dh, dhr,
 
 
 cp_ring_mla_record_total_kv_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mla_record_total_kv_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_mla_record_total_kv_volume_bytes_block, reals=1, masks=1,
+    arguments=("b", "cp", "dh", "dhr", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_mla_record_total_kv_volume_bytes_invariants,
-    widened=("dh", "dhr", "n_kv", "s"),
-    quiet=True,
+    widened=("dh", "dhr", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2966,30 +2142,8 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
     """The ring record's total_kv_volume with MLA attention over the effective bandwidth, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*n_kv*s*(cp - 1)*(2*dh + dhr)*Piecewise((1/bw_intra, cp <=
-        device_per_node), (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) +
-        bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_mla_record_total_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
@@ -3007,8 +2161,7 @@ def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_p
         call = _runtime.Call(
             "cp_ring_mla_record_total_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
-            (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
-            reals=4,
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1), reals=4,
             masks=2,
         )
         for block in call.blocks():
@@ -3057,14 +2210,10 @@ def _cp_ring_mla_record_total_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, b,
 
 
 cp_ring_mla_record_total_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_mla_record_total_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_mla_record_total_comm_time_ms_block, reals=4, masks=2,
     arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_mla_record_total_comm_time_ms_invariants,
-    widened=("bw_intra", "dh", "dhr", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_mla_record_total_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "dhr", "n_kv", "s"), quiet=True,
 )
 
 
@@ -3072,30 +2221,8 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
     """The part of the ring record's time with MLA attention not hidden at the fixed 0.5 overlap, in
     milliseconds.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*n_kv*s*(cp - 1)*(2*dh + dhr)*Piecewise((1/bw_intra, cp <=
-        device_per_node), (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) +
-        bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1)), True))/(500000*cp*t), True))
-
-    Unit: ms.
-
+    Unit: ms. Closed form and symbols: ``docs/formulas.md#cp_ring_mla_record_exposed_comm_time_ms``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t))
@@ -3113,8 +2240,7 @@ def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device
         call = _runtime.Call(
             "cp_ring_mla_record_exposed_comm_time_ms",
             ("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t", "inv0", "inv1"),
-            (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1),
-            reals=4,
+            (b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t, inv0, inv1), reals=4,
             masks=2,
         )
         for block in call.blocks():
@@ -3163,35 +2289,18 @@ def _cp_ring_mla_record_exposed_comm_time_ms_block(out, r0, r1, r2, r3, m0, m1, 
 
 
 cp_ring_mla_record_exposed_comm_time_ms.kernel = _runtime.Kernel(
-    _cp_ring_mla_record_exposed_comm_time_ms_block,
-    reals=4,
-    masks=2,
+    _cp_ring_mla_record_exposed_comm_time_ms_block, reals=4, masks=2,
     arguments=("b", "bw_inter", "bw_intra", "cp", "device_per_node", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_cp_ring_mla_record_exposed_comm_time_ms_invariants,
-    widened=("bw_intra", "dh", "dhr", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_cp_ring_mla_record_exposed_comm_time_ms_invariants,
+    widened=("bw_intra", "dh", "dhr", "n_kv", "s"), quiet=True,
 )
 
 
 def cp_record_mha_kv_dim_elements(*, cp, h, t):
     """The record's kv_dim: the MHA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(h/t), True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#cp_record_mha_kv_dim_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, h, t))
@@ -3204,11 +2313,7 @@ def cp_record_mha_kv_dim_elements(*, cp, h, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "cp_record_mha_kv_dim_elements",
-            ("cp", "h", "t"),
-            (cp, h, t),
-            reals=1,
-            masks=1,
+            "cp_record_mha_kv_dim_elements", ("cp", "h", "t"), (cp, h, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_record_mha_kv_dim_elements_block(*block)
@@ -3225,37 +2330,16 @@ def _cp_record_mha_kv_dim_elements_block(out, r0, m0, cp, h, t):
 
 
 cp_record_mha_kv_dim_elements.kernel = _runtime.Kernel(
-    _cp_record_mha_kv_dim_elements_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "h", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_record_mha_kv_dim_elements_block, reals=1, masks=1, arguments=("cp", "h", "t"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
 def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
     """The record's kv_dim: the GQA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t), True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#cp_record_gqa_kv_dim_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, cp, dh, n_kv, t))
@@ -3269,11 +2353,8 @@ def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_record_gqa_kv_dim_elements_invariants(a, dh, n_kv)
         call = _runtime.Call(
-            "cp_record_gqa_kv_dim_elements",
-            ("a", "cp", "dh", "n_kv", "t", "inv0"),
-            (a, cp, dh, n_kv, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_record_gqa_kv_dim_elements", ("a", "cp", "dh", "n_kv", "t", "inv0"),
+            (a, cp, dh, n_kv, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_record_gqa_kv_dim_elements_block(*block)
@@ -3300,35 +2381,17 @@ def _cp_record_gqa_kv_dim_elements_block(out, r0, m0, a, cp, dh, n_kv, t, inv0):
 
 
 cp_record_gqa_kv_dim_elements.kernel = _runtime.Kernel(
-    _cp_record_gqa_kv_dim_elements_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "cp", "dh", "n_kv", "t"),
-    passed=("inv0",),
-    invariants=_cp_record_gqa_kv_dim_elements_invariants,
-    widened=("a", "dh", "n_kv"),
-    quiet=True,
+    _cp_record_gqa_kv_dim_elements_block, reals=1, masks=1,
+    arguments=("a", "cp", "dh", "n_kv", "t"), passed=("inv0",),
+    invariants=_cp_record_gqa_kv_dim_elements_invariants, widened=("a", "dh", "n_kv"), quiet=True,
 )
 
 
 def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
     """The record's kv_dim: the MQA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(dh/t), True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#cp_record_mqa_kv_dim_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, dh, t))
@@ -3341,11 +2404,7 @@ def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "cp_record_mqa_kv_dim_elements",
-            ("cp", "dh", "t"),
-            (cp, dh, t),
-            reals=1,
-            masks=1,
+            "cp_record_mqa_kv_dim_elements", ("cp", "dh", "t"), (cp, dh, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_record_mqa_kv_dim_elements_block(*block)
@@ -3362,37 +2421,16 @@ def _cp_record_mqa_kv_dim_elements_block(out, r0, m0, cp, dh, t):
 
 
 cp_record_mqa_kv_dim_elements.kernel = _runtime.Kernel(
-    _cp_record_mqa_kv_dim_elements_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "dh", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _cp_record_mqa_kv_dim_elements_block, reals=1, masks=1, arguments=("cp", "dh", "t"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
 def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
     """The record's kv_dim: the MLA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(n_kv*(2*dh + dhr)/(2*t)), True))
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#cp_record_mla_kv_dim_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, dh, dhr, n_kv, t))
@@ -3406,11 +2444,8 @@ def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_record_mla_kv_dim_elements_invariants(dh, dhr, n_kv)
         call = _runtime.Call(
-            "cp_record_mla_kv_dim_elements",
-            ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
-            (cp, dh, dhr, n_kv, t, inv0),
-            reals=1,
-            masks=1,
+            "cp_record_mla_kv_dim_elements", ("cp", "dh", "dhr", "n_kv", "t", "inv0"),
+            (cp, dh, dhr, n_kv, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_record_mla_kv_dim_elements_block(*block)
@@ -3437,14 +2472,9 @@ def _cp_record_mla_kv_dim_elements_block(out, r0, m0, cp, dh, dhr, n_kv, t, inv0
 
 
 cp_record_mla_kv_dim_elements.kernel = _runtime.Kernel(
-    _cp_record_mla_kv_dim_elements_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "dh", "dhr", "n_kv", "t"),
-    passed=("inv0",),
-    invariants=_cp_record_mla_kv_dim_elements_invariants,
-    widened=("dh", "dhr", "n_kv"),
-    quiet=True,
+    _cp_record_mla_kv_dim_elements_block, reals=1, masks=1,
+    arguments=("cp", "dh", "dhr", "n_kv", "t"), passed=("inv0",),
+    invariants=_cp_record_mla_kv_dim_elements_invariants, widened=("dh", "dhr", "n_kv"), quiet=True,
 )
 
 
@@ -3452,27 +2482,9 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     """The record's comm_volume: cp_ulysses_mha_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*h/t)/cp**2, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ulysses_mha_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -3488,9 +2500,7 @@ def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         call = _runtime.Call(
             "cp_ulysses_mha_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ulysses_mha_record_comm_volume_bytes_block(*block)
@@ -3522,14 +2532,10 @@ def _cp_ulysses_mha_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_comp
 
 
 cp_ulysses_mha_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_mha_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_mha_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_mha_record_comm_volume_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -3537,24 +2543,8 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
     """The record's comm_volume: cp_ring_mha_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_mha_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -3570,9 +2560,7 @@ def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
         call = _runtime.Call(
             "cp_ring_mha_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-            (b, bytes_compute, cp, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mha_record_comm_volume_bytes_block(*block)
@@ -3603,14 +2591,10 @@ def _cp_ring_mha_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, c
 
 
 cp_ring_mha_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mha_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_mha_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_mha_record_comm_volume_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=True,
+    widened=("bytes_compute", "h", "s"), quiet=True,
 )
 
 
@@ -3618,28 +2602,9 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
     """The record's comm_volume: cp_ulysses_gqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ulysses_gqa_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -3655,9 +2620,7 @@ def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n
         call = _runtime.Call(
             "cp_ulysses_gqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ulysses_gqa_record_comm_volume_bytes_block(*block)
@@ -3689,14 +2652,10 @@ def _cp_ulysses_gqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_comp
 
 
 cp_ulysses_gqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_gqa_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_gqa_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_gqa_record_comm_volume_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -3704,27 +2663,8 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
     """The record's comm_volume: cp_ring_gqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_gqa_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
@@ -3740,9 +2680,7 @@ def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s
         call = _runtime.Call(
             "cp_ring_gqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_gqa_record_comm_volume_bytes_block(*block)
@@ -3773,14 +2711,10 @@ def _cp_ring_gqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_compute
 
 
 cp_ring_gqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_gqa_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_gqa_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_gqa_record_comm_volume_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -3788,27 +2722,9 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
     """The record's comm_volume: cp_ulysses_mqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh/t)/cp**2, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ulysses_mqa_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -3824,9 +2740,7 @@ def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s
         call = _runtime.Call(
             "cp_ulysses_mqa_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ulysses_mqa_record_comm_volume_bytes_block(*block)
@@ -3858,14 +2772,10 @@ def _cp_ulysses_mqa_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_comp
 
 
 cp_ulysses_mqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_mqa_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_mqa_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_mqa_record_comm_volume_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -3873,24 +2783,8 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
     """The record's comm_volume: cp_ring_mqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_mqa_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
@@ -3906,9 +2800,7 @@ def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
         call = _runtime.Call(
             "cp_ring_mqa_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
-            (b, bytes_compute, cp, dh, s, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, dh, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mqa_record_comm_volume_bytes_block(*block)
@@ -3939,14 +2831,10 @@ def _cp_ring_mqa_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, c
 
 
 cp_ring_mqa_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mqa_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_mqa_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_mqa_record_comm_volume_bytes_invariants,
-    widened=("bytes_compute", "dh", "s"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "s"), quiet=True,
 )
 
 
@@ -3954,30 +2842,9 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
     """The record's comm_volume: cp_ulysses_mla_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_ulysses_mla_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
@@ -3994,9 +2861,7 @@ def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr,
         call = _runtime.Call(
             "cp_ulysses_mla_record_comm_volume_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ulysses_mla_record_comm_volume_bytes_block(*block)
@@ -4030,14 +2895,10 @@ def _cp_ulysses_mla_record_comm_volume_bytes_block(out, r0, m0, a, b, bytes_comp
 
 
 cp_ulysses_mla_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_mla_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
+    _cp_ulysses_mla_record_comm_volume_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ulysses_mla_record_comm_volume_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_ulysses_mla_record_comm_volume_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4045,26 +2906,8 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
     """The record's comm_volume: cp_ring_mla_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_mla_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
@@ -4080,9 +2923,7 @@ def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv,
         call = _runtime.Call(
             "cp_ring_mla_record_comm_volume_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-            (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_ring_mla_record_comm_volume_bytes_block(*block)
@@ -4113,14 +2954,10 @@ def _cp_ring_mla_record_comm_volume_bytes_block(out, r0, m0, b, bytes_compute, c
 
 
 cp_ring_mla_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_ring_mla_record_comm_volume_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_mla_record_comm_volume_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_mla_record_comm_volume_bytes_invariants,
-    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4128,23 +2965,9 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
     """The record's comm_volume: cp_linear_state_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
     linear-state volume at cp = 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#cp_linear_state_record_comm_volume_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, cp, dh, h, t))
@@ -4158,11 +2981,8 @@ def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_linear_state_record_comm_volume_bytes_invariants(a, dh, h)
         call = _runtime.Call(
-            "cp_linear_state_record_comm_volume_bytes",
-            ("a", "cp", "dh", "h", "t", "inv0"),
-            (a, cp, dh, h, t, inv0),
-            reals=0,
-            masks=1,
+            "cp_linear_state_record_comm_volume_bytes", ("a", "cp", "dh", "h", "t", "inv0"),
+            (a, cp, dh, h, t, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _cp_linear_state_record_comm_volume_bytes_block(*block)
@@ -4188,13 +3008,9 @@ def _cp_linear_state_record_comm_volume_bytes_block(out, m0, a, cp, dh, h, t, in
 
 
 cp_linear_state_record_comm_volume_bytes.kernel = _runtime.Kernel(
-    _cp_linear_state_record_comm_volume_bytes_block,
-    reals=0,
-    masks=1,
-    arguments=("a", "cp", "dh", "h", "t"),
-    passed=("inv0",),
-    invariants=_cp_linear_state_record_comm_volume_bytes_invariants,
-    widened=("a", "dh", "h"),
+    _cp_linear_state_record_comm_volume_bytes_block, reals=0, masks=1,
+    arguments=("a", "cp", "dh", "h", "t"), passed=("inv0",),
+    invariants=_cp_linear_state_record_comm_volume_bytes_invariants, widened=("a", "dh", "h"),
     quiet=True,
 )
 
@@ -4203,29 +3019,9 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     """Bytes of one CP ring send/recv: the key and value block of s/cp tokens, this rank's heads
     (n_kv / t).
 
-    Closed form::
-
-        2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_send_recv_msg_bytes``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism: cp -
     1 KV exchanges forward, cp - 1 KV plus cp - 1 dKV backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -4241,9 +3037,7 @@ def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         call = _runtime.Call(
             "cp_ring_send_recv_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ring_send_recv_msg_bytes_block(*block)
@@ -4269,14 +3063,10 @@ def _cp_ring_send_recv_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, 
 
 
 cp_ring_send_recv_msg_bytes.kernel = _runtime.Kernel(
-    _cp_ring_send_recv_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ring_send_recv_msg_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ring_send_recv_msg_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4284,21 +3074,8 @@ def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
     """CP send/recvs per rank per step: 3 (cp - 1) per layer per micro-batch (KV forward; KV and dKV
     backward).
 
-    Closed form::
-
-        m*n_layers_stage*(3*cp - 3)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_ring_send_recv_calls_count``.
     Source: Megatron-LM context parallelism (attention backward re-circulates KV and sends dKV)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, m, n_layers_stage))
@@ -4308,11 +3085,8 @@ def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
         out = m*n_layers_stage*(3*cp - 3)
         return _runtime.broadcast(xp, out, (cp, m, n_layers_stage))
     call = _runtime.Call(
-        "cp_ring_send_recv_calls_count",
-        ("cp", "m", "n_layers_stage"),
-        (cp, m, n_layers_stage),
-        reals=0,
-        masks=0,
+        "cp_ring_send_recv_calls_count", ("cp", "m", "n_layers_stage"), (cp, m, n_layers_stage),
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _cp_ring_send_recv_calls_count_block(*block)
@@ -4329,44 +3103,16 @@ def _cp_ring_send_recv_calls_count_block(out, cp, m, n_layers_stage):
 
 
 cp_ring_send_recv_calls_count.kernel = _runtime.Kernel(
-    _cp_ring_send_recv_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "m", "n_layers_stage"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_ring_send_recv_calls_count_block, reals=0, masks=0, arguments=("cp", "m", "n_layers_stage"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t):
     """Bytes one rank sends per step for CP ring attention.
 
-    Closed form::
-
-        2*b*bytes_compute*m*n_layers_stage*s*(3*cp - 3)*Piecewise((a, Eq(n_kv, 0)), (n_kv,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ring_step_bytes``.
     Source: calls x message
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t))
@@ -4382,9 +3128,7 @@ def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stag
         call = _runtime.Call(
             "cp_ring_step_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ring_step_bytes_block(*block)
@@ -4414,14 +3158,10 @@ def _cp_ring_step_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, m, n_kv, 
 
 
 cp_ring_step_bytes.kernel = _runtime.Kernel(
-    _cp_ring_step_bytes_block,
-    reals=1,
-    masks=0,
+    _cp_ring_step_bytes_block, reals=1, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ring_step_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_ring_step_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4429,28 +3169,10 @@ def cp_ulysses_qo_msg_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     """Size S of one Ulysses all-to-all of the queries or the attention output (or their gradients):
     this rank's s/cp tokens of its a/t attention heads.
 
-    Closed form::
-
-        a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_qo_msg_bytes``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each
     of Q, K, V before the attention and one of its output after it, forward; their gradients
     backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -4466,9 +3188,7 @@ def cp_ulysses_qo_msg_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         call = _runtime.Call(
             "cp_ulysses_qo_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_qo_msg_bytes_block(*block)
@@ -4494,13 +3214,9 @@ def _cp_ulysses_qo_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, s, t
 
 
 cp_ulysses_qo_msg_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_qo_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ulysses_qo_msg_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
+    _cp_ulysses_qo_msg_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
+    invariants=_cp_ulysses_qo_msg_bytes_invariants, widened=("a", "bytes_compute", "dh", "h", "s"),
     quiet=True,
 )
 
@@ -4509,30 +3225,10 @@ def cp_ulysses_kv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     """Size S of one Ulysses all-to-all of the keys or the values (or their gradients): this rank's
     s/cp tokens of its n_kv/t key/value heads.
 
-    Closed form::
-
-        b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_kv_msg_bytes``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each
     of Q, K, V before the attention and one of its output after it, forward; their gradients
     backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -4548,9 +3244,7 @@ def cp_ulysses_kv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         call = _runtime.Call(
             "cp_ulysses_kv_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_kv_msg_bytes_block(*block)
@@ -4576,14 +3270,10 @@ def _cp_ulysses_kv_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, n_kv
 
 
 cp_ulysses_kv_msg_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_kv_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_ulysses_kv_msg_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_ulysses_kv_msg_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4591,22 +3281,10 @@ def cp_ulysses_all_to_all_calls_count(*, m, n_layers_stage):
     """Ulysses all-to-alls per rank per step of each width: 4 per layer per micro-batch (queries and
     output, or keys and values, forward; their gradients backward).
 
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_ulysses_all_to_all_calls_count``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each
     of Q, K, V before the attention and one of its output after it, forward; their gradients
     backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((m, n_layers_stage))
@@ -4616,10 +3294,7 @@ def cp_ulysses_all_to_all_calls_count(*, m, n_layers_stage):
         out = 4*m*n_layers_stage
         return _runtime.broadcast(xp, out, (m, n_layers_stage))
     call = _runtime.Call(
-        "cp_ulysses_all_to_all_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
-        reals=0,
+        "cp_ulysses_all_to_all_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -4635,46 +3310,17 @@ def _cp_ulysses_all_to_all_calls_count_block(out, m, n_layers_stage):
 
 
 cp_ulysses_all_to_all_calls_count.kernel = _runtime.Kernel(
-    _cp_ulysses_all_to_all_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m", "n_layers_stage"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_ulysses_all_to_all_calls_count_block, reals=0, masks=0, arguments=("m", "n_layers_stage"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def cp_ulysses_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t):
     """Bytes one rank sends per step for Ulysses CP: its (cp - 1)/cp share of every all-to-all.
 
-    Closed form::
-
-        4*m*n_layers_stage*(a*b*bytes_compute*s*(cp - 1)*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp**2*t) + b*bytes_compute*s*(cp - 1)*Piecewise((a, Eq(n_kv, 0)), (n_kv,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_ulysses_step_bytes``.
     Source: calls x message; equals the original's Ulysses cp_traffic per layer and micro-batch
     (bytes) times layers and micro-batches for MHA and GQA
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t))
@@ -4690,9 +3336,7 @@ def cp_ulysses_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_s
         call = _runtime.Call(
             "cp_ulysses_step_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_ulysses_step_bytes_block(*block)
@@ -4723,14 +3367,10 @@ def _cp_ulysses_step_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h, m, n_k
 
 
 cp_ulysses_step_bytes.kernel = _runtime.Kernel(
-    _cp_ulysses_step_bytes_block,
-    reals=1,
-    masks=0,
+    _cp_ulysses_step_bytes_block, reals=1, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "m", "n_kv", "n_layers_stage", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_ulysses_step_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_ulysses_step_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4739,22 +3379,8 @@ def cp_send_recv_stage_calls_count(*, cp, cp_ulysses, m):
     ring that spans nodes steps at the speed of its network hops; the colossalai and hybrid
     algorithms, which the original prices alike), for one transformer layer.
 
-    Closed form::
-
-        m*(1 - cp_ulysses)*(3*cp - 3)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_send_recv_stage_calls_count``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, cp_ulysses, m))
@@ -4765,11 +3391,8 @@ def cp_send_recv_stage_calls_count(*, cp, cp_ulysses, m):
         return _runtime.broadcast(xp, out, (cp, cp_ulysses, m))
     (inv0,) = _cp_send_recv_stage_calls_count_invariants(cp_ulysses)
     call = _runtime.Call(
-        "cp_send_recv_stage_calls_count",
-        ("cp", "cp_ulysses", "m", "inv0"),
-        (cp, cp_ulysses, m, inv0),
-        reals=0,
-        masks=0,
+        "cp_send_recv_stage_calls_count", ("cp", "cp_ulysses", "m", "inv0"),
+        (cp, cp_ulysses, m, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _cp_send_recv_stage_calls_count_block(*block)
@@ -4795,14 +3418,9 @@ def _cp_send_recv_stage_calls_count_block(out, cp, cp_ulysses, m, inv0):
 
 
 cp_send_recv_stage_calls_count.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "cp_ulysses", "m"),
-    passed=("inv0",),
-    invariants=_cp_send_recv_stage_calls_count_invariants,
-    widened=("cp_ulysses",),
-    quiet=False,
+    _cp_send_recv_stage_calls_count_block, reals=0, masks=0, arguments=("cp", "cp_ulysses", "m"),
+    passed=("inv0",), invariants=_cp_send_recv_stage_calls_count_invariants,
+    widened=("cp_ulysses",), quiet=False,
 )
 
 
@@ -4811,28 +3429,8 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
     layer (a ring that spans nodes steps at the speed of its network hops; the colossalai and hybrid
     algorithms, which the original prices alike).
 
-    Closed form::
-
-        2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_send_recv_stage_msg_bytes``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -4848,9 +3446,7 @@ def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_send_recv_stage_msg_bytes_block(*block)
@@ -4876,14 +3472,10 @@ def _cp_send_recv_stage_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh, h,
 
 
 cp_send_recv_stage_msg_bytes.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_send_recv_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_send_recv_stage_msg_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4893,31 +3485,8 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh, h,
     algorithms, which the original prices alike), for one transformer layer (calls x the
     collective's share of S).
 
-    Closed form::
-
-        2*b*bytes_compute*m*s*(1 - cp_ulysses)*(3*cp - 3)*Piecewise((a, Eq(n_kv, 0)), (n_kv,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_send_recv_stage_step_bytes``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t))
@@ -4933,9 +3502,7 @@ def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh, h,
         call = _runtime.Call(
             "cp_send_recv_stage_step_bytes",
             ("a", "b", "bytes_compute", "cp", "cp_ulysses", "dh", "h", "m", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_send_recv_stage_step_bytes_block(*block)
@@ -4964,14 +3531,10 @@ def _cp_send_recv_stage_step_bytes_block(out, r0, a, b, bytes_compute, cp, cp_ul
 
 
 cp_send_recv_stage_step_bytes.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_step_bytes_block,
-    reals=1,
-    masks=0,
+    _cp_send_recv_stage_step_bytes_block, reals=1, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "cp_ulysses", "dh", "h", "m", "n_kv", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_send_recv_stage_step_bytes_invariants,
-    widened=("a", "bytes_compute", "cp_ulysses", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_send_recv_stage_step_bytes_invariants,
+    widened=("a", "bytes_compute", "cp_ulysses", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -4981,19 +3544,8 @@ def cp_send_recv_stage_ranks_count(*, cp):
     which the original prices alike) (the collective's n; seconds per step = calls x the time of one
     call of S bytes over these ranks, NCCL's pick: collective_send_recv_*_time_s).
 
-    Closed form::
-
-        cp
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_send_recv_stage_ranks_count``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp,))
@@ -5002,13 +3554,7 @@ def cp_send_recv_stage_ranks_count(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = cp
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "cp_send_recv_stage_ranks_count",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_send_recv_stage_ranks_count", ("cp",), (cp,), reals=0, masks=0)
     for block in call.blocks():
         _cp_send_recv_stage_ranks_count_block(*block)
     return call.out
@@ -5021,14 +3567,8 @@ def _cp_send_recv_stage_ranks_count_block(out, cp):
 
 
 cp_send_recv_stage_ranks_count.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_send_recv_stage_ranks_count_block, reals=0, masks=0, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5036,23 +3576,9 @@ def cp_all_to_all_qo_stage_calls_count(*, cp, cp_ulysses, m):
     """Calls per rank per step of Ulysses CP all-to-alls of the queries and the attention output of
     one transformer layer, for one transformer layer.
 
-    Closed form::
-
-        4*cp_ulysses*m*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_qo_stage_calls_count``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((cp, cp_ulysses, m))
@@ -5066,11 +3592,8 @@ def cp_all_to_all_qo_stage_calls_count(*, cp, cp_ulysses, m):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_all_to_all_qo_stage_calls_count_invariants(cp_ulysses)
         call = _runtime.Call(
-            "cp_all_to_all_qo_stage_calls_count",
-            ("cp", "cp_ulysses", "m", "inv0"),
-            (cp, cp_ulysses, m, inv0),
-            reals=0,
-            masks=1,
+            "cp_all_to_all_qo_stage_calls_count", ("cp", "cp_ulysses", "m", "inv0"),
+            (cp, cp_ulysses, m, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_calls_count_block(*block)
@@ -5098,14 +3621,9 @@ def _cp_all_to_all_qo_stage_calls_count_block(out, m0, cp, cp_ulysses, m, inv0):
 
 
 cp_all_to_all_qo_stage_calls_count.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_calls_count_block,
-    reals=0,
-    masks=1,
-    arguments=("cp", "cp_ulysses", "m"),
-    passed=("inv0",),
-    invariants=_cp_all_to_all_qo_stage_calls_count_invariants,
-    widened=("cp_ulysses",),
-    quiet=True,
+    _cp_all_to_all_qo_stage_calls_count_block, reals=0, masks=1,
+    arguments=("cp", "cp_ulysses", "m"), passed=("inv0",),
+    invariants=_cp_all_to_all_qo_stage_calls_count_invariants, widened=("cp_ulysses",), quiet=True,
 )
 
 
@@ -5113,27 +3631,9 @@ def cp_all_to_all_qo_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
     """nccl-tests size S of one call of Ulysses CP all-to-alls of the queries and the attention
     output of one transformer layer.
 
-    Closed form::
-
-        a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_qo_stage_msg_bytes``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -5149,9 +3649,7 @@ def cp_all_to_all_qo_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
         call = _runtime.Call(
             "cp_all_to_all_qo_stage_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_msg_bytes_block(*block)
@@ -5177,14 +3675,10 @@ def _cp_all_to_all_qo_stage_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh
 
 
 cp_all_to_all_qo_stage_msg_bytes.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_qo_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_qo_stage_msg_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -5193,31 +3687,9 @@ def cp_all_to_all_qo_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh
     output of one transformer layer, for one transformer layer (calls x the collective's share of
     S).
 
-    Closed form::
-
-        4*a*b*bytes_compute*cp_ulysses*m*s*(cp - 1)*Piecewise((0, cp < 3/2), (1,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_qo_stage_step_bytes``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, b, bytes_compute, cp, cp_ulysses, dh, h, m, s, t))
@@ -5233,9 +3705,7 @@ def cp_all_to_all_qo_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh
         call = _runtime.Call(
             "cp_all_to_all_qo_stage_step_bytes",
             ("a", "b", "bytes_compute", "cp", "cp_ulysses", "dh", "h", "m", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, cp_ulysses, dh, h, m, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, cp_ulysses, dh, h, m, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_step_bytes_block(*block)
@@ -5269,14 +3739,10 @@ def _cp_all_to_all_qo_stage_step_bytes_block(out, r0, m0, a, b, bytes_compute, c
 
 
 cp_all_to_all_qo_stage_step_bytes.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_step_bytes_block,
-    reals=1,
-    masks=1,
+    _cp_all_to_all_qo_stage_step_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "cp_ulysses", "dh", "h", "m", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_all_to_all_qo_stage_step_bytes_invariants,
-    widened=("a", "bytes_compute", "cp_ulysses", "dh", "h", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_all_to_all_qo_stage_step_bytes_invariants,
+    widened=("a", "bytes_compute", "cp_ulysses", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -5285,20 +3751,9 @@ def cp_all_to_all_qo_stage_ranks_count(*, cp):
     transformer layer (the collective's n; seconds per step = calls x the time of one call of S
     bytes over these ranks, NCCL's pick: collective_all_to_all_*_time_s).
 
-    Closed form::
-
-        cp
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_qo_stage_ranks_count``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp,))
@@ -5307,13 +3762,7 @@ def cp_all_to_all_qo_stage_ranks_count(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = cp
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "cp_all_to_all_qo_stage_ranks_count",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_all_to_all_qo_stage_ranks_count", ("cp",), (cp,), reals=0, masks=0)
     for block in call.blocks():
         _cp_all_to_all_qo_stage_ranks_count_block(*block)
     return call.out
@@ -5326,14 +3775,8 @@ def _cp_all_to_all_qo_stage_ranks_count_block(out, cp):
 
 
 cp_all_to_all_qo_stage_ranks_count.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_all_to_all_qo_stage_ranks_count_block, reals=0, masks=0, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5341,23 +3784,9 @@ def cp_all_to_all_kv_stage_calls_count(*, cp, cp_ulysses, m):
     """Calls per rank per step of Ulysses CP all-to-alls of the keys and the values of one
     transformer layer, for one transformer layer.
 
-    Closed form::
-
-        4*cp_ulysses*m*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_kv_stage_calls_count``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((cp, cp_ulysses, m))
@@ -5371,11 +3800,8 @@ def cp_all_to_all_kv_stage_calls_count(*, cp, cp_ulysses, m):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_all_to_all_kv_stage_calls_count_invariants(cp_ulysses)
         call = _runtime.Call(
-            "cp_all_to_all_kv_stage_calls_count",
-            ("cp", "cp_ulysses", "m", "inv0"),
-            (cp, cp_ulysses, m, inv0),
-            reals=0,
-            masks=1,
+            "cp_all_to_all_kv_stage_calls_count", ("cp", "cp_ulysses", "m", "inv0"),
+            (cp, cp_ulysses, m, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_calls_count_block(*block)
@@ -5403,14 +3829,9 @@ def _cp_all_to_all_kv_stage_calls_count_block(out, m0, cp, cp_ulysses, m, inv0):
 
 
 cp_all_to_all_kv_stage_calls_count.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_calls_count_block,
-    reals=0,
-    masks=1,
-    arguments=("cp", "cp_ulysses", "m"),
-    passed=("inv0",),
-    invariants=_cp_all_to_all_kv_stage_calls_count_invariants,
-    widened=("cp_ulysses",),
-    quiet=True,
+    _cp_all_to_all_kv_stage_calls_count_block, reals=0, masks=1,
+    arguments=("cp", "cp_ulysses", "m"), passed=("inv0",),
+    invariants=_cp_all_to_all_kv_stage_calls_count_invariants, widened=("cp_ulysses",), quiet=True,
 )
 
 
@@ -5418,29 +3839,9 @@ def cp_all_to_all_kv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s,
     """nccl-tests size S of one call of Ulysses CP all-to-alls of the keys and the values of one
     transformer layer.
 
-    Closed form::
-
-        b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_kv_stage_msg_bytes``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -5456,9 +3857,7 @@ def cp_all_to_all_kv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s,
         call = _runtime.Call(
             "cp_all_to_all_kv_stage_msg_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_msg_bytes_block(*block)
@@ -5484,14 +3883,10 @@ def _cp_all_to_all_kv_stage_msg_bytes_block(out, r0, a, b, bytes_compute, cp, dh
 
 
 cp_all_to_all_kv_stage_msg_bytes.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_kv_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_kv_stage_msg_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -5499,32 +3894,9 @@ def cp_all_to_all_kv_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh
     """Bytes one rank sends per step for Ulysses CP all-to-alls of the keys and the values of one
     transformer layer, for one transformer layer (calls x the collective's share of S).
 
-    Closed form::
-
-        4*b*bytes_compute*cp_ulysses*m*s*(cp - 1)*Piecewise((0, cp < 3/2), (1, True))*Piecewise((a,
-        Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_kv_stage_step_bytes``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t))
@@ -5540,9 +3912,7 @@ def cp_all_to_all_kv_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh
         call = _runtime.Call(
             "cp_all_to_all_kv_stage_step_bytes",
             ("a", "b", "bytes_compute", "cp", "cp_ulysses", "dh", "h", "m", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_step_bytes_block(*block)
@@ -5576,14 +3946,10 @@ def _cp_all_to_all_kv_stage_step_bytes_block(out, r0, m0, a, b, bytes_compute, c
 
 
 cp_all_to_all_kv_stage_step_bytes.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_step_bytes_block,
-    reals=1,
-    masks=1,
+    _cp_all_to_all_kv_stage_step_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "cp_ulysses", "dh", "h", "m", "n_kv", "s", "t"),
-    passed=("inv0",),
-    invariants=_cp_all_to_all_kv_stage_step_bytes_invariants,
-    widened=("a", "bytes_compute", "cp_ulysses", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_cp_all_to_all_kv_stage_step_bytes_invariants,
+    widened=("a", "bytes_compute", "cp_ulysses", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -5592,20 +3958,9 @@ def cp_all_to_all_kv_stage_ranks_count(*, cp):
     layer (the collective's n; seconds per step = calls x the time of one call of S bytes over these
     ranks, NCCL's pick: collective_all_to_all_*_time_s).
 
-    Closed form::
-
-        cp
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#cp_all_to_all_kv_stage_ranks_count``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp,))
@@ -5614,13 +3969,7 @@ def cp_all_to_all_kv_stage_ranks_count(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = cp
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "cp_all_to_all_kv_stage_ranks_count",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_all_to_all_kv_stage_ranks_count", ("cp",), (cp,), reals=0, masks=0)
     for block in call.blocks():
         _cp_all_to_all_kv_stage_ranks_count_block(*block)
     return call.out
@@ -5633,14 +3982,8 @@ def _cp_all_to_all_kv_stage_ranks_count_block(out, cp):
 
 
 cp_all_to_all_kv_stage_ranks_count.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_all_to_all_kv_stage_ranks_count_block, reals=0, masks=0, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5649,22 +3992,10 @@ def cp_send_recv_stage_calls_count__d_cp(*, cp_ulysses, m):
     of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        3*m*(1 - cp_ulysses)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_calls_count__d_cp``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp_ulysses, m))
@@ -5675,11 +4006,8 @@ def cp_send_recv_stage_calls_count__d_cp(*, cp_ulysses, m):
         return _runtime.broadcast(xp, out, (cp_ulysses, m))
     (inv0,) = _cp_send_recv_stage_calls_count__d_cp_invariants(cp_ulysses)
     call = _runtime.Call(
-        "cp_send_recv_stage_calls_count__d_cp",
-        ("cp_ulysses", "m", "inv0"),
-        (cp_ulysses, m, inv0),
-        reals=0,
-        masks=0,
+        "cp_send_recv_stage_calls_count__d_cp", ("cp_ulysses", "m", "inv0"), (cp_ulysses, m, inv0),
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _cp_send_recv_stage_calls_count__d_cp_block(*block)
@@ -5703,14 +4031,9 @@ def _cp_send_recv_stage_calls_count__d_cp_block(out, cp_ulysses, m, inv0):
 
 
 cp_send_recv_stage_calls_count__d_cp.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_calls_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=("cp_ulysses", "m"),
-    passed=("inv0",),
-    invariants=_cp_send_recv_stage_calls_count__d_cp_invariants,
-    widened=("cp_ulysses",),
-    quiet=False,
+    _cp_send_recv_stage_calls_count__d_cp_block, reals=0, masks=0, arguments=("cp_ulysses", "m"),
+    passed=("inv0",), invariants=_cp_send_recv_stage_calls_count__d_cp_invariants,
+    widened=("cp_ulysses",), quiet=False,
 )
 
 
@@ -5719,22 +4042,10 @@ def cp_send_recv_stage_calls_count__d_m(*, cp, cp_ulysses):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        (1 - cp_ulysses)*(3*cp - 3)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_calls_count__d_m``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((cp, cp_ulysses))
@@ -5745,11 +4056,8 @@ def cp_send_recv_stage_calls_count__d_m(*, cp, cp_ulysses):
         return _runtime.broadcast(xp, out, (cp, cp_ulysses))
     (inv0,) = _cp_send_recv_stage_calls_count__d_m_invariants(cp_ulysses)
     call = _runtime.Call(
-        "cp_send_recv_stage_calls_count__d_m",
-        ("cp", "cp_ulysses", "inv0"),
-        (cp, cp_ulysses, inv0),
-        reals=0,
-        masks=0,
+        "cp_send_recv_stage_calls_count__d_m", ("cp", "cp_ulysses", "inv0"), (cp, cp_ulysses, inv0),
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _cp_send_recv_stage_calls_count__d_m_block(*block)
@@ -5774,14 +4082,9 @@ def _cp_send_recv_stage_calls_count__d_m_block(out, cp, cp_ulysses, inv0):
 
 
 cp_send_recv_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_calls_count__d_m_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "cp_ulysses"),
-    passed=("inv0",),
-    invariants=_cp_send_recv_stage_calls_count__d_m_invariants,
-    widened=("cp_ulysses",),
-    quiet=False,
+    _cp_send_recv_stage_calls_count__d_m_block, reals=0, masks=0, arguments=("cp", "cp_ulysses"),
+    passed=("inv0",), invariants=_cp_send_recv_stage_calls_count__d_m_invariants,
+    widened=("cp_ulysses",), quiet=False,
 )
 
 
@@ -5790,29 +4093,10 @@ def cp_send_recv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s
     t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_msg_bytes__d_t``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -5828,9 +4112,7 @@ def cp_send_recv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_send_recv_stage_msg_bytes__d_t_block(*block)
@@ -5857,14 +4139,10 @@ def _cp_send_recv_stage_msg_bytes__d_t_block(out, r0, a, b, bytes_compute, cp, d
 
 
 cp_send_recv_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_send_recv_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_send_recv_stage_msg_bytes__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -5873,29 +4151,10 @@ def cp_send_recv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, 
     cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp**2*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_msg_bytes__d_cp``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -5911,9 +4170,7 @@ def cp_send_recv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, 
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_send_recv_stage_msg_bytes__d_cp_block(*block)
@@ -5940,14 +4197,10 @@ def _cp_send_recv_stage_msg_bytes__d_cp_block(out, r0, a, b, bytes_compute, cp, 
 
 
 cp_send_recv_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_send_recv_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_send_recv_stage_msg_bytes__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -5956,28 +4209,10 @@ def cp_send_recv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t
     b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        2*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_msg_bytes__d_b``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -5993,9 +4228,7 @@ def cp_send_recv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_send_recv_stage_msg_bytes__d_b_block(*block)
@@ -6020,14 +4253,10 @@ def _cp_send_recv_stage_msg_bytes__d_b_block(out, r0, a, bytes_compute, cp, dh, 
 
 
 cp_send_recv_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_msg_bytes__d_b_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_send_recv_stage_msg_bytes__d_b_block, reals=1, masks=0,
+    arguments=("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_send_recv_stage_msg_bytes__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -6036,28 +4265,10 @@ def cp_send_recv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t
     s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        2*b*bytes_compute*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_msg_bytes__d_s``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, t))
@@ -6073,9 +4284,7 @@ def cp_send_recv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t
         call = _runtime.Call(
             "cp_send_recv_stage_msg_bytes__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_send_recv_stage_msg_bytes__d_s_block(*block)
@@ -6101,14 +4310,10 @@ def _cp_send_recv_stage_msg_bytes__d_s_block(out, r0, a, b, bytes_compute, cp, d
 
 
 cp_send_recv_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_msg_bytes__d_s_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t"),
-    passed=("inv0",),
+    _cp_send_recv_stage_msg_bytes__d_s_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t"), passed=("inv0",),
     invariants=_cp_send_recv_stage_msg_bytes__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv"), quiet=True,
 )
 
 
@@ -6117,26 +4322,13 @@ def cp_send_recv_stage_ranks_count__d_cp():
     of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_send_recv_stage_ranks_count__d_cp``.
     Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
     differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "cp_send_recv_stage_ranks_count__d_cp",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_send_recv_stage_ranks_count__d_cp", (), (), reals=0, masks=0)
     for block in call.blocks():
         _cp_send_recv_stage_ranks_count__d_cp_block(*block)
     return call.out
@@ -6149,14 +4341,8 @@ def _cp_send_recv_stage_ranks_count__d_cp_block(out,):
 
 
 cp_send_recv_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _cp_send_recv_stage_ranks_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_send_recv_stage_ranks_count__d_cp_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -6165,23 +4351,11 @@ def cp_all_to_all_qo_stage_calls_count__d_m(*, cp, cp_ulysses):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        4*cp_ulysses*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_qo_stage_calls_count__d_m``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, cp_ulysses))
@@ -6195,11 +4369,8 @@ def cp_all_to_all_qo_stage_calls_count__d_m(*, cp, cp_ulysses):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_all_to_all_qo_stage_calls_count__d_m_invariants(cp_ulysses)
         call = _runtime.Call(
-            "cp_all_to_all_qo_stage_calls_count__d_m",
-            ("cp", "cp_ulysses", "inv0"),
-            (cp, cp_ulysses, inv0),
-            reals=0,
-            masks=1,
+            "cp_all_to_all_qo_stage_calls_count__d_m", ("cp", "cp_ulysses", "inv0"),
+            (cp, cp_ulysses, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_calls_count__d_m_block(*block)
@@ -6226,13 +4397,9 @@ def _cp_all_to_all_qo_stage_calls_count__d_m_block(out, m0, cp, cp_ulysses, inv0
 
 
 cp_all_to_all_qo_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_calls_count__d_m_block,
-    reals=0,
-    masks=1,
-    arguments=("cp", "cp_ulysses"),
-    passed=("inv0",),
-    invariants=_cp_all_to_all_qo_stage_calls_count__d_m_invariants,
-    widened=("cp_ulysses",),
+    _cp_all_to_all_qo_stage_calls_count__d_m_block, reals=0, masks=1,
+    arguments=("cp", "cp_ulysses"), passed=("inv0",),
+    invariants=_cp_all_to_all_qo_stage_calls_count__d_m_invariants, widened=("cp_ulysses",),
     quiet=True,
 )
 
@@ -6242,28 +4409,11 @@ def cp_all_to_all_qo_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, s, 
     of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_qo_stage_msg_bytes__d_t``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -6279,9 +4429,7 @@ def cp_all_to_all_qo_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, s, 
         call = _runtime.Call(
             "cp_all_to_all_qo_stage_msg_bytes__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_msg_bytes__d_t_block(*block)
@@ -6308,14 +4456,10 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_t_block(out, r0, a, b, bytes_compute, c
 
 
 cp_all_to_all_qo_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_qo_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_qo_stage_msg_bytes__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -6324,28 +4468,11 @@ def cp_all_to_all_qo_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, s,
     of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_qo_stage_msg_bytes__d_cp``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -6361,9 +4488,7 @@ def cp_all_to_all_qo_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, s,
         call = _runtime.Call(
             "cp_all_to_all_qo_stage_msg_bytes__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_msg_bytes__d_cp_block(*block)
@@ -6390,14 +4515,10 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_cp_block(out, r0, a, b, bytes_compute, 
 
 
 cp_all_to_all_qo_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_qo_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_qo_stage_msg_bytes__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -6406,27 +4527,11 @@ def cp_all_to_all_qo_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, s, t):
     samples of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        a*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_qo_stage_msg_bytes__d_b``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, s, t))
@@ -6442,9 +4547,7 @@ def cp_all_to_all_qo_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, s, t):
         call = _runtime.Call(
             "cp_all_to_all_qo_stage_msg_bytes__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_msg_bytes__d_b_block(*block)
@@ -6469,14 +4572,10 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_b_block(out, r0, a, bytes_compute, cp, 
 
 
 cp_all_to_all_qo_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_msg_bytes__d_b_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_qo_stage_msg_bytes__d_b_block, reals=1, masks=0,
+    arguments=("a", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_qo_stage_msg_bytes__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -6485,27 +4584,11 @@ def cp_all_to_all_qo_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, t):
     of s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        a*b*bytes_compute*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_qo_stage_msg_bytes__d_s``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, t))
@@ -6521,9 +4604,7 @@ def cp_all_to_all_qo_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, t):
         call = _runtime.Call(
             "cp_all_to_all_qo_stage_msg_bytes__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_qo_stage_msg_bytes__d_s_block(*block)
@@ -6549,14 +4630,10 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_s_block(out, r0, a, b, bytes_compute, c
 
 
 cp_all_to_all_qo_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_msg_bytes__d_s_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_qo_stage_msg_bytes__d_s_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_qo_stage_msg_bytes__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "h"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h"), quiet=True,
 )
 
 
@@ -6565,27 +4642,14 @@ def cp_all_to_all_qo_stage_ranks_count__d_cp():
     ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_qo_stage_ranks_count__d_cp``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "cp_all_to_all_qo_stage_ranks_count__d_cp",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_all_to_all_qo_stage_ranks_count__d_cp", (), (), reals=0, masks=0)
     for block in call.blocks():
         _cp_all_to_all_qo_stage_ranks_count__d_cp_block(*block)
     return call.out
@@ -6598,14 +4662,8 @@ def _cp_all_to_all_qo_stage_ranks_count__d_cp_block(out,):
 
 
 cp_all_to_all_qo_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _cp_all_to_all_qo_stage_ranks_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_all_to_all_qo_stage_ranks_count__d_cp_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -6614,23 +4672,11 @@ def cp_all_to_all_kv_stage_calls_count__d_m(*, cp, cp_ulysses):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        4*cp_ulysses*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_kv_stage_calls_count__d_m``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, cp_ulysses))
@@ -6644,11 +4690,8 @@ def cp_all_to_all_kv_stage_calls_count__d_m(*, cp, cp_ulysses):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _cp_all_to_all_kv_stage_calls_count__d_m_invariants(cp_ulysses)
         call = _runtime.Call(
-            "cp_all_to_all_kv_stage_calls_count__d_m",
-            ("cp", "cp_ulysses", "inv0"),
-            (cp, cp_ulysses, inv0),
-            reals=0,
-            masks=1,
+            "cp_all_to_all_kv_stage_calls_count__d_m", ("cp", "cp_ulysses", "inv0"),
+            (cp, cp_ulysses, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_calls_count__d_m_block(*block)
@@ -6675,13 +4718,9 @@ def _cp_all_to_all_kv_stage_calls_count__d_m_block(out, m0, cp, cp_ulysses, inv0
 
 
 cp_all_to_all_kv_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_calls_count__d_m_block,
-    reals=0,
-    masks=1,
-    arguments=("cp", "cp_ulysses"),
-    passed=("inv0",),
-    invariants=_cp_all_to_all_kv_stage_calls_count__d_m_invariants,
-    widened=("cp_ulysses",),
+    _cp_all_to_all_kv_stage_calls_count__d_m_block, reals=0, masks=1,
+    arguments=("cp", "cp_ulysses"), passed=("inv0",),
+    invariants=_cp_all_to_all_kv_stage_calls_count__d_m_invariants, widened=("cp_ulysses",),
     quiet=True,
 )
 
@@ -6691,30 +4730,11 @@ def cp_all_to_all_kv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_k
     of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_kv_stage_msg_bytes__d_t``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -6730,9 +4750,7 @@ def cp_all_to_all_kv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_k
         call = _runtime.Call(
             "cp_all_to_all_kv_stage_msg_bytes__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_msg_bytes__d_t_block(*block)
@@ -6759,14 +4777,10 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_t_block(out, r0, a, b, bytes_compute, c
 
 
 cp_all_to_all_kv_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_kv_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_kv_stage_msg_bytes__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -6775,30 +4789,11 @@ def cp_all_to_all_kv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_
     of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp**2*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_kv_stage_msg_bytes__d_cp``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -6814,9 +4809,7 @@ def cp_all_to_all_kv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_
         call = _runtime.Call(
             "cp_all_to_all_kv_stage_msg_bytes__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_msg_bytes__d_cp_block(*block)
@@ -6843,14 +4836,10 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_cp_block(out, r0, a, b, bytes_compute, 
 
 
 cp_all_to_all_kv_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_kv_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_kv_stage_msg_bytes__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -6859,29 +4848,11 @@ def cp_all_to_all_kv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, 
     samples of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_kv_stage_msg_bytes__d_b``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -6897,9 +4868,7 @@ def cp_all_to_all_kv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, 
         call = _runtime.Call(
             "cp_all_to_all_kv_stage_msg_bytes__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=0,
+            (a, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_msg_bytes__d_b_block(*block)
@@ -6924,14 +4893,10 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_b_block(out, r0, a, bytes_compute, cp, 
 
 
 cp_all_to_all_kv_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_msg_bytes__d_b_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_kv_stage_msg_bytes__d_b_block, reals=1, masks=0,
+    arguments=("a", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_kv_stage_msg_bytes__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -6940,29 +4905,11 @@ def cp_all_to_all_kv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_k
     of s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        b*bytes_compute*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_kv_stage_msg_bytes__d_s``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, t))
@@ -6978,9 +4925,7 @@ def cp_all_to_all_kv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_k
         call = _runtime.Call(
             "cp_all_to_all_kv_stage_msg_bytes__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, t, inv0),
-            reals=1,
-            masks=0,
+            (a, b, bytes_compute, cp, dh, h, n_kv, t, inv0), reals=1, masks=0,
         )
         for block in call.blocks():
             _cp_all_to_all_kv_stage_msg_bytes__d_s_block(*block)
@@ -7006,14 +4951,10 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_s_block(out, r0, a, b, bytes_compute, c
 
 
 cp_all_to_all_kv_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_msg_bytes__d_s_block,
-    reals=1,
-    masks=0,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t"),
-    passed=("inv0",),
+    _cp_all_to_all_kv_stage_msg_bytes__d_s_block, reals=1, masks=0,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "t"), passed=("inv0",),
     invariants=_cp_all_to_all_kv_stage_msg_bytes__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv"), quiet=True,
 )
 
 
@@ -7022,27 +4963,14 @@ def cp_all_to_all_kv_stage_ranks_count__d_cp():
     ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#cp_all_to_all_kv_stage_ranks_count__d_cp``.
     Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
     before the attention and of its output after it, forward; of their gradients, backward;
     differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "cp_all_to_all_kv_stage_ranks_count__d_cp",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("cp_all_to_all_kv_stage_ranks_count__d_cp", (), (), reals=0, masks=0)
     for block in call.blocks():
         _cp_all_to_all_kv_stage_ranks_count__d_cp_block(*block)
     return call.out
@@ -7055,12 +4983,6 @@ def _cp_all_to_all_kv_stage_ranks_count__d_cp_block(out,):
 
 
 cp_all_to_all_kv_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _cp_all_to_all_kv_stage_ranks_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _cp_all_to_all_kv_stage_ranks_count__d_cp_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )

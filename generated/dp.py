@@ -5,7 +5,9 @@
 """Evaluators of the dp formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -105,26 +107,12 @@ def dp_none_none_layer_params():
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level none, expert level none, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        0
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_none_none_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "dp_none_none_layer_params",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_none_none_layer_params", (), (), reals=0, masks=0)
     for block in call.blocks():
         _dp_none_none_layer_params_block(*block)
     return call.out
@@ -137,14 +125,8 @@ def _dp_none_none_layer_params_block(out,):
 
 
 dp_none_none_layer_params.kernel = _runtime.Kernel(
-    _dp_none_none_layer_params_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_none_none_layer_params_block, reals=0, masks=0, arguments=(), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
@@ -152,25 +134,9 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level none, expert level zero2, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/Max(ep, t_exp) + (P_r + P_s)/(cp*ep*t_exp),
-        True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_none_zero2_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((P_r, P_s, cp, ep, t_exp))
@@ -184,11 +150,8 @@ def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "dp_none_zero2_layer_params",
-            ("P_r", "P_s", "cp", "ep", "t_exp"),
-            (P_r, P_s, cp, ep, t_exp),
-            reals=2,
-            masks=1,
+            "dp_none_zero2_layer_params", ("P_r", "P_s", "cp", "ep", "t_exp"),
+            (P_r, P_s, cp, ep, t_exp), reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_none_zero2_layer_params_block(*block)
@@ -212,13 +175,8 @@ def _dp_none_zero2_layer_params_block(out, r0, r1, m0, P_r, P_s, cp, ep, t_exp):
 
 
 dp_none_zero2_layer_params.kernel = _runtime.Kernel(
-    _dp_none_zero2_layer_params_block,
-    reals=2,
-    masks=1,
-    arguments=("P_r", "P_s", "cp", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_none_zero2_layer_params_block, reals=2, masks=1,
+    arguments=("P_r", "P_s", "cp", "ep", "t_exp"), passed=(), invariants=None, widened=(),
     quiet=True,
 )
 
@@ -227,24 +185,9 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level none, expert level zero3, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_none_zero3_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((P_r, P_s, cp, ep, t_exp))
@@ -258,11 +201,8 @@ def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "dp_none_zero3_layer_params",
-            ("P_r", "P_s", "cp", "ep", "t_exp"),
-            (P_r, P_s, cp, ep, t_exp),
-            reals=2,
-            masks=1,
+            "dp_none_zero3_layer_params", ("P_r", "P_s", "cp", "ep", "t_exp"),
+            (P_r, P_s, cp, ep, t_exp), reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_none_zero3_layer_params_block(*block)
@@ -282,13 +222,8 @@ def _dp_none_zero3_layer_params_block(out, r0, r1, m0, P_r, P_s, cp, ep, t_exp):
 
 
 dp_none_zero3_layer_params.kernel = _runtime.Kernel(
-    _dp_none_zero3_layer_params_block,
-    reals=2,
-    masks=1,
-    arguments=("P_r", "P_s", "cp", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_none_zero3_layer_params_block, reals=2, masks=1,
+    arguments=("P_r", "P_s", "cp", "ep", "t_exp"), passed=(), invariants=None, widened=(),
     quiet=True,
 )
 
@@ -297,22 +232,9 @@ def dp_zero2_none_layer_params(*, P_ne, cp, t):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level zero2, expert level none, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne/t + P_ne/(cp*t)
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_zero2_none_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        cp: context-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, cp, t))
@@ -323,11 +245,7 @@ def dp_zero2_none_layer_params(*, P_ne, cp, t):
         out = tmp0 + tmp0/cp
         return _runtime.broadcast(xp, out, (P_ne, cp, t))
     call = _runtime.Call(
-        "dp_zero2_none_layer_params",
-        ("P_ne", "cp", "t"),
-        (P_ne, cp, t),
-        reals=1,
-        masks=0,
+        "dp_zero2_none_layer_params", ("P_ne", "cp", "t"), (P_ne, cp, t), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_zero2_none_layer_params_block(*block)
@@ -344,14 +262,8 @@ def _dp_zero2_none_layer_params_block(out, r0, P_ne, cp, t):
 
 
 dp_zero2_none_layer_params.kernel = _runtime.Kernel(
-    _dp_zero2_none_layer_params_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "cp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_zero2_none_layer_params_block, reals=1, masks=0, arguments=("P_ne", "cp", "t"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -359,27 +271,9 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level zero2, expert level zero2, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne/t + P_ne/(cp*t) + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/Max(ep, t_exp) + (P_r +
-        P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_zero2_zero2_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
@@ -394,11 +288,8 @@ def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "dp_zero2_zero2_layer_params",
-            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-            (P_ne, P_r, P_s, cp, ep, t, t_exp),
-            reals=4,
-            masks=1,
+            "dp_zero2_zero2_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp), reals=4, masks=1,
         )
         for block in call.blocks():
             _dp_zero2_zero2_layer_params_block(*block)
@@ -428,14 +319,9 @@ def _dp_zero2_zero2_layer_params_block(out, r0, r1, r2, r3, m0, P_ne, P_r, P_s, 
 
 
 dp_zero2_zero2_layer_params.kernel = _runtime.Kernel(
-    _dp_zero2_zero2_layer_params_block,
-    reals=4,
-    masks=1,
-    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _dp_zero2_zero2_layer_params_block, reals=4, masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
@@ -443,26 +329,9 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level zero2, expert level zero3, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne/t + P_ne/(cp*t) + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_zero2_zero3_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
@@ -477,11 +346,8 @@ def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "dp_zero2_zero3_layer_params",
-            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-            (P_ne, P_r, P_s, cp, ep, t, t_exp),
-            reals=3,
-            masks=1,
+            "dp_zero2_zero3_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp), reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_zero2_zero3_layer_params_block(*block)
@@ -506,14 +372,9 @@ def _dp_zero2_zero3_layer_params_block(out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, 
 
 
 dp_zero2_zero3_layer_params.kernel = _runtime.Kernel(
-    _dp_zero2_zero3_layer_params_block,
-    reals=3,
-    masks=1,
-    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _dp_zero2_zero3_layer_params_block, reals=3, masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
@@ -521,21 +382,9 @@ def dp_zero3_none_layer_params(*, P_ne, t):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level zero3, expert level none, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne/t
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_zero3_none_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((P_ne, t))
@@ -544,13 +393,7 @@ def dp_zero3_none_layer_params(*, P_ne, t):
         (P_ne, t) = _runtime.floats(xp, (P_ne, t))
         out = P_ne/t
         return _runtime.broadcast(xp, out, (P_ne, t))
-    call = _runtime.Call(
-        "dp_zero3_none_layer_params",
-        ("P_ne", "t"),
-        (P_ne, t),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_zero3_none_layer_params", ("P_ne", "t"), (P_ne, t), reals=0, masks=0)
     for block in call.blocks():
         _dp_zero3_none_layer_params_block(*block)
     return call.out
@@ -563,14 +406,8 @@ def _dp_zero3_none_layer_params_block(out, P_ne, t):
 
 
 dp_zero3_none_layer_params.kernel = _runtime.Kernel(
-    _dp_zero3_none_layer_params_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_zero3_none_layer_params_block, reals=0, masks=0, arguments=("P_ne", "t"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -578,27 +415,9 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level zero3, expert level zero2, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne/t + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/Max(ep, t_exp) + (P_r +
-        P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_zero3_zero2_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
@@ -612,11 +431,8 @@ def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "dp_zero3_zero2_layer_params",
-            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-            (P_ne, P_r, P_s, cp, ep, t, t_exp),
-            reals=3,
-            masks=1,
+            "dp_zero3_zero2_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp), reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_zero3_zero2_layer_params_block(*block)
@@ -643,14 +459,9 @@ def _dp_zero3_zero2_layer_params_block(out, r0, r1, r2, m0, P_ne, P_r, P_s, cp, 
 
 
 dp_zero3_zero2_layer_params.kernel = _runtime.Kernel(
-    _dp_zero3_zero2_layer_params_block,
-    reals=3,
-    masks=1,
-    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _dp_zero3_zero2_layer_params_block, reals=3, masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
@@ -658,26 +469,9 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
     non-expert level zero3, expert level zero3, over the layer's counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne/t + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#dp_zero3_zero3_layer_params``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((P_ne, P_r, P_s, cp, ep, t, t_exp))
@@ -691,11 +485,8 @@ def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "dp_zero3_zero3_layer_params",
-            ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-            (P_ne, P_r, P_s, cp, ep, t, t_exp),
-            reals=2,
-            masks=1,
+            "dp_zero3_zero3_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+            (P_ne, P_r, P_s, cp, ep, t, t_exp), reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_zero3_zero3_layer_params_block(*block)
@@ -717,35 +508,17 @@ def _dp_zero3_zero3_layer_params_block(out, r0, r1, m0, P_ne, P_r, P_s, cp, ep, 
 
 
 dp_zero3_zero3_layer_params.kernel = _runtime.Kernel(
-    _dp_zero3_zero3_layer_params_block,
-    reals=2,
-    masks=1,
-    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _dp_zero3_zero3_layer_params_block, reals=2, masks=1,
+    arguments=("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )
 
 
 def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
     """fill_dp_table n_attMM: bytes of one h x h attention weight per TP rank.
 
-    Closed form::
-
-        bytes_p*h**2/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_legacy_att_mm_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 210-225
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_p, h, t))
@@ -756,10 +529,7 @@ def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
         return _runtime.broadcast(xp, out, (bytes_p, h, t))
     (inv0,) = _dp_legacy_att_mm_bytes_invariants(bytes_p, h)
     call = _runtime.Call(
-        "dp_legacy_att_mm_bytes",
-        ("bytes_p", "h", "t", "inv0"),
-        (bytes_p, h, t, inv0),
-        reals=0,
+        "dp_legacy_att_mm_bytes", ("bytes_p", "h", "t", "inv0"), (bytes_p, h, t, inv0), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -784,13 +554,8 @@ def _dp_legacy_att_mm_bytes_block(out, bytes_p, h, t, inv0):
 
 
 dp_legacy_att_mm_bytes.kernel = _runtime.Kernel(
-    _dp_legacy_att_mm_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_p", "h", "t"),
-    passed=("inv0",),
-    invariants=_dp_legacy_att_mm_bytes_invariants,
-    widened=("bytes_p", "h"),
+    _dp_legacy_att_mm_bytes_block, reals=0, masks=0, arguments=("bytes_p", "h", "t"),
+    passed=("inv0",), invariants=_dp_legacy_att_mm_bytes_invariants, widened=("bytes_p", "h"),
     quiet=False,
 )
 
@@ -798,22 +563,8 @@ dp_legacy_att_mm_bytes.kernel = _runtime.Kernel(
 def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
     """fill_dp_table n_ffMM: bytes of one h x hff feed-forward weight per TP rank.
 
-    Closed form::
-
-        bytes_p*h*hff/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_legacy_ff_mm_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 210-225
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_p, h, hff, t))
@@ -824,11 +575,8 @@ def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
         return _runtime.broadcast(xp, out, (bytes_p, h, hff, t))
     (inv0,) = _dp_legacy_ff_mm_bytes_invariants(bytes_p, h, hff)
     call = _runtime.Call(
-        "dp_legacy_ff_mm_bytes",
-        ("bytes_p", "h", "hff", "t", "inv0"),
-        (bytes_p, h, hff, t, inv0),
-        reals=0,
-        masks=0,
+        "dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff", "t", "inv0"), (bytes_p, h, hff, t, inv0),
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_legacy_ff_mm_bytes_block(*block)
@@ -852,13 +600,8 @@ def _dp_legacy_ff_mm_bytes_block(out, bytes_p, h, hff, t, inv0):
 
 
 dp_legacy_ff_mm_bytes.kernel = _runtime.Kernel(
-    _dp_legacy_ff_mm_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_p", "h", "hff", "t"),
-    passed=("inv0",),
-    invariants=_dp_legacy_ff_mm_bytes_invariants,
-    widened=("bytes_p", "h", "hff"),
+    _dp_legacy_ff_mm_bytes_block, reals=0, masks=0, arguments=("bytes_p", "h", "hff", "t"),
+    passed=("inv0",), invariants=_dp_legacy_ff_mm_bytes_invariants, widened=("bytes_p", "h", "hff"),
     quiet=False,
 )
 
@@ -867,21 +610,8 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
     """fill_dp_table n_normOp: bytes of a norm's weight and bias per sequence-parallel rank, at
     bytes_norm.
 
-    Closed form::
-
-        2*bytes_norm*h/sp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_legacy_norm_op_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 210-225
-
-    Args:
-        bytes_norm: bytes per norm input element [bytes].
-        h: hidden width [elements].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_norm, h, sp))
@@ -892,11 +622,8 @@ def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
         return _runtime.broadcast(xp, out, (bytes_norm, h, sp))
     (inv0,) = _dp_legacy_norm_op_bytes_invariants(bytes_norm, h)
     call = _runtime.Call(
-        "dp_legacy_norm_op_bytes",
-        ("bytes_norm", "h", "sp", "inv0"),
-        (bytes_norm, h, sp, inv0),
-        reals=0,
-        masks=0,
+        "dp_legacy_norm_op_bytes", ("bytes_norm", "h", "sp", "inv0"), (bytes_norm, h, sp, inv0),
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_legacy_norm_op_bytes_block(*block)
@@ -920,13 +647,8 @@ def _dp_legacy_norm_op_bytes_block(out, bytes_norm, h, sp, inv0):
 
 
 dp_legacy_norm_op_bytes.kernel = _runtime.Kernel(
-    _dp_legacy_norm_op_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_norm", "h", "sp"),
-    passed=("inv0",),
-    invariants=_dp_legacy_norm_op_bytes_invariants,
-    widened=("bytes_norm", "h"),
+    _dp_legacy_norm_op_bytes_block, reals=0, masks=0, arguments=("bytes_norm", "h", "sp"),
+    passed=("inv0",), invariants=_dp_legacy_norm_op_bytes_invariants, widened=("bytes_norm", "h"),
     quiet=False,
 )
 
@@ -935,24 +657,8 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
     """fill_dp_table exp_dp n_ffMM: bytes of two h x hff_exp weights of every routed and shared
     expert per TP rank.
 
-    Closed form::
-
-        bytes_p*h*hff_exp*(2*n_exp + 2*n_shared_exp)/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_legacy_exp_ff_mm_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 227-237
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_shared_exp: shared experts [experts].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_p, h, hff_exp, n_exp, n_shared_exp, t))
@@ -965,9 +671,7 @@ def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
     call = _runtime.Call(
         "dp_legacy_exp_ff_mm_bytes",
         ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t", "inv0"),
-        (bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0),
-        reals=0,
-        masks=0,
+        (bytes_p, h, hff_exp, n_exp, n_shared_exp, t, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_legacy_exp_ff_mm_bytes_block(*block)
@@ -991,14 +695,10 @@ def _dp_legacy_exp_ff_mm_bytes_block(out, bytes_p, h, hff_exp, n_exp, n_shared_e
 
 
 dp_legacy_exp_ff_mm_bytes.kernel = _runtime.Kernel(
-    _dp_legacy_exp_ff_mm_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
-    passed=("inv0",),
+    _dp_legacy_exp_ff_mm_bytes_block, reals=0, masks=0,
+    arguments=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"), passed=("inv0",),
     invariants=_dp_legacy_exp_ff_mm_bytes_invariants,
-    widened=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"),
-    quiet=False,
+    widened=("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp"), quiet=False,
 )
 
 
@@ -1006,25 +706,8 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
     """dp_ratio: share of DP communication left exposed: 0 at comm_d_non_exp = 0, else only the OP
     overlap bias term, since the literal `1 - True` cancels the standard-DP share (§10 item 1).
 
-    Closed form::
-
-        Piecewise((0, Eq(comm_d_non_exp, 0)), (os_max_shard*(comm_d_non_exp - 1)*Piecewise((1/16,
-        Eq(n_exp, 1)), (4/(5*Max(1, ep/device_intra_node_num)), True))/d, True))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#dp_legacy_ratio``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 287-302
-
-    Args:
-        comm_d_non_exp: DP communication level of non-expert parameters: 0, 2 or 3 [1].
-        d: data-parallel degree [ranks].
-        device_intra_node_num: devices per node of the device type (D) [devices].
-        ep: expert-parallel degree [ranks].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        os_max_shard: optimizer-shard size [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard))
@@ -1040,8 +723,7 @@ def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_m
         call = _runtime.Call(
             "dp_legacy_ratio",
             ("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard", "inv1"),
-            (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1),
-            reals=1,
+            (comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard, inv1), reals=1,
             masks=2,
         )
         for block in call.blocks():
@@ -1082,14 +764,10 @@ def _dp_legacy_ratio_block(out, r0, m0, m1, comm_d_non_exp, d, device_intra_node
 
 
 dp_legacy_ratio.kernel = _runtime.Kernel(
-    _dp_legacy_ratio_block,
-    reals=1,
-    masks=2,
+    _dp_legacy_ratio_block, reals=1, masks=2,
     arguments=("comm_d_non_exp", "d", "device_intra_node_num", "ep", "n_exp", "os_max_shard"),
-    passed=("inv1",),
-    invariants=_dp_legacy_ratio_invariants,
-    widened=("device_intra_node_num", "n_exp"),
-    quiet=True,
+    passed=("inv1",), invariants=_dp_legacy_ratio_invariants,
+    widened=("device_intra_node_num", "n_exp"), quiet=True,
 )
 
 
@@ -1097,22 +775,8 @@ def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
     """nccl-tests size S of the step's DP gradient all-reduce: the stage's non-expert gradients on
     this TP rank (one call per step; buckets split it without changing the bytes).
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_all_reduce_msg_bytes``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, bytes_grad, n_layers_stage, t))
@@ -1122,11 +786,8 @@ def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         out = P_ne*bytes_grad*n_layers_stage/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
     call = _runtime.Call(
-        "dp_all_reduce_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
-        (P_ne, bytes_grad, n_layers_stage, t),
-        reals=0,
-        masks=0,
+        "dp_all_reduce_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        (P_ne, bytes_grad, n_layers_stage, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_all_reduce_msg_bytes_block(*block)
@@ -1142,13 +803,8 @@ def _dp_all_reduce_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, t):
 
 
 dp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
-    _dp_all_reduce_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_all_reduce_msg_bytes_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -1156,23 +812,8 @@ dp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
 def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
     """Bytes one rank sends per step for the DP gradient all-reduce.
 
-    Closed form::
-
-        2*P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_all_reduce_step_bytes``.
     Source: ring all-reduce: 2(d - 1)/d of S
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        d: data-parallel degree [ranks].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((P_ne, bytes_grad, d, n_layers_stage, t))
@@ -1183,11 +824,8 @@ def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, d, n_layers_stage, t))
     (inv0,) = _dp_all_reduce_step_bytes_invariants(bytes_grad)
     call = _runtime.Call(
-        "dp_all_reduce_step_bytes",
-        ("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "inv0"),
-        (P_ne, bytes_grad, d, n_layers_stage, t, inv0),
-        reals=1,
-        masks=0,
+        "dp_all_reduce_step_bytes", ("P_ne", "bytes_grad", "d", "n_layers_stage", "t", "inv0"),
+        (P_ne, bytes_grad, d, n_layers_stage, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_all_reduce_step_bytes_block(*block)
@@ -1216,14 +854,9 @@ def _dp_all_reduce_step_bytes_block(out, r0, P_ne, bytes_grad, d, n_layers_stage
 
 
 dp_all_reduce_step_bytes.kernel = _runtime.Kernel(
-    _dp_all_reduce_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t"),
-    passed=("inv0",),
-    invariants=_dp_all_reduce_step_bytes_invariants,
-    widened=("bytes_grad",),
-    quiet=False,
+    _dp_all_reduce_step_bytes_block, reals=1, masks=0,
+    arguments=("P_ne", "bytes_grad", "d", "n_layers_stage", "t"), passed=("inv0",),
+    invariants=_dp_all_reduce_step_bytes_invariants, widened=("bytes_grad",), quiet=False,
 )
 
 
@@ -1231,22 +864,8 @@ def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
     """nccl-tests size S of the step's gradient reduce-scatter under ZeRO-1/2 or a distributed
     optimizer.
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_zero_reduce_scatter_msg_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, bytes_grad, n_layers_stage, t))
@@ -1256,11 +875,8 @@ def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         out = P_ne*bytes_grad*n_layers_stage/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
     call = _runtime.Call(
-        "dp_zero_reduce_scatter_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
-        (P_ne, bytes_grad, n_layers_stage, t),
-        reals=0,
-        masks=0,
+        "dp_zero_reduce_scatter_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        (P_ne, bytes_grad, n_layers_stage, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_zero_reduce_scatter_msg_bytes_block(*block)
@@ -1276,13 +892,8 @@ def _dp_zero_reduce_scatter_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stag
 
 
 dp_zero_reduce_scatter_msg_bytes.kernel = _runtime.Kernel(
-    _dp_zero_reduce_scatter_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_zero_reduce_scatter_msg_bytes_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -1291,22 +902,8 @@ def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
     """nccl-tests size S of the step's parameter all-gather after the sharded optimizer step
     (ZeRO-1/2).
 
-    Closed form::
-
-        P_ne*bytes_p*n_layers_stage/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_zero_all_gather_msg_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, bytes_p, n_layers_stage, t))
@@ -1316,11 +913,8 @@ def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
         out = P_ne*bytes_p*n_layers_stage/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_p, n_layers_stage, t))
     call = _runtime.Call(
-        "dp_zero_all_gather_msg_bytes",
-        ("P_ne", "bytes_p", "n_layers_stage", "t"),
-        (P_ne, bytes_p, n_layers_stage, t),
-        reals=0,
-        masks=0,
+        "dp_zero_all_gather_msg_bytes", ("P_ne", "bytes_p", "n_layers_stage", "t"),
+        (P_ne, bytes_p, n_layers_stage, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_zero_all_gather_msg_bytes_block(*block)
@@ -1336,13 +930,8 @@ def _dp_zero_all_gather_msg_bytes_block(out, P_ne, bytes_p, n_layers_stage, t):
 
 
 dp_zero_all_gather_msg_bytes.kernel = _runtime.Kernel(
-    _dp_zero_all_gather_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_zero_all_gather_msg_bytes_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -1350,24 +939,8 @@ dp_zero_all_gather_msg_bytes.kernel = _runtime.Kernel(
 def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
     """Bytes one rank sends per step under ZeRO-1/2: one reduce-scatter, one all-gather.
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t) + P_ne*bytes_p*n_layers_stage*(d - 1)/(d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_zero_step_bytes``.
     Source: ZeRO Sec. 7: same volume as an all-reduce
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((P_ne, bytes_grad, bytes_p, d, n_layers_stage, t))
@@ -1378,11 +951,8 @@ def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t))
     (inv0,) = _dp_zero_step_bytes_invariants(bytes_grad, bytes_p)
     call = _runtime.Call(
-        "dp_zero_step_bytes",
-        ("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t", "inv0"),
-        (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t, inv0),
-        reals=1,
-        masks=0,
+        "dp_zero_step_bytes", ("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t", "inv0"),
+        (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_zero_step_bytes_block(*block)
@@ -1411,14 +981,9 @@ def _dp_zero_step_bytes_block(out, r0, P_ne, bytes_grad, bytes_p, d, n_layers_st
 
 
 dp_zero_step_bytes.kernel = _runtime.Kernel(
-    _dp_zero_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t"),
-    passed=("inv0",),
-    invariants=_dp_zero_step_bytes_invariants,
-    widened=("bytes_grad", "bytes_p"),
-    quiet=False,
+    _dp_zero_step_bytes_block, reals=1, masks=0,
+    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t"), passed=("inv0",),
+    invariants=_dp_zero_step_bytes_invariants, widened=("bytes_grad", "bytes_p"), quiet=False,
 )
 
 
@@ -1426,20 +991,9 @@ def dp_zero3_all_gather_calls_count(*, m):
     """Parameter all-gathers per rank per step under ZeRO-3 / FSDP: forward and backward of every
     micro-batch.
 
-    Closed form::
-
-        2*m
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_zero3_all_gather_calls_count``.
     Source: ZeRO Sec. 7 (P_os+g+p: 1.5x the all-reduce volume per step with one micro-batch); Zhao
     et al. 2023 FSDP (arXiv:2304.11277)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((m,))
@@ -1448,13 +1002,7 @@ def dp_zero3_all_gather_calls_count(*, m):
         (m,) = _runtime.floats(xp, (m,))
         out = 2*m
         return _runtime.broadcast(xp, out, (m,))
-    call = _runtime.Call(
-        "dp_zero3_all_gather_calls_count",
-        ("m",),
-        (m,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_zero3_all_gather_calls_count", ("m",), (m,), reals=0, masks=0)
     for block in call.blocks():
         _dp_zero3_all_gather_calls_count_block(*block)
     return call.out
@@ -1467,14 +1015,8 @@ def _dp_zero3_all_gather_calls_count_block(out, m):
 
 
 dp_zero3_all_gather_calls_count.kernel = _runtime.Kernel(
-    _dp_zero3_all_gather_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_zero3_all_gather_calls_count_block, reals=0, masks=0, arguments=("m",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1482,25 +1024,8 @@ def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
     """Bytes one rank sends per step under ZeRO-3 / FSDP: 2m parameter all-gathers, one gradient
     reduce-scatter.
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t) + 2*P_ne*bytes_p*m*n_layers_stage*(d - 1)/(d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_zero3_step_bytes``.
     Source: ZeRO Sec. 7; FSDP (arXiv:2304.11277)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t))
@@ -1513,9 +1038,7 @@ def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
     call = _runtime.Call(
         "dp_zero3_step_bytes",
         ("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t", "inv0"),
-        (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t, inv0),
-        reals=1,
-        masks=0,
+        (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_zero3_step_bytes_block(*block)
@@ -1546,14 +1069,9 @@ def _dp_zero3_step_bytes_block(out, r0, P_ne, bytes_grad, bytes_p, d, m, n_layer
 
 
 dp_zero3_step_bytes.kernel = _runtime.Kernel(
-    _dp_zero3_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t"),
-    passed=("inv0",),
-    invariants=_dp_zero3_step_bytes_invariants,
-    widened=("bytes_p",),
-    quiet=False,
+    _dp_zero3_step_bytes_block, reals=1, masks=0,
+    arguments=("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t"), passed=("inv0",),
+    invariants=_dp_zero3_step_bytes_invariants, widened=("bytes_p",), quiet=False,
 )
 
 
@@ -1561,23 +1079,8 @@ def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t
     """nccl-tests size S of the step's expert-gradient all-reduce over the expert-data-parallel
     group (d_exp ranks): this rank's routed-expert gradients.
 
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_expert_all_reduce_msg_bytes``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
@@ -1589,9 +1092,7 @@ def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t
     call = _runtime.Call(
         "dp_expert_all_reduce_msg_bytes",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp),
-        reals=1,
-        masks=0,
+        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_msg_bytes_block(*block)
@@ -1608,38 +1109,17 @@ def _dp_expert_all_reduce_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_moe_la
 
 
 dp_expert_all_reduce_msg_bytes.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_msg_bytes_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp):
     """Bytes one rank sends per step for the expert-gradient all-reduce.
 
-    Closed form::
-
-        2*P_r*bytes_grad*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_expert_all_reduce_step_bytes``.
     Source: ring all-reduce: 2(d_exp - 1)/d_exp of S
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp))
@@ -1652,9 +1132,7 @@ def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_
     call = _runtime.Call(
         "dp_expert_all_reduce_step_bytes",
         ("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
-        (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, inv0),
-        reals=1,
-        masks=0,
+        (P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_step_bytes_block(*block)
@@ -1684,14 +1162,9 @@ def _dp_expert_all_reduce_step_bytes_block(out, r0, P_r, bytes_grad, d_exp, ep, 
 
 
 dp_expert_all_reduce_step_bytes.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_all_reduce_step_bytes_invariants,
-    widened=("bytes_grad",),
-    quiet=False,
+    _dp_expert_all_reduce_step_bytes_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "d_exp", "ep", "n_moe_layers_stage", "t_exp"), passed=("inv0",),
+    invariants=_dp_expert_all_reduce_step_bytes_invariants, widened=("bytes_grad",), quiet=False,
 )
 
 
@@ -1699,25 +1172,8 @@ def dp_all_reduce_stage_calls_count(*, cp, d, grad_shard_as_params, zero2_non_ex
     """Calls per rank per step of the stage's DP gradient all-reduce when nothing is sharded (one
     per step), for the pipeline stage.
 
-    Closed form::
-
-        (1 - grad_shard_as_params)*(-zero2_non_exp - zero3_non_exp + 1)*Piecewise((0, cp*d < 3/2),
-        (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_all_reduce_stage_calls_count``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((cp, d, grad_shard_as_params, zero2_non_exp, zero3_non_exp))
@@ -1733,9 +1189,7 @@ def dp_all_reduce_stage_calls_count(*, cp, d, grad_shard_as_params, zero2_non_ex
         call = _runtime.Call(
             "dp_all_reduce_stage_calls_count",
             ("cp", "d", "grad_shard_as_params", "zero2_non_exp", "zero3_non_exp", "inv0"),
-            (cp, d, grad_shard_as_params, zero2_non_exp, zero3_non_exp, inv0),
-            reals=2,
-            masks=1,
+            (cp, d, grad_shard_as_params, zero2_non_exp, zero3_non_exp, inv0), reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_all_reduce_stage_calls_count_block(*block)
@@ -1766,14 +1220,10 @@ def _dp_all_reduce_stage_calls_count_block(out, r0, r1, m0, cp, d, grad_shard_as
 
 
 dp_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_calls_count_block,
-    reals=2,
-    masks=1,
+    _dp_all_reduce_stage_calls_count_block, reals=2, masks=1,
     arguments=("cp", "d", "grad_shard_as_params", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0",),
-    invariants=_dp_all_reduce_stage_calls_count_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("inv0",), invariants=_dp_all_reduce_stage_calls_count_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -1781,22 +1231,8 @@ def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
     """nccl-tests size S of one call of the stage's DP gradient all-reduce when nothing is sharded
     (one per step).
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_all_reduce_stage_msg_bytes``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, bytes_grad, n_layers_stage, t))
@@ -1806,11 +1242,8 @@ def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         out = P_ne*bytes_grad*n_layers_stage/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
     call = _runtime.Call(
-        "dp_all_reduce_stage_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
-        (P_ne, bytes_grad, n_layers_stage, t),
-        reals=0,
-        masks=0,
+        "dp_all_reduce_stage_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        (P_ne, bytes_grad, n_layers_stage, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_all_reduce_stage_msg_bytes_block(*block)
@@ -1826,13 +1259,8 @@ def _dp_all_reduce_stage_msg_bytes_block(out, P_ne, bytes_grad, n_layers_stage, 
 
 
 dp_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_all_reduce_stage_msg_bytes_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -1841,29 +1269,8 @@ def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, cp, d, grad_shard_as_par
     """Bytes one rank sends per step for the stage's DP gradient all-reduce when nothing is sharded
     (one per step), for the pipeline stage (calls x the collective's share of S).
 
-    Closed form::
-
-        2*P_ne*bytes_grad*n_layers_stage*(1 - grad_shard_as_params)*(cp*d - 1)*(-zero2_non_exp -
-        zero3_non_exp + 1)*Piecewise((0, cp*d < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_all_reduce_stage_step_bytes``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((P_ne, bytes_grad, cp, d, grad_shard_as_params, n_layers_stage, t, zero2_non_exp, zero3_non_exp))
@@ -1881,8 +1288,7 @@ def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, cp, d, grad_shard_as_par
             "dp_all_reduce_stage_step_bytes",
             ("P_ne", "bytes_grad", "cp", "d", "grad_shard_as_params", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
             (P_ne, bytes_grad, cp, d, grad_shard_as_params, n_layers_stage, t, zero2_non_exp, zero3_non_exp, inv0),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_all_reduce_stage_step_bytes_block(*block)
@@ -1922,14 +1328,10 @@ def _dp_all_reduce_stage_step_bytes_block(out, r0, r1, m0, P_ne, bytes_grad, cp,
 
 
 dp_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_step_bytes_block,
-    reals=2,
-    masks=1,
+    _dp_all_reduce_stage_step_bytes_block, reals=2, masks=1,
     arguments=("P_ne", "bytes_grad", "cp", "d", "grad_shard_as_params", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0",),
-    invariants=_dp_all_reduce_stage_step_bytes_invariants,
-    widened=("bytes_grad", "grad_shard_as_params"),
-    quiet=True,
+    passed=("inv0",), invariants=_dp_all_reduce_stage_step_bytes_invariants,
+    widened=("bytes_grad", "grad_shard_as_params"), quiet=True,
 )
 
 
@@ -1938,20 +1340,8 @@ def dp_all_reduce_stage_ranks_count(*, cp, d):
     step) (the collective's n; seconds per step = calls x the time of one call of S bytes over these
     ranks, NCCL's pick: collective_all_reduce_*_time_s).
 
-    Closed form::
-
-        cp*d
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_all_reduce_stage_ranks_count``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp, d))
@@ -1960,13 +1350,7 @@ def dp_all_reduce_stage_ranks_count(*, cp, d):
         (cp, d) = _runtime.floats(xp, (cp, d))
         out = cp*d
         return _runtime.broadcast(xp, out, (cp, d))
-    call = _runtime.Call(
-        "dp_all_reduce_stage_ranks_count",
-        ("cp", "d"),
-        (cp, d),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_all_reduce_stage_ranks_count", ("cp", "d"), (cp, d), reals=0, masks=0)
     for block in call.blocks():
         _dp_all_reduce_stage_ranks_count_block(*block)
     return call.out
@@ -1979,14 +1363,8 @@ def _dp_all_reduce_stage_ranks_count_block(out, cp, d):
 
 
 dp_all_reduce_stage_ranks_count.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "d"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_reduce_stage_ranks_count_block, reals=0, masks=0, arguments=("cp", "d"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1995,29 +1373,11 @@ def dp_reduce_scatter_stage_calls_count(*, cp, d, grad_shard_as_params, m, zero2
     optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
     ZeRO-3 / FSDP), for the pipeline stage.
 
-    Closed form::
-
-        (m*(-(1 - grad_shard_as_params)*(1 - zero3_non_exp) + 1) + zero2_non_exp*(1 -
-        grad_shard_as_params))*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_reduce_scatter_stage_calls_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((cp, d, grad_shard_as_params, m, zero2_non_exp, zero3_non_exp))
@@ -2034,8 +1394,7 @@ def dp_reduce_scatter_stage_calls_count(*, cp, d, grad_shard_as_params, m, zero2
         call = _runtime.Call(
             "dp_reduce_scatter_stage_calls_count",
             ("cp", "d", "grad_shard_as_params", "m", "zero2_non_exp", "zero3_non_exp", "tmp0", "inv0"),
-            (cp, d, grad_shard_as_params, m, zero2_non_exp, zero3_non_exp, tmp0, inv0),
-            reals=2,
+            (cp, d, grad_shard_as_params, m, zero2_non_exp, zero3_non_exp, tmp0, inv0), reals=2,
             masks=1,
         )
         for block in call.blocks():
@@ -2073,14 +1432,10 @@ def _dp_reduce_scatter_stage_calls_count_block(out, r0, r1, m0, cp, d, grad_shar
 
 
 dp_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_calls_count_block,
-    reals=2,
-    masks=1,
+    _dp_reduce_scatter_stage_calls_count_block, reals=2, masks=1,
     arguments=("cp", "d", "grad_shard_as_params", "m", "zero2_non_exp", "zero3_non_exp"),
-    passed=("tmp0", "inv0"),
-    invariants=_dp_reduce_scatter_stage_calls_count_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("tmp0", "inv0"), invariants=_dp_reduce_scatter_stage_calls_count_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -2089,25 +1444,11 @@ def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
     the optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
     ZeRO-3 / FSDP).
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_reduce_scatter_stage_msg_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, bytes_grad, n_layers_stage, t))
@@ -2117,11 +1458,8 @@ def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
         out = P_ne*bytes_grad*n_layers_stage/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
     call = _runtime.Call(
-        "dp_reduce_scatter_stage_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
-        (P_ne, bytes_grad, n_layers_stage, t),
-        reals=0,
-        masks=0,
+        "dp_reduce_scatter_stage_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        (P_ne, bytes_grad, n_layers_stage, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_reduce_scatter_stage_msg_bytes_block(*block)
@@ -2137,13 +1475,8 @@ def _dp_reduce_scatter_stage_msg_bytes_block(out, P_ne, bytes_grad, n_layers_sta
 
 
 dp_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_reduce_scatter_stage_msg_bytes_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -2153,34 +1486,11 @@ def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, cp, d, grad_shard_as
     the optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
     ZeRO-3 / FSDP), for the pipeline stage (calls x the collective's share of S).
 
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage*(cp*d - 1)*(m*(-(1 - grad_shard_as_params)*(1 -
-        zero3_non_exp) + 1) + zero2_non_exp*(1 - grad_shard_as_params))*Piecewise((0, cp*d < 3/2),
-        (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_reduce_scatter_stage_step_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((P_ne, bytes_grad, cp, d, grad_shard_as_params, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp))
@@ -2199,8 +1509,7 @@ def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, cp, d, grad_shard_as
             "dp_reduce_scatter_stage_step_bytes",
             ("P_ne", "bytes_grad", "cp", "d", "grad_shard_as_params", "m", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp", "tmp1", "inv0"),
             (P_ne, bytes_grad, cp, d, grad_shard_as_params, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp, tmp1, inv0),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_reduce_scatter_stage_step_bytes_block(*block)
@@ -2246,14 +1555,10 @@ def _dp_reduce_scatter_stage_step_bytes_block(out, r0, r1, r2, m0, P_ne, bytes_g
 
 
 dp_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_step_bytes_block,
-    reals=3,
-    masks=1,
+    _dp_reduce_scatter_stage_step_bytes_block, reals=3, masks=1,
     arguments=("P_ne", "bytes_grad", "cp", "d", "grad_shard_as_params", "m", "n_layers_stage", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("tmp1", "inv0"),
-    invariants=_dp_reduce_scatter_stage_step_bytes_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("tmp1", "inv0"), invariants=_dp_reduce_scatter_stage_step_bytes_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -2263,23 +1568,11 @@ def dp_reduce_scatter_stage_ranks_count(*, cp, d):
     ZeRO-3 / FSDP) (the collective's n; seconds per step = calls x the time of one call of S bytes
     over these ranks, NCCL's pick: collective_reduce_scatter_*_time_s).
 
-    Closed form::
-
-        cp*d
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_reduce_scatter_stage_ranks_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp, d))
@@ -2289,11 +1582,7 @@ def dp_reduce_scatter_stage_ranks_count(*, cp, d):
         out = cp*d
         return _runtime.broadcast(xp, out, (cp, d))
     call = _runtime.Call(
-        "dp_reduce_scatter_stage_ranks_count",
-        ("cp", "d"),
-        (cp, d),
-        reals=0,
-        masks=0,
+        "dp_reduce_scatter_stage_ranks_count", ("cp", "d"), (cp, d), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_reduce_scatter_stage_ranks_count_block(*block)
@@ -2307,14 +1596,8 @@ def _dp_reduce_scatter_stage_ranks_count_block(out, cp, d):
 
 
 dp_reduce_scatter_stage_ranks_count.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "d"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_reduce_scatter_stage_ranks_count_block, reals=0, masks=0, arguments=("cp", "d"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -2323,30 +1606,11 @@ def dp_all_gather_stage_calls_count(*, cp, d, grad_shard_as_params, m, reshards,
     optimizer (ZeRO-1/2); under FSDP the forward and backward of every micro-batch (resharding), or
     one per step (the weights kept), for the pipeline stage.
 
-    Closed form::
-
-        (grad_shard_as_params*(2*m*reshards - reshards + 1) + (1 -
-        grad_shard_as_params)*(zero2_non_exp + zero3_non_exp))*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_all_gather_stage_calls_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((cp, d, grad_shard_as_params, m, reshards, zero2_non_exp, zero3_non_exp))
@@ -2363,8 +1627,7 @@ def dp_all_gather_stage_calls_count(*, cp, d, grad_shard_as_params, m, reshards,
             "dp_all_gather_stage_calls_count",
             ("cp", "d", "grad_shard_as_params", "m", "reshards", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
             (cp, d, grad_shard_as_params, m, reshards, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_all_gather_stage_calls_count_block(*block)
@@ -2403,14 +1666,10 @@ def _dp_all_gather_stage_calls_count_block(out, r0, r1, m0, cp, d, grad_shard_as
 
 
 dp_all_gather_stage_calls_count.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_calls_count_block,
-    reals=2,
-    masks=1,
+    _dp_all_gather_stage_calls_count_block, reals=2, masks=1,
     arguments=("cp", "d", "grad_shard_as_params", "m", "reshards", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_dp_all_gather_stage_calls_count_invariants,
-    widened=("grad_shard_as_params", "reshards"),
-    quiet=True,
+    passed=("inv0", "inv1", "inv2"), invariants=_dp_all_gather_stage_calls_count_invariants,
+    widened=("grad_shard_as_params", "reshards"), quiet=True,
 )
 
 
@@ -2419,25 +1678,11 @@ def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
     sharded optimizer (ZeRO-1/2); under FSDP the forward and backward of every micro-batch
     (resharding), or one per step (the weights kept).
 
-    Closed form::
-
-        P_ne*bytes_p*n_layers_stage/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_all_gather_stage_msg_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_ne, bytes_p, n_layers_stage, t))
@@ -2447,11 +1692,8 @@ def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
         out = P_ne*bytes_p*n_layers_stage/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_p, n_layers_stage, t))
     call = _runtime.Call(
-        "dp_all_gather_stage_msg_bytes",
-        ("P_ne", "bytes_p", "n_layers_stage", "t"),
-        (P_ne, bytes_p, n_layers_stage, t),
-        reals=0,
-        masks=0,
+        "dp_all_gather_stage_msg_bytes", ("P_ne", "bytes_p", "n_layers_stage", "t"),
+        (P_ne, bytes_p, n_layers_stage, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_all_gather_stage_msg_bytes_block(*block)
@@ -2467,13 +1709,8 @@ def _dp_all_gather_stage_msg_bytes_block(out, P_ne, bytes_p, n_layers_stage, t):
 
 
 dp_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_all_gather_stage_msg_bytes_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -2484,35 +1721,11 @@ def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, cp, d, grad_shard_as_params
     (resharding), or one per step (the weights kept), for the pipeline stage (calls x the
     collective's share of S).
 
-    Closed form::
-
-        P_ne*bytes_p*n_layers_stage*(cp*d - 1)*(grad_shard_as_params*(2*m*reshards - reshards + 1) +
-        (1 - grad_shard_as_params)*(zero2_non_exp + zero3_non_exp))*Piecewise((0, cp*d < 3/2), (1,
-        True))/(cp*d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_all_gather_stage_step_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((P_ne, bytes_p, cp, d, grad_shard_as_params, m, n_layers_stage, reshards, t, zero2_non_exp, zero3_non_exp))
@@ -2530,8 +1743,7 @@ def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, cp, d, grad_shard_as_params
             "dp_all_gather_stage_step_bytes",
             ("P_ne", "bytes_p", "cp", "d", "grad_shard_as_params", "m", "n_layers_stage", "reshards", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1", "inv2"),
             (P_ne, bytes_p, cp, d, grad_shard_as_params, m, n_layers_stage, reshards, t, zero2_non_exp, zero3_non_exp, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_all_gather_stage_step_bytes_block(*block)
@@ -2579,14 +1791,10 @@ def _dp_all_gather_stage_step_bytes_block(out, r0, r1, r2, m0, P_ne, bytes_p, cp
 
 
 dp_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_step_bytes_block,
-    reals=3,
-    masks=1,
+    _dp_all_gather_stage_step_bytes_block, reals=3, masks=1,
     arguments=("P_ne", "bytes_p", "cp", "d", "grad_shard_as_params", "m", "n_layers_stage", "reshards", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_dp_all_gather_stage_step_bytes_invariants,
-    widened=("grad_shard_as_params", "reshards"),
-    quiet=True,
+    passed=("inv0", "inv1", "inv2"), invariants=_dp_all_gather_stage_step_bytes_invariants,
+    widened=("grad_shard_as_params", "reshards"), quiet=True,
 )
 
 
@@ -2596,23 +1804,11 @@ def dp_all_gather_stage_ranks_count(*, cp, d):
     one per step (the weights kept) (the collective's n; seconds per step = calls x the time of one
     call of S bytes over these ranks, NCCL's pick: collective_all_gather_*_time_s).
 
-    Closed form::
-
-        cp*d
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#dp_all_gather_stage_ranks_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp, d))
@@ -2621,13 +1817,7 @@ def dp_all_gather_stage_ranks_count(*, cp, d):
         (cp, d) = _runtime.floats(xp, (cp, d))
         out = cp*d
         return _runtime.broadcast(xp, out, (cp, d))
-    call = _runtime.Call(
-        "dp_all_gather_stage_ranks_count",
-        ("cp", "d"),
-        (cp, d),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_all_gather_stage_ranks_count", ("cp", "d"), (cp, d), reals=0, masks=0)
     for block in call.blocks():
         _dp_all_gather_stage_ranks_count_block(*block)
     return call.out
@@ -2640,14 +1830,8 @@ def _dp_all_gather_stage_ranks_count_block(out, cp, d):
 
 
 dp_all_gather_stage_ranks_count.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "d"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_gather_stage_ranks_count_block, reals=0, masks=0, arguments=("cp", "d"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -2655,32 +1839,9 @@ def dp_expert_all_reduce_stage_calls_count(*, P_r, bytes_grad, cp, d, ep, grad_s
     """Calls per rank per step of the stage's routed-expert gradient all-reduce over the expert
     data-parallel group when nothing is sharded (none in a dense model), for the pipeline stage.
 
-    Closed form::
-
-        (1 - grad_shard_as_params)*(-zero2_exp - zero3_exp + 1)*Piecewise((0,
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0,
-        cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_calls_count``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp))
@@ -2698,8 +1859,7 @@ def dp_expert_all_reduce_stage_calls_count(*, P_r, bytes_grad, cp, d, ep, grad_s
             "dp_expert_all_reduce_stage_calls_count",
             ("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp", "inv0"),
             (P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp, inv0),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_expert_all_reduce_stage_calls_count_block(*block)
@@ -2744,14 +1904,10 @@ def _dp_expert_all_reduce_stage_calls_count_block(out, r0, r1, r2, m0, P_r, byte
 
 
 dp_expert_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_calls_count_block,
-    reals=3,
-    masks=1,
+    _dp_expert_all_reduce_stage_calls_count_block, reals=3, masks=1,
     arguments=("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_all_reduce_stage_calls_count_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("inv0",), invariants=_dp_expert_all_reduce_stage_calls_count_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -2759,23 +1915,8 @@ def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_st
     """nccl-tests size S of one call of the stage's routed-expert gradient all-reduce over the
     expert data-parallel group when nothing is sharded (none in a dense model).
 
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_expert_all_reduce_stage_msg_bytes``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
@@ -2787,9 +1928,7 @@ def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_st
     call = _runtime.Call(
         "dp_expert_all_reduce_stage_msg_bytes",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp),
-        reals=1,
-        masks=0,
+        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_msg_bytes_block(*block)
@@ -2806,14 +1945,9 @@ def _dp_expert_all_reduce_stage_msg_bytes_block(out, r0, P_r, bytes_grad, ep, n_
 
 
 dp_expert_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -2822,32 +1956,9 @@ def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, cp, d, ep, grad_sh
     expert data-parallel group when nothing is sharded (none in a dense model), for the pipeline
     stage (calls x the collective's share of S).
 
-    Closed form::
-
-        2*P_r*bytes_grad*n_moe_layers_stage*(1 - grad_shard_as_params)*(cp*d*t/(ep*t_exp) -
-        1)*(-zero2_exp - zero3_exp + 1)*Piecewise((0, P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        <= 0), (1, True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_step_bytes``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 25.
     xp = _runtime.namespace((P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp))
@@ -2867,8 +1978,7 @@ def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, cp, d, ep, grad_sh
             "dp_expert_all_reduce_stage_step_bytes",
             ("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp", "inv0"),
             (P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp, inv0),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _dp_expert_all_reduce_stage_step_bytes_block(*block)
@@ -2921,14 +2031,10 @@ def _dp_expert_all_reduce_stage_step_bytes_block(out, r0, r1, r2, r3, r4, m0, P_
 
 
 dp_expert_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_step_bytes_block,
-    reals=5,
-    masks=1,
+    _dp_expert_all_reduce_stage_step_bytes_block, reals=5, masks=1,
     arguments=("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_all_reduce_stage_step_bytes_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("inv0",), invariants=_dp_expert_all_reduce_stage_step_bytes_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -2938,23 +2044,9 @@ def dp_expert_all_reduce_stage_ranks_count(*, cp, d, ep, t, t_exp):
     per step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
     collective_all_reduce_*_time_s).
 
-    Closed form::
-
-        cp*d*t/(ep*t_exp)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_ranks_count``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, d, ep, t, t_exp))
@@ -2964,11 +2056,8 @@ def dp_expert_all_reduce_stage_ranks_count(*, cp, d, ep, t, t_exp):
         out = cp*d*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_reduce_stage_ranks_count",
-        ("cp", "d", "ep", "t", "t_exp"),
-        (cp, d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_reduce_stage_ranks_count", ("cp", "d", "ep", "t", "t_exp"),
+        (cp, d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_ranks_count_block(*block)
@@ -2985,14 +2074,8 @@ def _dp_expert_all_reduce_stage_ranks_count_block(out, r0, cp, d, ep, t, t_exp):
 
 
 dp_expert_all_reduce_stage_ranks_count.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_ranks_count_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_stage_ranks_count_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3000,36 +2083,12 @@ def dp_expert_reduce_scatter_stage_calls_count(*, P_r, bytes_grad, cp, d, ep, gr
     """Calls per rank per step of the stage's routed-expert gradient reduce-scatters over the expert
     data-parallel group, as the dense ones (none in a dense model), for the pipeline stage.
 
-    Closed form::
-
-        (m*(-(1 - grad_shard_as_params)*(1 - zero3_exp) + 1) + zero2_exp*(1 -
-        grad_shard_as_params))*Piecewise((0, P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1,
-        True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_calls_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((P_r, bytes_grad, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp))
@@ -3048,8 +2107,7 @@ def dp_expert_reduce_scatter_stage_calls_count(*, P_r, bytes_grad, cp, d, ep, gr
             "dp_expert_reduce_scatter_stage_calls_count",
             ("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp", "tmp1", "inv0"),
             (P_r, bytes_grad, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp, tmp1, inv0),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_expert_reduce_scatter_stage_calls_count_block(*block)
@@ -3099,14 +2157,10 @@ def _dp_expert_reduce_scatter_stage_calls_count_block(out, r0, r1, r2, m0, P_r, 
 
 
 dp_expert_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_calls_count_block,
-    reals=3,
-    masks=1,
+    _dp_expert_reduce_scatter_stage_calls_count_block, reals=3, masks=1,
     arguments=("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp"),
-    passed=("tmp1", "inv0"),
-    invariants=_dp_expert_reduce_scatter_stage_calls_count_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("tmp1", "inv0"), invariants=_dp_expert_reduce_scatter_stage_calls_count_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -3114,26 +2168,12 @@ def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layer
     """nccl-tests size S of one call of the stage's routed-expert gradient reduce-scatters over the
     expert data-parallel group, as the dense ones (none in a dense model).
 
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_msg_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
@@ -3145,9 +2185,7 @@ def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layer
     call = _runtime.Call(
         "dp_expert_reduce_scatter_stage_msg_bytes",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp),
-        reals=1,
-        masks=0,
+        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_msg_bytes_block(*block)
@@ -3164,14 +2202,9 @@ def _dp_expert_reduce_scatter_stage_msg_bytes_block(out, r0, P_r, bytes_grad, ep
 
 
 dp_expert_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_reduce_scatter_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3180,37 +2213,12 @@ def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, cp, d, ep, gra
     expert data-parallel group, as the dense ones (none in a dense model), for the pipeline stage
     (calls x the collective's share of S).
 
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage*(m*(-(1 - grad_shard_as_params)*(1 - zero3_exp) + 1) +
-        zero2_exp*(1 - grad_shard_as_params))*(cp*d*t/(ep*t_exp) - 1)*Piecewise((0,
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0,
-        cp*d*t/(ep*t_exp) < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_step_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((P_r, bytes_grad, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp))
@@ -3231,8 +2239,7 @@ def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, cp, d, ep, gra
             "dp_expert_reduce_scatter_stage_step_bytes",
             ("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "inv0"),
             (P_r, bytes_grad, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp, tmp2, inv0),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _dp_expert_reduce_scatter_stage_step_bytes_block(*block)
@@ -3290,14 +2297,10 @@ def _dp_expert_reduce_scatter_stage_step_bytes_block(out, r0, r1, r2, r3, r4, m0
 
 
 dp_expert_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_step_bytes_block,
-    reals=5,
-    masks=1,
+    _dp_expert_reduce_scatter_stage_step_bytes_block, reals=5, masks=1,
     arguments=("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "t", "t_exp", "zero2_exp", "zero3_exp"),
-    passed=("tmp2", "inv0"),
-    invariants=_dp_expert_reduce_scatter_stage_step_bytes_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("tmp2", "inv0"), invariants=_dp_expert_reduce_scatter_stage_step_bytes_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -3307,26 +2310,12 @@ def dp_expert_reduce_scatter_stage_ranks_count(*, cp, d, ep, t, t_exp):
     step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
     collective_reduce_scatter_*_time_s).
 
-    Closed form::
-
-        cp*d*t/(ep*t_exp)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_ranks_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, d, ep, t, t_exp))
@@ -3336,11 +2325,8 @@ def dp_expert_reduce_scatter_stage_ranks_count(*, cp, d, ep, t, t_exp):
         out = cp*d*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_reduce_scatter_stage_ranks_count",
-        ("cp", "d", "ep", "t", "t_exp"),
-        (cp, d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_reduce_scatter_stage_ranks_count", ("cp", "d", "ep", "t", "t_exp"),
+        (cp, d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_ranks_count_block(*block)
@@ -3357,14 +2343,8 @@ def _dp_expert_reduce_scatter_stage_ranks_count_block(out, r0, cp, d, ep, t, t_e
 
 
 dp_expert_reduce_scatter_stage_ranks_count.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_ranks_count_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_reduce_scatter_stage_ranks_count_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3372,37 +2352,12 @@ def dp_expert_all_gather_stage_calls_count(*, P_r, bytes_p, cp, d, ep, grad_shar
     """Calls per rank per step of the stage's routed-expert weight all-gathers over the expert
     data-parallel group, as the dense ones (none in a dense model), for the pipeline stage.
 
-    Closed form::
-
-        (grad_shard_as_params*(2*m*reshards - reshards + 1) + (1 - grad_shard_as_params)*(zero2_exp
-        + zero3_exp))*Piecewise((0, P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) <= 0), (1,
-        True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_calls_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((P_r, bytes_p, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, reshards, t, t_exp, zero2_exp, zero3_exp))
@@ -3420,8 +2375,7 @@ def dp_expert_all_gather_stage_calls_count(*, P_r, bytes_p, cp, d, ep, grad_shar
             "dp_expert_all_gather_stage_calls_count",
             ("P_r", "bytes_p", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "reshards", "t", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2"),
             (P_r, bytes_p, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, reshards, t, t_exp, zero2_exp, zero3_exp, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_expert_all_gather_stage_calls_count_block(*block)
@@ -3473,14 +2427,10 @@ def _dp_expert_all_gather_stage_calls_count_block(out, r0, r1, r2, m0, P_r, byte
 
 
 dp_expert_all_gather_stage_calls_count.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_calls_count_block,
-    reals=3,
-    masks=1,
+    _dp_expert_all_gather_stage_calls_count_block, reals=3, masks=1,
     arguments=("P_r", "bytes_p", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "reshards", "t", "t_exp", "zero2_exp", "zero3_exp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_dp_expert_all_gather_stage_calls_count_invariants,
-    widened=("grad_shard_as_params", "reshards"),
-    quiet=True,
+    passed=("inv0", "inv1", "inv2"), invariants=_dp_expert_all_gather_stage_calls_count_invariants,
+    widened=("grad_shard_as_params", "reshards"), quiet=True,
 )
 
 
@@ -3488,26 +2438,11 @@ def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage
     """nccl-tests size S of one call of the stage's routed-expert weight all-gathers over the expert
     data-parallel group, as the dense ones (none in a dense model).
 
-    Closed form::
-
-        P_r*bytes_p*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#dp_expert_all_gather_stage_msg_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_r, bytes_p, ep, n_moe_layers_stage, t_exp))
@@ -3519,9 +2454,7 @@ def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage
     call = _runtime.Call(
         "dp_expert_all_gather_stage_msg_bytes",
         ("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"),
-        (P_r, bytes_p, ep, n_moe_layers_stage, t_exp),
-        reals=1,
-        masks=0,
+        (P_r, bytes_p, ep, n_moe_layers_stage, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_msg_bytes_block(*block)
@@ -3538,14 +2471,9 @@ def _dp_expert_all_gather_stage_msg_bytes_block(out, r0, P_r, bytes_p, ep, n_moe
 
 
 dp_expert_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_gather_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
@@ -3554,38 +2482,12 @@ def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, cp, d, ep, grad_shard
     expert data-parallel group, as the dense ones (none in a dense model), for the pipeline stage
     (calls x the collective's share of S).
 
-    Closed form::
-
-        P_r*bytes_p*n_moe_layers_stage*(grad_shard_as_params*(2*m*reshards - reshards + 1) + (1 -
-        grad_shard_as_params)*(zero2_exp + zero3_exp))*(cp*d*t/(ep*t_exp) - 1)*Piecewise((0,
-        P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0, cp*d*t/(ep*t_exp)
-        < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_step_bytes``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((P_r, bytes_p, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, reshards, t, t_exp, zero2_exp, zero3_exp))
@@ -3605,8 +2507,7 @@ def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, cp, d, ep, grad_shard
             "dp_expert_all_gather_stage_step_bytes",
             ("P_r", "bytes_p", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "reshards", "t", "t_exp", "zero2_exp", "zero3_exp", "inv0", "inv1", "inv2"),
             (P_r, bytes_p, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, reshards, t, t_exp, zero2_exp, zero3_exp, inv0, inv1, inv2),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _dp_expert_all_gather_stage_step_bytes_block(*block)
@@ -3666,14 +2567,10 @@ def _dp_expert_all_gather_stage_step_bytes_block(out, r0, r1, r2, r3, r4, m0, P_
 
 
 dp_expert_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_step_bytes_block,
-    reals=5,
-    masks=1,
+    _dp_expert_all_gather_stage_step_bytes_block, reals=5, masks=1,
     arguments=("P_r", "bytes_p", "cp", "d", "ep", "grad_shard_as_params", "m", "n_moe_layers_stage", "reshards", "t", "t_exp", "zero2_exp", "zero3_exp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_dp_expert_all_gather_stage_step_bytes_invariants,
-    widened=("grad_shard_as_params", "reshards"),
-    quiet=True,
+    passed=("inv0", "inv1", "inv2"), invariants=_dp_expert_all_gather_stage_step_bytes_invariants,
+    widened=("grad_shard_as_params", "reshards"), quiet=True,
 )
 
 
@@ -3683,26 +2580,12 @@ def dp_expert_all_gather_stage_ranks_count(*, cp, d, ep, t, t_exp):
     step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
     collective_all_gather_*_time_s).
 
-    Closed form::
-
-        cp*d*t/(ep*t_exp)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_ranks_count``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((cp, d, ep, t, t_exp))
@@ -3712,11 +2595,8 @@ def dp_expert_all_gather_stage_ranks_count(*, cp, d, ep, t, t_exp):
         out = cp*d*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_gather_stage_ranks_count",
-        ("cp", "d", "ep", "t", "t_exp"),
-        (cp, d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_gather_stage_ranks_count", ("cp", "d", "ep", "t", "t_exp"),
+        (cp, d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_ranks_count_block(*block)
@@ -3733,14 +2613,8 @@ def _dp_expert_all_gather_stage_ranks_count_block(out, r0, cp, d, ep, t, t_exp):
 
 
 dp_expert_all_gather_stage_ranks_count.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_ranks_count_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_gather_stage_ranks_count_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3749,22 +2623,9 @@ def dp_all_reduce_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
     t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -P_ne*bytes_grad*n_layers_stage/t**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_reduce_stage_msg_bytes__d_t``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_ne, bytes_grad, n_layers_stage, t))
@@ -3775,11 +2636,8 @@ def dp_all_reduce_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, n_layers_stage, t))
     (inv0,) = _dp_all_reduce_stage_msg_bytes__d_t_invariants(bytes_grad)
     call = _runtime.Call(
-        "dp_all_reduce_stage_msg_bytes__d_t",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t", "inv0"),
-        (P_ne, bytes_grad, n_layers_stage, t, inv0),
-        reals=1,
-        masks=0,
+        "dp_all_reduce_stage_msg_bytes__d_t", ("P_ne", "bytes_grad", "n_layers_stage", "t", "inv0"),
+        (P_ne, bytes_grad, n_layers_stage, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_all_reduce_stage_msg_bytes__d_t_block(*block)
@@ -3806,14 +2664,9 @@ def _dp_all_reduce_stage_msg_bytes__d_t_block(out, r0, P_ne, bytes_grad, n_layer
 
 
 dp_all_reduce_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
-    passed=("inv0",),
-    invariants=_dp_all_reduce_stage_msg_bytes__d_t_invariants,
-    widened=("bytes_grad",),
-    quiet=False,
+    _dp_all_reduce_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"), passed=("inv0",),
+    invariants=_dp_all_reduce_stage_msg_bytes__d_t_invariants, widened=("bytes_grad",), quiet=False,
 )
 
 
@@ -3822,21 +2675,9 @@ def dp_all_reduce_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
     per layers of n_layers_stage; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        P_ne*bytes_grad/t
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_reduce_stage_msg_bytes__d_n_layers_stage``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((P_ne, bytes_grad, t))
@@ -3846,11 +2687,8 @@ def dp_all_reduce_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
         out = P_ne*bytes_grad/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, t))
     call = _runtime.Call(
-        "dp_all_reduce_stage_msg_bytes__d_n_layers_stage",
-        ("P_ne", "bytes_grad", "t"),
-        (P_ne, bytes_grad, t),
-        reals=0,
-        masks=0,
+        "dp_all_reduce_stage_msg_bytes__d_n_layers_stage", ("P_ne", "bytes_grad", "t"),
+        (P_ne, bytes_grad, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block(*block)
@@ -3865,14 +2703,8 @@ def _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block(out, P_ne, bytes_grad
 
 
 dp_all_reduce_stage_msg_bytes__d_n_layers_stage.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_reduce_stage_msg_bytes__d_n_layers_stage_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_grad", "t"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3881,19 +2713,9 @@ def dp_all_reduce_stage_ranks_count__d_cp(*, d):
     of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        d
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_reduce_stage_ranks_count__d_cp``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((d,))
@@ -3902,13 +2724,7 @@ def dp_all_reduce_stage_ranks_count__d_cp(*, d):
         (d,) = _runtime.floats(xp, (d,))
         out = d
         return _runtime.broadcast(xp, out, (d,))
-    call = _runtime.Call(
-        "dp_all_reduce_stage_ranks_count__d_cp",
-        ("d",),
-        (d,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_all_reduce_stage_ranks_count__d_cp", ("d",), (d,), reals=0, masks=0)
     for block in call.blocks():
         _dp_all_reduce_stage_ranks_count__d_cp_block(*block)
     return call.out
@@ -3921,14 +2737,8 @@ def _dp_all_reduce_stage_ranks_count__d_cp_block(out, d):
 
 
 dp_all_reduce_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_ranks_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=("d",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_reduce_stage_ranks_count__d_cp_block, reals=0, masks=0, arguments=("d",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3937,19 +2747,9 @@ def dp_all_reduce_stage_ranks_count__d_d(*, cp):
     of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_reduce_stage_ranks_count__d_d``.
     Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp,))
@@ -3958,13 +2758,7 @@ def dp_all_reduce_stage_ranks_count__d_d(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = cp
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "dp_all_reduce_stage_ranks_count__d_d",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_all_reduce_stage_ranks_count__d_d", ("cp",), (cp,), reals=0, masks=0)
     for block in call.blocks():
         _dp_all_reduce_stage_ranks_count__d_d_block(*block)
     return call.out
@@ -3977,14 +2771,8 @@ def _dp_all_reduce_stage_ranks_count__d_d_block(out, cp):
 
 
 dp_all_reduce_stage_ranks_count__d_d.kernel = _runtime.Kernel(
-    _dp_all_reduce_stage_ranks_count__d_d_block,
-    reals=0,
-    masks=0,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_reduce_stage_ranks_count__d_d_block, reals=0, masks=0, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -3993,27 +2781,13 @@ def dp_reduce_scatter_stage_calls_count__d_m(*, cp, d, grad_shard_as_params, zer
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        (-(1 - grad_shard_as_params)*(1 - zero3_non_exp) + 1)*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_reduce_scatter_stage_calls_count__d_m``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((cp, d, grad_shard_as_params, zero3_non_exp))
@@ -4029,9 +2803,7 @@ def dp_reduce_scatter_stage_calls_count__d_m(*, cp, d, grad_shard_as_params, zer
         call = _runtime.Call(
             "dp_reduce_scatter_stage_calls_count__d_m",
             ("cp", "d", "grad_shard_as_params", "zero3_non_exp", "inv0"),
-            (cp, d, grad_shard_as_params, zero3_non_exp, inv0),
-            reals=2,
-            masks=1,
+            (cp, d, grad_shard_as_params, zero3_non_exp, inv0), reals=2, masks=1,
         )
         for block in call.blocks():
             _dp_reduce_scatter_stage_calls_count__d_m_block(*block)
@@ -4062,14 +2834,10 @@ def _dp_reduce_scatter_stage_calls_count__d_m_block(out, r0, r1, m0, cp, d, grad
 
 
 dp_reduce_scatter_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_calls_count__d_m_block,
-    reals=2,
-    masks=1,
-    arguments=("cp", "d", "grad_shard_as_params", "zero3_non_exp"),
-    passed=("inv0",),
+    _dp_reduce_scatter_stage_calls_count__d_m_block, reals=2, masks=1,
+    arguments=("cp", "d", "grad_shard_as_params", "zero3_non_exp"), passed=("inv0",),
     invariants=_dp_reduce_scatter_stage_calls_count__d_m_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -4078,26 +2846,13 @@ def dp_reduce_scatter_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, 
     of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -P_ne*bytes_grad*n_layers_stage/t**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_reduce_scatter_stage_msg_bytes__d_t``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_ne, bytes_grad, n_layers_stage, t))
@@ -4110,9 +2865,7 @@ def dp_reduce_scatter_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, 
     call = _runtime.Call(
         "dp_reduce_scatter_stage_msg_bytes__d_t",
         ("P_ne", "bytes_grad", "n_layers_stage", "t", "inv0"),
-        (P_ne, bytes_grad, n_layers_stage, t, inv0),
-        reals=1,
-        masks=0,
+        (P_ne, bytes_grad, n_layers_stage, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_reduce_scatter_stage_msg_bytes__d_t_block(*block)
@@ -4139,13 +2892,9 @@ def _dp_reduce_scatter_stage_msg_bytes__d_t_block(out, r0, P_ne, bytes_grad, n_l
 
 
 dp_reduce_scatter_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"),
-    passed=("inv0",),
-    invariants=_dp_reduce_scatter_stage_msg_bytes__d_t_invariants,
-    widened=("bytes_grad",),
+    _dp_reduce_scatter_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("P_ne", "bytes_grad", "n_layers_stage", "t"), passed=("inv0",),
+    invariants=_dp_reduce_scatter_stage_msg_bytes__d_t_invariants, widened=("bytes_grad",),
     quiet=False,
 )
 
@@ -4155,25 +2904,13 @@ def dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
     bytes per layers of n_layers_stage; every other symbol held; floors flat, Max/Min/Piecewise by
     their active branch (almost everywhere).
 
-    Closed form::
-
-        P_ne*bytes_grad/t
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((P_ne, bytes_grad, t))
@@ -4183,11 +2920,8 @@ def dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
         out = P_ne*bytes_grad/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_grad, t))
     call = _runtime.Call(
-        "dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage",
-        ("P_ne", "bytes_grad", "t"),
-        (P_ne, bytes_grad, t),
-        reals=0,
-        masks=0,
+        "dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage", ("P_ne", "bytes_grad", "t"),
+        (P_ne, bytes_grad, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block(*block)
@@ -4202,14 +2936,8 @@ def _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block(out, P_ne, bytes_
 
 
 dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_grad", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_grad", "t"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4218,23 +2946,13 @@ def dp_reduce_scatter_stage_ranks_count__d_cp(*, d):
     ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        d
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_reduce_scatter_stage_ranks_count__d_cp``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((d,))
@@ -4244,11 +2962,7 @@ def dp_reduce_scatter_stage_ranks_count__d_cp(*, d):
         out = d
         return _runtime.broadcast(xp, out, (d,))
     call = _runtime.Call(
-        "dp_reduce_scatter_stage_ranks_count__d_cp",
-        ("d",),
-        (d,),
-        reals=0,
-        masks=0,
+        "dp_reduce_scatter_stage_ranks_count__d_cp", ("d",), (d,), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_reduce_scatter_stage_ranks_count__d_cp_block(*block)
@@ -4262,14 +2976,8 @@ def _dp_reduce_scatter_stage_ranks_count__d_cp_block(out, d):
 
 
 dp_reduce_scatter_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_ranks_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=("d",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_reduce_scatter_stage_ranks_count__d_cp_block, reals=0, masks=0, arguments=("d",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4278,23 +2986,13 @@ def dp_reduce_scatter_stage_ranks_count__d_d(*, cp):
     ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_reduce_scatter_stage_ranks_count__d_d``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp,))
@@ -4304,11 +3002,7 @@ def dp_reduce_scatter_stage_ranks_count__d_d(*, cp):
         out = cp
         return _runtime.broadcast(xp, out, (cp,))
     call = _runtime.Call(
-        "dp_reduce_scatter_stage_ranks_count__d_d",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=0,
+        "dp_reduce_scatter_stage_ranks_count__d_d", ("cp",), (cp,), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_reduce_scatter_stage_ranks_count__d_d_block(*block)
@@ -4322,14 +3016,8 @@ def _dp_reduce_scatter_stage_ranks_count__d_d_block(out, cp):
 
 
 dp_reduce_scatter_stage_ranks_count__d_d.kernel = _runtime.Kernel(
-    _dp_reduce_scatter_stage_ranks_count__d_d_block,
-    reals=0,
-    masks=0,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_reduce_scatter_stage_ranks_count__d_d_block, reals=0, masks=0, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4338,27 +3026,13 @@ def dp_all_gather_stage_calls_count__d_m(*, cp, d, grad_shard_as_params, reshard
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        2*grad_shard_as_params*reshards*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_gather_stage_calls_count__d_m``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((cp, d, grad_shard_as_params, reshards))
@@ -4374,9 +3048,7 @@ def dp_all_gather_stage_calls_count__d_m(*, cp, d, grad_shard_as_params, reshard
         call = _runtime.Call(
             "dp_all_gather_stage_calls_count__d_m",
             ("cp", "d", "grad_shard_as_params", "reshards", "inv0"),
-            (cp, d, grad_shard_as_params, reshards, inv0),
-            reals=1,
-            masks=1,
+            (cp, d, grad_shard_as_params, reshards, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _dp_all_gather_stage_calls_count__d_m_block(*block)
@@ -4404,14 +3076,10 @@ def _dp_all_gather_stage_calls_count__d_m_block(out, r0, m0, cp, d, grad_shard_a
 
 
 dp_all_gather_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_calls_count__d_m_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "d", "grad_shard_as_params", "reshards"),
-    passed=("inv0",),
+    _dp_all_gather_stage_calls_count__d_m_block, reals=1, masks=1,
+    arguments=("cp", "d", "grad_shard_as_params", "reshards"), passed=("inv0",),
     invariants=_dp_all_gather_stage_calls_count__d_m_invariants,
-    widened=("grad_shard_as_params", "reshards"),
-    quiet=True,
+    widened=("grad_shard_as_params", "reshards"), quiet=True,
 )
 
 
@@ -4420,26 +3088,13 @@ def dp_all_gather_stage_msg_bytes__d_t(*, P_ne, bytes_p, n_layers_stage, t):
     t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -P_ne*bytes_p*n_layers_stage/t**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_gather_stage_msg_bytes__d_t``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((P_ne, bytes_p, n_layers_stage, t))
@@ -4450,11 +3105,8 @@ def dp_all_gather_stage_msg_bytes__d_t(*, P_ne, bytes_p, n_layers_stage, t):
         return _runtime.broadcast(xp, out, (P_ne, bytes_p, n_layers_stage, t))
     (inv0,) = _dp_all_gather_stage_msg_bytes__d_t_invariants(bytes_p)
     call = _runtime.Call(
-        "dp_all_gather_stage_msg_bytes__d_t",
-        ("P_ne", "bytes_p", "n_layers_stage", "t", "inv0"),
-        (P_ne, bytes_p, n_layers_stage, t, inv0),
-        reals=1,
-        masks=0,
+        "dp_all_gather_stage_msg_bytes__d_t", ("P_ne", "bytes_p", "n_layers_stage", "t", "inv0"),
+        (P_ne, bytes_p, n_layers_stage, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_all_gather_stage_msg_bytes__d_t_block(*block)
@@ -4481,14 +3133,9 @@ def _dp_all_gather_stage_msg_bytes__d_t_block(out, r0, P_ne, bytes_p, n_layers_s
 
 
 dp_all_gather_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"),
-    passed=("inv0",),
-    invariants=_dp_all_gather_stage_msg_bytes__d_t_invariants,
-    widened=("bytes_p",),
-    quiet=False,
+    _dp_all_gather_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("P_ne", "bytes_p", "n_layers_stage", "t"), passed=("inv0",),
+    invariants=_dp_all_gather_stage_msg_bytes__d_t_invariants, widened=("bytes_p",), quiet=False,
 )
 
 
@@ -4497,25 +3144,13 @@ def dp_all_gather_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_p, t):
     per layers of n_layers_stage; every other symbol held; floors flat, Max/Min/Piecewise by their
     active branch (almost everywhere).
 
-    Closed form::
-
-        P_ne*bytes_p/t
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_gather_stage_msg_bytes__d_n_layers_stage``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((P_ne, bytes_p, t))
@@ -4525,11 +3160,8 @@ def dp_all_gather_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_p, t):
         out = P_ne*bytes_p/t
         return _runtime.broadcast(xp, out, (P_ne, bytes_p, t))
     call = _runtime.Call(
-        "dp_all_gather_stage_msg_bytes__d_n_layers_stage",
-        ("P_ne", "bytes_p", "t"),
-        (P_ne, bytes_p, t),
-        reals=0,
-        masks=0,
+        "dp_all_gather_stage_msg_bytes__d_n_layers_stage", ("P_ne", "bytes_p", "t"),
+        (P_ne, bytes_p, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block(*block)
@@ -4544,14 +3176,8 @@ def _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block(out, P_ne, bytes_p, t
 
 
 dp_all_gather_stage_msg_bytes__d_n_layers_stage.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block,
-    reals=0,
-    masks=0,
-    arguments=("P_ne", "bytes_p", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_gather_stage_msg_bytes__d_n_layers_stage_block, reals=0, masks=0,
+    arguments=("P_ne", "bytes_p", "t"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4560,23 +3186,13 @@ def dp_all_gather_stage_ranks_count__d_cp(*, d):
     of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        d
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_gather_stage_ranks_count__d_cp``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((d,))
@@ -4585,13 +3201,7 @@ def dp_all_gather_stage_ranks_count__d_cp(*, d):
         (d,) = _runtime.floats(xp, (d,))
         out = d
         return _runtime.broadcast(xp, out, (d,))
-    call = _runtime.Call(
-        "dp_all_gather_stage_ranks_count__d_cp",
-        ("d",),
-        (d,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_all_gather_stage_ranks_count__d_cp", ("d",), (d,), reals=0, masks=0)
     for block in call.blocks():
         _dp_all_gather_stage_ranks_count__d_cp_block(*block)
     return call.out
@@ -4604,14 +3214,8 @@ def _dp_all_gather_stage_ranks_count__d_cp_block(out, d):
 
 
 dp_all_gather_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_ranks_count__d_cp_block,
-    reals=0,
-    masks=0,
-    arguments=("d",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_gather_stage_ranks_count__d_cp_block, reals=0, masks=0, arguments=("d",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4620,23 +3224,13 @@ def dp_all_gather_stage_ranks_count__d_d(*, cp):
     of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_all_gather_stage_ranks_count__d_d``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((cp,))
@@ -4645,13 +3239,7 @@ def dp_all_gather_stage_ranks_count__d_d(*, cp):
         (cp,) = _runtime.floats(xp, (cp,))
         out = cp
         return _runtime.broadcast(xp, out, (cp,))
-    call = _runtime.Call(
-        "dp_all_gather_stage_ranks_count__d_d",
-        ("cp",),
-        (cp,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("dp_all_gather_stage_ranks_count__d_d", ("cp",), (cp,), reals=0, masks=0)
     for block in call.blocks():
         _dp_all_gather_stage_ranks_count__d_d_block(*block)
     return call.out
@@ -4664,14 +3252,8 @@ def _dp_all_gather_stage_ranks_count__d_d_block(out, cp):
 
 
 dp_all_gather_stage_ranks_count__d_d.kernel = _runtime.Kernel(
-    _dp_all_gather_stage_ranks_count__d_d_block,
-    reals=0,
-    masks=0,
-    arguments=("cp",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_all_gather_stage_ranks_count__d_d_block, reals=0, masks=0, arguments=("cp",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4680,24 +3262,10 @@ def dp_expert_all_reduce_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_lay
     ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -P_r*bytes_grad*n_moe_layers_stage/(ep**2*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_msg_bytes__d_ep``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
@@ -4710,9 +3278,7 @@ def dp_expert_all_reduce_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_lay
     call = _runtime.Call(
         "dp_expert_all_reduce_stage_msg_bytes__d_ep",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
-        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0),
-        reals=1,
-        masks=0,
+        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_msg_bytes__d_ep_block(*block)
@@ -4740,13 +3306,9 @@ def _dp_expert_all_reduce_stage_msg_bytes__d_ep_block(out, r0, P_r, bytes_grad, 
 
 
 dp_expert_all_reduce_stage_msg_bytes__d_ep.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_msg_bytes__d_ep_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_all_reduce_stage_msg_bytes__d_ep_invariants,
-    widened=("bytes_grad",),
+    _dp_expert_all_reduce_stage_msg_bytes__d_ep_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"), passed=("inv0",),
+    invariants=_dp_expert_all_reduce_stage_msg_bytes__d_ep_invariants, widened=("bytes_grad",),
     quiet=False,
 )
 
@@ -4756,23 +3318,10 @@ def dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_gra
     n_moe_layers_stage, in bytes per layers of n_moe_layers_stage; every other symbol held; floors
     flat, Max/Min/Piecewise by their active branch (almost everywhere).
 
-    Closed form::
-
-        P_r*bytes_grad/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_r, bytes_grad, ep, t_exp))
@@ -4783,10 +3332,7 @@ def dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_gra
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, ep, t_exp))
     call = _runtime.Call(
         "dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage",
-        ("P_r", "bytes_grad", "ep", "t_exp"),
-        (P_r, bytes_grad, ep, t_exp),
-        reals=1,
-        masks=0,
+        ("P_r", "bytes_grad", "ep", "t_exp"), (P_r, bytes_grad, ep, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block(*block)
@@ -4802,13 +3348,8 @@ def _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block(out, r0, P
 
 
 dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "t_exp"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -4818,23 +3359,10 @@ def dp_expert_all_reduce_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
     ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp*d/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_ranks_count__d_t``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, d, ep, t_exp))
@@ -4844,11 +3372,8 @@ def dp_expert_all_reduce_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
         out = cp*d/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_reduce_stage_ranks_count__d_t",
-        ("cp", "d", "ep", "t_exp"),
-        (cp, d, ep, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_reduce_stage_ranks_count__d_t", ("cp", "d", "ep", "t_exp"),
+        (cp, d, ep, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_ranks_count__d_t_block(*block)
@@ -4864,14 +3389,8 @@ def _dp_expert_all_reduce_stage_ranks_count__d_t_block(out, r0, cp, d, ep, t_exp
 
 
 dp_expert_all_reduce_stage_ranks_count__d_t.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_ranks_count__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_stage_ranks_count__d_t_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4880,23 +3399,10 @@ def dp_expert_all_reduce_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
     ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        d*t/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_ranks_count__d_cp``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
     differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((d, ep, t, t_exp))
@@ -4906,11 +3412,8 @@ def dp_expert_all_reduce_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
         out = d*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_reduce_stage_ranks_count__d_cp",
-        ("d", "ep", "t", "t_exp"),
-        (d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_reduce_stage_ranks_count__d_cp", ("d", "ep", "t", "t_exp"),
+        (d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_ranks_count__d_cp_block(*block)
@@ -4926,14 +3429,8 @@ def _dp_expert_all_reduce_stage_ranks_count__d_cp_block(out, r0, d, ep, t, t_exp
 
 
 dp_expert_all_reduce_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_ranks_count__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_stage_ranks_count__d_cp_block, reals=1, masks=0,
+    arguments=("d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -4942,24 +3439,10 @@ def dp_expert_all_reduce_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
     ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -cp*d*t/(ep**2*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_ranks_count__d_ep``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((cp, d, ep, t, t_exp))
@@ -4969,11 +3452,8 @@ def dp_expert_all_reduce_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
         out = -cp*d*t/((ep*ep)*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_reduce_stage_ranks_count__d_ep",
-        ("cp", "d", "ep", "t", "t_exp"),
-        (cp, d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_reduce_stage_ranks_count__d_ep", ("cp", "d", "ep", "t", "t_exp"),
+        (cp, d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_ranks_count__d_ep_block(*block)
@@ -4992,14 +3472,8 @@ def _dp_expert_all_reduce_stage_ranks_count__d_ep_block(out, r0, cp, d, ep, t, t
 
 
 dp_expert_all_reduce_stage_ranks_count__d_ep.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_ranks_count__d_ep_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_stage_ranks_count__d_ep_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5008,23 +3482,10 @@ def dp_expert_all_reduce_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
     ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp*t/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_reduce_stage_ranks_count__d_d``.
     Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, ep, t, t_exp))
@@ -5034,11 +3495,8 @@ def dp_expert_all_reduce_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
         out = cp*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_reduce_stage_ranks_count__d_d",
-        ("cp", "ep", "t", "t_exp"),
-        (cp, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_reduce_stage_ranks_count__d_d", ("cp", "ep", "t", "t_exp"),
+        (cp, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_reduce_stage_ranks_count__d_d_block(*block)
@@ -5054,14 +3512,8 @@ def _dp_expert_all_reduce_stage_ranks_count__d_d_block(out, r0, cp, ep, t, t_exp
 
 
 dp_expert_all_reduce_stage_ranks_count__d_d.kernel = _runtime.Kernel(
-    _dp_expert_all_reduce_stage_ranks_count__d_d_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_reduce_stage_ranks_count__d_d_block, reals=1, masks=0,
+    arguments=("cp", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5070,35 +3522,13 @@ def dp_expert_reduce_scatter_stage_calls_count__d_m(*, P_r, bytes_grad, cp, d, e
     per micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        (-(1 - grad_shard_as_params)*(1 - zero3_exp) + 1)*Piecewise((0,
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0,
-        cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_calls_count__d_m``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero3_exp))
@@ -5116,8 +3546,7 @@ def dp_expert_reduce_scatter_stage_calls_count__d_m(*, P_r, bytes_grad, cp, d, e
             "dp_expert_reduce_scatter_stage_calls_count__d_m",
             ("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "t", "t_exp", "zero3_exp", "inv0"),
             (P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero3_exp, inv0),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_expert_reduce_scatter_stage_calls_count__d_m_block(*block)
@@ -5162,14 +3591,10 @@ def _dp_expert_reduce_scatter_stage_calls_count__d_m_block(out, r0, r1, r2, m0, 
 
 
 dp_expert_reduce_scatter_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_calls_count__d_m_block,
-    reals=3,
-    masks=1,
+    _dp_expert_reduce_scatter_stage_calls_count__d_m_block, reals=3, masks=1,
     arguments=("P_r", "bytes_grad", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "t", "t_exp", "zero3_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_reduce_scatter_stage_calls_count__d_m_invariants,
-    widened=("grad_shard_as_params",),
-    quiet=True,
+    passed=("inv0",), invariants=_dp_expert_reduce_scatter_stage_calls_count__d_m_invariants,
+    widened=("grad_shard_as_params",), quiet=True,
 )
 
 
@@ -5178,27 +3603,13 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe
     per ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -P_r*bytes_grad*n_moe_layers_stage/(ep**2*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_msg_bytes__d_ep``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((P_r, bytes_grad, ep, n_moe_layers_stage, t_exp))
@@ -5211,9 +3622,7 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe
     call = _runtime.Call(
         "dp_expert_reduce_scatter_stage_msg_bytes__d_ep",
         ("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
-        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0),
-        reals=1,
-        masks=0,
+        (P_r, bytes_grad, ep, n_moe_layers_stage, t_exp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block(*block)
@@ -5241,13 +3650,9 @@ def _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block(out, r0, P_r, bytes_gr
 
 
 dp_expert_reduce_scatter_stage_msg_bytes__d_ep.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_reduce_scatter_stage_msg_bytes__d_ep_invariants,
-    widened=("bytes_grad",),
+    _dp_expert_reduce_scatter_stage_msg_bytes__d_ep_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "n_moe_layers_stage", "t_exp"), passed=("inv0",),
+    invariants=_dp_expert_reduce_scatter_stage_msg_bytes__d_ep_invariants, widened=("bytes_grad",),
     quiet=False,
 )
 
@@ -5257,26 +3662,13 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes
     n_moe_layers_stage, in bytes per layers of n_moe_layers_stage; every other symbol held; floors
     flat, Max/Min/Piecewise by their active branch (almost everywhere).
 
-    Closed form::
-
-        P_r*bytes_grad/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_r, bytes_grad, ep, t_exp))
@@ -5287,10 +3679,7 @@ def dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes
         return _runtime.broadcast(xp, out, (P_r, bytes_grad, ep, t_exp))
     call = _runtime.Call(
         "dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage",
-        ("P_r", "bytes_grad", "ep", "t_exp"),
-        (P_r, bytes_grad, ep, t_exp),
-        reals=1,
-        masks=0,
+        ("P_r", "bytes_grad", "ep", "t_exp"), (P_r, bytes_grad, ep, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block(*block)
@@ -5306,13 +3695,8 @@ def _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block(out, r
 
 
 dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_grad", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_grad", "ep", "t_exp"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -5322,26 +3706,13 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
     per ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp*d/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_ranks_count__d_t``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, d, ep, t_exp))
@@ -5351,11 +3722,8 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
         out = cp*d/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t_exp))
     call = _runtime.Call(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_t",
-        ("cp", "d", "ep", "t_exp"),
-        (cp, d, ep, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_reduce_scatter_stage_ranks_count__d_t", ("cp", "d", "ep", "t_exp"),
+        (cp, d, ep, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_ranks_count__d_t_block(*block)
@@ -5371,14 +3739,8 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_t_block(out, r0, cp, d, ep, t
 
 
 dp_expert_reduce_scatter_stage_ranks_count__d_t.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_ranks_count__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_reduce_scatter_stage_ranks_count__d_t_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5387,26 +3749,13 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
     per ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        d*t/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_ranks_count__d_cp``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((d, ep, t, t_exp))
@@ -5416,11 +3765,8 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
         out = d*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_cp",
-        ("d", "ep", "t", "t_exp"),
-        (d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_reduce_scatter_stage_ranks_count__d_cp", ("d", "ep", "t", "t_exp"),
+        (d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_ranks_count__d_cp_block(*block)
@@ -5436,14 +3782,8 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_cp_block(out, r0, d, ep, t, t
 
 
 dp_expert_reduce_scatter_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_ranks_count__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_reduce_scatter_stage_ranks_count__d_cp_block, reals=1, masks=0,
+    arguments=("d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5452,27 +3792,13 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
     per ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -cp*d*t/(ep**2*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_ranks_count__d_ep``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((cp, d, ep, t, t_exp))
@@ -5482,11 +3808,8 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
         out = -cp*d*t/((ep*ep)*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_ep",
-        ("cp", "d", "ep", "t", "t_exp"),
-        (cp, d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_reduce_scatter_stage_ranks_count__d_ep", ("cp", "d", "ep", "t", "t_exp"),
+        (cp, d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_ranks_count__d_ep_block(*block)
@@ -5505,14 +3828,8 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_ep_block(out, r0, cp, d, ep, 
 
 
 dp_expert_reduce_scatter_stage_ranks_count__d_ep.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_ranks_count__d_ep_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_reduce_scatter_stage_ranks_count__d_ep_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5521,26 +3838,13 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
     per ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp*t/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_reduce_scatter_stage_ranks_count__d_d``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, ep, t, t_exp))
@@ -5550,11 +3854,8 @@ def dp_expert_reduce_scatter_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
         out = cp*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_d",
-        ("cp", "ep", "t", "t_exp"),
-        (cp, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_reduce_scatter_stage_ranks_count__d_d", ("cp", "ep", "t", "t_exp"),
+        (cp, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_reduce_scatter_stage_ranks_count__d_d_block(*block)
@@ -5570,14 +3871,8 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_d_block(out, r0, cp, ep, t, t
 
 
 dp_expert_reduce_scatter_stage_ranks_count__d_d.kernel = _runtime.Kernel(
-    _dp_expert_reduce_scatter_stage_ranks_count__d_d_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_reduce_scatter_stage_ranks_count__d_d_block, reals=1, masks=0,
+    arguments=("cp", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5586,34 +3881,13 @@ def dp_expert_all_gather_stage_calls_count__d_m(*, P_r, bytes_p, cp, d, ep, grad
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        2*grad_shard_as_params*reshards*Piecewise((0, P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) <=
-        0), (1, True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_calls_count__d_m``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
     xp = _runtime.namespace((P_r, bytes_p, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, reshards, t, t_exp))
@@ -5631,8 +3905,7 @@ def dp_expert_all_gather_stage_calls_count__d_m(*, P_r, bytes_p, cp, d, ep, grad
             "dp_expert_all_gather_stage_calls_count__d_m",
             ("P_r", "bytes_p", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "reshards", "t", "t_exp", "inv0"),
             (P_r, bytes_p, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, reshards, t, t_exp, inv0),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _dp_expert_all_gather_stage_calls_count__d_m_block(*block)
@@ -5673,14 +3946,10 @@ def _dp_expert_all_gather_stage_calls_count__d_m_block(out, r0, r1, r2, m0, P_r,
 
 
 dp_expert_all_gather_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_calls_count__d_m_block,
-    reals=3,
-    masks=1,
+    _dp_expert_all_gather_stage_calls_count__d_m_block, reals=3, masks=1,
     arguments=("P_r", "bytes_p", "cp", "d", "ep", "grad_shard_as_params", "n_moe_layers_stage", "reshards", "t", "t_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_all_gather_stage_calls_count__d_m_invariants,
-    widened=("grad_shard_as_params", "reshards"),
-    quiet=True,
+    passed=("inv0",), invariants=_dp_expert_all_gather_stage_calls_count__d_m_invariants,
+    widened=("grad_shard_as_params", "reshards"), quiet=True,
 )
 
 
@@ -5689,27 +3958,13 @@ def dp_expert_all_gather_stage_msg_bytes__d_ep(*, P_r, bytes_p, ep, n_moe_layers
     ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -P_r*bytes_p*n_moe_layers_stage/(ep**2*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_msg_bytes__d_ep``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((P_r, bytes_p, ep, n_moe_layers_stage, t_exp))
@@ -5722,9 +3977,7 @@ def dp_expert_all_gather_stage_msg_bytes__d_ep(*, P_r, bytes_p, ep, n_moe_layers
     call = _runtime.Call(
         "dp_expert_all_gather_stage_msg_bytes__d_ep",
         ("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp", "inv0"),
-        (P_r, bytes_p, ep, n_moe_layers_stage, t_exp, inv0),
-        reals=1,
-        masks=0,
+        (P_r, bytes_p, ep, n_moe_layers_stage, t_exp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_msg_bytes__d_ep_block(*block)
@@ -5752,13 +4005,9 @@ def _dp_expert_all_gather_stage_msg_bytes__d_ep_block(out, r0, P_r, bytes_p, ep,
 
 
 dp_expert_all_gather_stage_msg_bytes__d_ep.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_msg_bytes__d_ep_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"),
-    passed=("inv0",),
-    invariants=_dp_expert_all_gather_stage_msg_bytes__d_ep_invariants,
-    widened=("bytes_p",),
+    _dp_expert_all_gather_stage_msg_bytes__d_ep_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_p", "ep", "n_moe_layers_stage", "t_exp"), passed=("inv0",),
+    invariants=_dp_expert_all_gather_stage_msg_bytes__d_ep_invariants, widened=("bytes_p",),
     quiet=False,
 )
 
@@ -5768,26 +4017,13 @@ def dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_p, 
     n_moe_layers_stage, in bytes per layers of n_moe_layers_stage; every other symbol held; floors
     flat, Max/Min/Piecewise by their active branch (almost everywhere).
 
-    Closed form::
-
-        P_r*bytes_p/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((P_r, bytes_p, ep, t_exp))
@@ -5798,10 +4034,7 @@ def dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_p, 
         return _runtime.broadcast(xp, out, (P_r, bytes_p, ep, t_exp))
     call = _runtime.Call(
         "dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage",
-        ("P_r", "bytes_p", "ep", "t_exp"),
-        (P_r, bytes_p, ep, t_exp),
-        reals=1,
-        masks=0,
+        ("P_r", "bytes_p", "ep", "t_exp"), (P_r, bytes_p, ep, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block(*block)
@@ -5817,13 +4050,8 @@ def _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block(out, r0, P
 
 
 dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block,
-    reals=1,
-    masks=0,
-    arguments=("P_r", "bytes_p", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage_block, reals=1, masks=0,
+    arguments=("P_r", "bytes_p", "ep", "t_exp"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -5833,26 +4061,13 @@ def dp_expert_all_gather_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
     ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp*d/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_ranks_count__d_t``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, d, ep, t_exp))
@@ -5862,11 +4077,8 @@ def dp_expert_all_gather_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
         out = cp*d/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_gather_stage_ranks_count__d_t",
-        ("cp", "d", "ep", "t_exp"),
-        (cp, d, ep, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_gather_stage_ranks_count__d_t", ("cp", "d", "ep", "t_exp"),
+        (cp, d, ep, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_ranks_count__d_t_block(*block)
@@ -5882,14 +4094,8 @@ def _dp_expert_all_gather_stage_ranks_count__d_t_block(out, r0, cp, d, ep, t_exp
 
 
 dp_expert_all_gather_stage_ranks_count__d_t.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_ranks_count__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_gather_stage_ranks_count__d_t_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5898,26 +4104,13 @@ def dp_expert_all_gather_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
     ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        d*t/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_ranks_count__d_cp``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((d, ep, t, t_exp))
@@ -5927,11 +4120,8 @@ def dp_expert_all_gather_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
         out = d*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_gather_stage_ranks_count__d_cp",
-        ("d", "ep", "t", "t_exp"),
-        (d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_gather_stage_ranks_count__d_cp", ("d", "ep", "t", "t_exp"),
+        (d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_ranks_count__d_cp_block(*block)
@@ -5947,14 +4137,8 @@ def _dp_expert_all_gather_stage_ranks_count__d_cp_block(out, r0, d, ep, t, t_exp
 
 
 dp_expert_all_gather_stage_ranks_count__d_cp.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_ranks_count__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_gather_stage_ranks_count__d_cp_block, reals=1, masks=0,
+    arguments=("d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -5963,27 +4147,13 @@ def dp_expert_all_gather_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
     ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -cp*d*t/(ep**2*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_ranks_count__d_ep``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((cp, d, ep, t, t_exp))
@@ -5993,11 +4163,8 @@ def dp_expert_all_gather_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
         out = -cp*d*t/((ep*ep)*t_exp)
         return _runtime.broadcast(xp, out, (cp, d, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_gather_stage_ranks_count__d_ep",
-        ("cp", "d", "ep", "t", "t_exp"),
-        (cp, d, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_gather_stage_ranks_count__d_ep", ("cp", "d", "ep", "t", "t_exp"),
+        (cp, d, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_ranks_count__d_ep_block(*block)
@@ -6016,14 +4183,8 @@ def _dp_expert_all_gather_stage_ranks_count__d_ep_block(out, r0, cp, d, ep, t, t
 
 
 dp_expert_all_gather_stage_ranks_count__d_ep.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_ranks_count__d_ep_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "d", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_gather_stage_ranks_count__d_ep_block, reals=1, masks=0,
+    arguments=("cp", "d", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -6032,26 +4193,13 @@ def dp_expert_all_gather_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
     ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        cp*t/(ep*t_exp)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#dp_expert_all_gather_stage_ranks_count__d_d``.
     Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
     FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
     the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
     reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((cp, ep, t, t_exp))
@@ -6061,11 +4209,8 @@ def dp_expert_all_gather_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
         out = cp*t/(ep*t_exp)
         return _runtime.broadcast(xp, out, (cp, ep, t, t_exp))
     call = _runtime.Call(
-        "dp_expert_all_gather_stage_ranks_count__d_d",
-        ("cp", "ep", "t", "t_exp"),
-        (cp, ep, t, t_exp),
-        reals=1,
-        masks=0,
+        "dp_expert_all_gather_stage_ranks_count__d_d", ("cp", "ep", "t", "t_exp"),
+        (cp, ep, t, t_exp), reals=1, masks=0,
     )
     for block in call.blocks():
         _dp_expert_all_gather_stage_ranks_count__d_d_block(*block)
@@ -6081,12 +4226,6 @@ def _dp_expert_all_gather_stage_ranks_count__d_d_block(out, r0, cp, ep, t, t_exp
 
 
 dp_expert_all_gather_stage_ranks_count__d_d.kernel = _runtime.Kernel(
-    _dp_expert_all_gather_stage_ranks_count__d_d_block,
-    reals=1,
-    masks=0,
-    arguments=("cp", "ep", "t", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _dp_expert_all_gather_stage_ranks_count__d_d_block, reals=1, masks=0,
+    arguments=("cp", "ep", "t", "t_exp"), passed=(), invariants=None, widened=(), quiet=False,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the ep formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -40,29 +42,9 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
     """Bytes a rank moves in the EP dispatch and combine all-to-alls of one layer for mb
     micro-batches, every rank routing n_chosen_exp·s·b/cp tokens; 0 when ep <= 1 or comm_ep = 0.
 
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep - 1)/(cp*ep), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_balanced_layer_bytes``.
     Source: published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
     ep_comm_layer_balanced; comm_time.py lines 503, 605-607
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s))
@@ -78,9 +60,7 @@ def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chose
         call = _runtime.Call(
             "ep_balanced_layer_bytes",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s", "inv0"),
-            (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0),
-            reals=1,
-            masks=2,
+            (b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s, inv0), reals=1, masks=2,
         )
         for block in call.blocks():
             _ep_balanced_layer_bytes_block(*block)
@@ -116,14 +96,10 @@ def _ep_balanced_layer_bytes_block(out, r0, m0, m1, b, bytes_compute, comm_ep, c
 
 
 ep_balanced_layer_bytes.kernel = _runtime.Kernel(
-    _ep_balanced_layer_bytes_block,
-    reals=1,
-    masks=2,
+    _ep_balanced_layer_bytes_block, reals=1, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "mb", "n_chosen_exp", "s"),
-    passed=("inv0",),
-    invariants=_ep_balanced_layer_bytes_invariants,
-    widened=("bytes_compute", "h", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_ep_balanced_layer_bytes_invariants,
+    widened=("bytes_compute", "h", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -132,26 +108,9 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
     micro-batches, from its measured per-micro-batch load max_rank_tokens (no division by cp); 0
     when ep <= 1 or comm_ep = 0.
 
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)), (2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep
-        - 1)/ep, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_imbalanced_layer_bytes``.
     Source: published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
     ep_comm_layer_imbalanced
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        max_rank_tokens: most tokens one EP rank's experts receive per micro-batch [tokens].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, max_rank_tokens, mb))
@@ -167,9 +126,7 @@ def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens,
         call = _runtime.Call(
             "ep_imbalanced_layer_bytes",
             ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb", "inv0"),
-            (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0),
-            reals=0,
-            masks=2,
+            (bytes_compute, comm_ep, ep, h, max_rank_tokens, mb, inv0), reals=0, masks=2,
         )
         for block in call.blocks():
             _ep_imbalanced_layer_bytes_block(*block)
@@ -204,14 +161,9 @@ def _ep_imbalanced_layer_bytes_block(out, m0, m1, bytes_compute, comm_ep, ep, h,
 
 
 ep_imbalanced_layer_bytes.kernel = _runtime.Kernel(
-    _ep_imbalanced_layer_bytes_block,
-    reals=0,
-    masks=2,
-    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb"),
-    passed=("inv0",),
-    invariants=_ep_imbalanced_layer_bytes_invariants,
-    widened=("bytes_compute", "h"),
-    quiet=True,
+    _ep_imbalanced_layer_bytes_block, reals=0, masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "mb"), passed=("inv0",),
+    invariants=_ep_imbalanced_layer_bytes_invariants, widened=("bytes_compute", "h"), quiet=True,
 )
 
 
@@ -219,30 +171,8 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
     """fill_ep_table n_ffMM: EP all-to-all bytes of one MoE layer with os_max_shard counted twice
     and an inter-node term above D devices per node (§10 item 6).
 
-    Closed form::
-
-        4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/Min(device_intra_node_num, ep) +
-        Piecewise((device_intra_node_num*os_max_shard/ep, device_intra_node_num < ep), (0,
-        True)))*Max(4, os_max_shard)/t
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_legacy_ff_mm_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 257-284
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        device_intra_node_num: devices per node of the device type (D) [devices].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        os_max_shard: optimizer-shard size [ranks].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t))
@@ -259,8 +189,7 @@ def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, 
             "ep_legacy_ff_mm_bytes",
             ("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t", "inv0"),
             (b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t, inv0),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _ep_legacy_ff_mm_bytes_block(*block)
@@ -298,14 +227,10 @@ def _ep_legacy_ff_mm_bytes_block(out, r0, r1, m0, b, bytes_compute, cap_fact, de
 
 
 ep_legacy_ff_mm_bytes.kernel = _runtime.Kernel(
-    _ep_legacy_ff_mm_bytes_block,
-    reals=2,
-    masks=1,
+    _ep_legacy_ff_mm_bytes_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cap_fact", "device_intra_node_num", "ep", "h", "n_chosen_exp", "os_max_shard", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_legacy_ff_mm_bytes_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_ep_legacy_ff_mm_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -313,27 +238,9 @@ def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, 
     """nccl-tests size S of one EP all-to-all: the rank's routed tokens (its SP shard times top-k
     and the capacity factor) times h.
 
-    Closed form::
-
-        b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_msg_bytes``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
     (all-to-all dispatch and combine)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
@@ -346,9 +253,7 @@ def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, 
     call = _runtime.Call(
         "ep_all_to_all_msg_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
-        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_msg_bytes_block(*block)
@@ -374,14 +279,10 @@ def _ep_all_to_all_msg_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, h, n
 
 
 ep_all_to_all_msg_bytes.kernel = _runtime.Kernel(
-    _ep_all_to_all_msg_bytes_block,
-    reals=1,
-    masks=0,
+    _ep_all_to_all_msg_bytes_block, reals=1, masks=0,
     arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_all_to_all_msg_bytes_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=False,
+    passed=("inv0",), invariants=_ep_all_to_all_msg_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=False,
 )
 
 
@@ -389,20 +290,8 @@ def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
     """EP all-to-alls per rank per step: dispatch and combine forward, their gradients backward, per
     MoE layer per micro-batch.
 
-    Closed form::
-
-        4*m*n_moe_layers_stage
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_calls_count``.
     Source: Megatron-LM MoE token dispatcher
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((m, n_moe_layers_stage))
@@ -412,10 +301,7 @@ def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
         out = 4*m*n_moe_layers_stage
         return _runtime.broadcast(xp, out, (m, n_moe_layers_stage))
     call = _runtime.Call(
-        "ep_all_to_all_calls_count",
-        ("m", "n_moe_layers_stage"),
-        (m, n_moe_layers_stage),
-        reals=0,
+        "ep_all_to_all_calls_count", ("m", "n_moe_layers_stage"), (m, n_moe_layers_stage), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -431,43 +317,16 @@ def _ep_all_to_all_calls_count_block(out, m, n_moe_layers_stage):
 
 
 ep_all_to_all_calls_count.kernel = _runtime.Kernel(
-    _ep_all_to_all_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m", "n_moe_layers_stage"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _ep_all_to_all_calls_count_block, reals=0, masks=0, arguments=("m", "n_moe_layers_stage"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t):
     """Bytes one rank sends per step for EP all-to-alls ((ep - 1)/ep of S per call).
 
-    Closed form::
-
-        4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*n_moe_layers_stage*s*(ep - 1)/(cp*ep*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_step_bytes``.
     Source: calls x share x S
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t))
@@ -481,8 +340,7 @@ def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chos
         "ep_all_to_all_step_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "n_moe_layers_stage", "s", "t", "inv0"),
         (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t, inv0),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_step_bytes_block(*block)
@@ -513,14 +371,10 @@ def _ep_all_to_all_step_bytes_block(out, r0, b, bytes_compute, cap_fact, cp, ep,
 
 
 ep_all_to_all_step_bytes.kernel = _runtime.Kernel(
-    _ep_all_to_all_step_bytes_block,
-    reals=1,
-    masks=0,
+    _ep_all_to_all_step_bytes_block, reals=1, masks=0,
     arguments=("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "n_moe_layers_stage", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_all_to_all_step_bytes_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=False,
+    passed=("inv0",), invariants=_ep_all_to_all_step_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=False,
 )
 
 
@@ -528,20 +382,8 @@ def ep_all_to_all_stage_calls_count(*, ep, m):
     """Calls per rank per step of EP token dispatch and combine all-to-alls of one MoE layer
     (forward and backward), for one MoE layer.
 
-    Closed form::
-
-        4*m*Piecewise((0, ep < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_stage_calls_count``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        ep: expert-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((ep, m))
@@ -554,11 +396,7 @@ def ep_all_to_all_stage_calls_count(*, ep, m):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "ep_all_to_all_stage_calls_count",
-            ("ep", "m"),
-            (ep, m),
-            reals=0,
-            masks=1,
+            "ep_all_to_all_stage_calls_count", ("ep", "m"), (ep, m), reals=0, masks=1,
         )
         for block in call.blocks():
             _ep_all_to_all_stage_calls_count_block(*block)
@@ -576,14 +414,8 @@ def _ep_all_to_all_stage_calls_count_block(out, m0, ep, m):
 
 
 ep_all_to_all_stage_calls_count.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_calls_count_block,
-    reals=0,
-    masks=1,
-    arguments=("ep", "m"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _ep_all_to_all_stage_calls_count_block, reals=0, masks=1, arguments=("ep", "m"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -591,26 +423,8 @@ def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen
     """nccl-tests size S of one call of EP token dispatch and combine all-to-alls of one MoE layer
     (forward and backward).
 
-    Closed form::
-
-        b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_stage_msg_bytes``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
@@ -623,9 +437,7 @@ def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
-        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_stage_msg_bytes_block(*block)
@@ -651,14 +463,10 @@ def _ep_all_to_all_stage_msg_bytes_block(out, r0, b, bytes_compute, cap_fact, cp
 
 
 ep_all_to_all_stage_msg_bytes.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
+    _ep_all_to_all_stage_msg_bytes_block, reals=1, masks=0,
     arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_all_to_all_stage_msg_bytes_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=False,
+    passed=("inv0",), invariants=_ep_all_to_all_stage_msg_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=False,
 )
 
 
@@ -666,29 +474,8 @@ def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, 
     """Bytes one rank sends per step for EP token dispatch and combine all-to-alls of one MoE layer
     (forward and backward), for one MoE layer (calls x the collective's share of S).
 
-    Closed form::
-
-        4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*s*(ep - 1)*Piecewise((0, ep < 3/2), (1,
-        True))/(cp*ep*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_stage_step_bytes``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t))
@@ -704,9 +491,7 @@ def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, 
         call = _runtime.Call(
             "ep_all_to_all_stage_step_bytes",
             ("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "s", "t", "inv0"),
-            (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _ep_all_to_all_stage_step_bytes_block(*block)
@@ -740,14 +525,10 @@ def _ep_all_to_all_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cap_fac
 
 
 ep_all_to_all_stage_step_bytes.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_step_bytes_block,
-    reals=1,
-    masks=1,
+    _ep_all_to_all_stage_step_bytes_block, reals=1, masks=1,
     arguments=("b", "bytes_compute", "cap_fact", "cp", "ep", "h", "m", "n_chosen_exp", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_all_to_all_stage_step_bytes_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_ep_all_to_all_stage_step_bytes_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -756,19 +537,8 @@ def ep_all_to_all_stage_ranks_count(*, ep):
     backward) (the collective's n; seconds per step = calls x the time of one call of S bytes over
     these ranks, NCCL's pick: collective_all_to_all_*_time_s).
 
-    Closed form::
-
-        ep
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#ep_all_to_all_stage_ranks_count``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        ep: expert-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((ep,))
@@ -777,13 +547,7 @@ def ep_all_to_all_stage_ranks_count(*, ep):
         (ep,) = _runtime.floats(xp, (ep,))
         out = ep
         return _runtime.broadcast(xp, out, (ep,))
-    call = _runtime.Call(
-        "ep_all_to_all_stage_ranks_count",
-        ("ep",),
-        (ep,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("ep_all_to_all_stage_ranks_count", ("ep",), (ep,), reals=0, masks=0)
     for block in call.blocks():
         _ep_all_to_all_stage_ranks_count_block(*block)
     return call.out
@@ -796,14 +560,8 @@ def _ep_all_to_all_stage_ranks_count_block(out, ep):
 
 
 ep_all_to_all_stage_ranks_count.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("ep",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _ep_all_to_all_stage_ranks_count_block, reals=0, masks=0, arguments=("ep",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -812,20 +570,10 @@ def ep_all_to_all_stage_calls_count__d_m(*, ep):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        4*Piecewise((0, ep < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#ep_all_to_all_stage_calls_count__d_m``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
     differentiated by symbolic.sensitivity
-
-    Args:
-        ep: expert-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((ep,))
@@ -838,11 +586,7 @@ def ep_all_to_all_stage_calls_count__d_m(*, ep):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "ep_all_to_all_stage_calls_count__d_m",
-            ("ep",),
-            (ep,),
-            reals=0,
-            masks=1,
+            "ep_all_to_all_stage_calls_count__d_m", ("ep",), (ep,), reals=0, masks=1,
         )
         for block in call.blocks():
             _ep_all_to_all_stage_calls_count__d_m_block(*block)
@@ -859,14 +603,8 @@ def _ep_all_to_all_stage_calls_count__d_m_block(out, m0, ep):
 
 
 ep_all_to_all_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_calls_count__d_m_block,
-    reals=0,
-    masks=1,
-    arguments=("ep",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _ep_all_to_all_stage_calls_count__d_m_block, reals=0, masks=1, arguments=("ep",), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -875,27 +613,10 @@ def ep_all_to_all_stage_msg_bytes__d_t(*, b, bytes_compute, cap_fact, cp, h, n_c
     t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#ep_all_to_all_stage_msg_bytes__d_t``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
     differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
@@ -908,9 +629,7 @@ def ep_all_to_all_stage_msg_bytes__d_t(*, b, bytes_compute, cap_fact, cp, h, n_c
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_t",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
-        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_stage_msg_bytes__d_t_block(*block)
@@ -937,14 +656,10 @@ def _ep_all_to_all_stage_msg_bytes__d_t_block(out, r0, b, bytes_compute, cap_fac
 
 
 ep_all_to_all_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
+    _ep_all_to_all_stage_msg_bytes__d_t_block, reals=1, masks=0,
     arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_all_to_all_stage_msg_bytes__d_t_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=False,
+    passed=("inv0",), invariants=_ep_all_to_all_stage_msg_bytes__d_t_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=False,
 )
 
 
@@ -953,27 +668,10 @@ def ep_all_to_all_stage_msg_bytes__d_cp(*, b, bytes_compute, cap_fact, cp, h, n_
     cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp**2*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#ep_all_to_all_stage_msg_bytes__d_cp``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
     differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
@@ -986,9 +684,7 @@ def ep_all_to_all_stage_msg_bytes__d_cp(*, b, bytes_compute, cap_fact, cp, h, n_
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_cp",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
-        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_stage_msg_bytes__d_cp_block(*block)
@@ -1015,14 +711,10 @@ def _ep_all_to_all_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cap_fa
 
 
 ep_all_to_all_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
+    _ep_all_to_all_stage_msg_bytes__d_cp_block, reals=1, masks=0,
     arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
-    passed=("inv0",),
-    invariants=_ep_all_to_all_stage_msg_bytes__d_cp_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=False,
+    passed=("inv0",), invariants=_ep_all_to_all_stage_msg_bytes__d_cp_invariants,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=False,
 )
 
 
@@ -1031,26 +723,10 @@ def ep_all_to_all_stage_msg_bytes__d_b(*, bytes_compute, cap_fact, cp, h, n_chos
     of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#ep_all_to_all_stage_msg_bytes__d_b``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
     differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t))
@@ -1063,9 +739,7 @@ def ep_all_to_all_stage_msg_bytes__d_b(*, bytes_compute, cap_fact, cp, h, n_chos
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_b",
         ("bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t", "inv0"),
-        (bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0),
-        reals=1,
-        masks=0,
+        (bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_stage_msg_bytes__d_b_block(*block)
@@ -1090,14 +764,10 @@ def _ep_all_to_all_stage_msg_bytes__d_b_block(out, r0, bytes_compute, cap_fact, 
 
 
 ep_all_to_all_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_msg_bytes__d_b_block,
-    reals=1,
-    masks=0,
-    arguments=("bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"),
-    passed=("inv0",),
+    _ep_all_to_all_stage_msg_bytes__d_b_block, reals=1, masks=0,
+    arguments=("bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "s", "t"), passed=("inv0",),
     invariants=_ep_all_to_all_stage_msg_bytes__d_b_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"),
-    quiet=False,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp", "s"), quiet=False,
 )
 
 
@@ -1106,26 +776,10 @@ def ep_all_to_all_stage_msg_bytes__d_s(*, b, bytes_compute, cap_fact, cp, h, n_c
     s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        b*bytes_compute*cap_fact*h*n_chosen_exp/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#ep_all_to_all_stage_msg_bytes__d_s``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
     differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t))
@@ -1138,9 +792,7 @@ def ep_all_to_all_stage_msg_bytes__d_s(*, b, bytes_compute, cap_fact, cp, h, n_c
     call = _runtime.Call(
         "ep_all_to_all_stage_msg_bytes__d_s",
         ("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "t", "inv0"),
-        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _ep_all_to_all_stage_msg_bytes__d_s_block(*block)
@@ -1166,14 +818,10 @@ def _ep_all_to_all_stage_msg_bytes__d_s_block(out, r0, b, bytes_compute, cap_fac
 
 
 ep_all_to_all_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_msg_bytes__d_s_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "t"),
-    passed=("inv0",),
+    _ep_all_to_all_stage_msg_bytes__d_s_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cap_fact", "cp", "h", "n_chosen_exp", "t"), passed=("inv0",),
     invariants=_ep_all_to_all_stage_msg_bytes__d_s_invariants,
-    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp"),
-    quiet=False,
+    widened=("bytes_compute", "cap_fact", "h", "n_chosen_exp"), quiet=False,
 )
 
 
@@ -1182,26 +830,13 @@ def ep_all_to_all_stage_ranks_count__d_ep():
     of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#ep_all_to_all_stage_ranks_count__d_ep``.
     Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
     differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "ep_all_to_all_stage_ranks_count__d_ep",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("ep_all_to_all_stage_ranks_count__d_ep", (), (), reals=0, masks=0)
     for block in call.blocks():
         _ep_all_to_all_stage_ranks_count__d_ep_block(*block)
     return call.out
@@ -1214,12 +849,6 @@ def _ep_all_to_all_stage_ranks_count__d_ep_block(out,):
 
 
 ep_all_to_all_stage_ranks_count__d_ep.kernel = _runtime.Kernel(
-    _ep_all_to_all_stage_ranks_count__d_ep_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _ep_all_to_all_stage_ranks_count__d_ep_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )

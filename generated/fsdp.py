@@ -5,7 +5,9 @@
 """Evaluators of the fsdp formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -47,30 +49,9 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
     """Bytes a rank moves per micro-batch for one FSDP part (N, c, k, g): G parameter all-gathers
     and a gradient reduce-scatter over its shards, plus R all-reduces between copies of a shard.
 
-    Closed form::
-
-        bytes_grad*part_size*reduces*(2*Max(1, part_held/Max(1, part_sharded)) - 2)/(Max(1,
-        part_computed)*Max(1, part_held/Max(1, part_sharded))*Max(1, part_sharded/Max(1,
-        part_computed))) + part_size*(bytes_grad + bytes_p*gathers)*(Max(1, part_sharded/Max(1,
-        part_computed)) - 1)/(Max(1, part_computed)*Max(1, part_sharded/Max(1, part_computed)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_part_traffic_bytes``.
     Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_traffic, one term of its sum)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_held: ranks holding one FSDP part, copies of the shard included (g) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces))
@@ -87,8 +68,7 @@ def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part
         "fsdp_part_traffic_bytes",
         ("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces", "inv0"),
         (bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces, inv0),
-        reals=4,
-        masks=0,
+        reals=4, masks=0,
     )
     for block in call.blocks():
         _fsdp_part_traffic_bytes_block(*block)
@@ -134,13 +114,9 @@ def _fsdp_part_traffic_bytes_block(out, r0, r1, r2, r3, bytes_grad, bytes_p, gat
 
 
 fsdp_part_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_part_traffic_bytes_block,
-    reals=4,
-    masks=0,
+    _fsdp_part_traffic_bytes_block, reals=4, masks=0,
     arguments=("bytes_grad", "bytes_p", "gathers", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
-    passed=("inv0",),
-    invariants=_fsdp_part_traffic_bytes_invariants,
-    widened=("bytes_grad",),
+    passed=("inv0",), invariants=_fsdp_part_traffic_bytes_invariants, widened=("bytes_grad",),
     quiet=False,
 )
 
@@ -149,27 +125,9 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
     """Bytes a rank sends per micro-batch to all-reduce the gradients of one FSDP part's shard
     between its copies, R times (the second term of fsdp_part_traffic_bytes).
 
-    Closed form::
-
-        bytes_grad*part_size*reduces*(2*Max(1, part_held/Max(1, part_sharded)) - 2)/(Max(1,
-        part_computed)*Max(1, part_held/Max(1, part_sharded))*Max(1, part_sharded/Max(1,
-        part_computed)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_part_reduce_traffic_bytes``.
     Source: inferred: EvalLayerComm.fsdp_reduce_traffic is not published; comm_time.py lines 594 and
     600 call it
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_held: ranks holding one FSDP part, copies of the shard included (g) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((bytes_grad, part_computed, part_held, part_sharded, part_size, reduces))
@@ -184,8 +142,7 @@ def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part
     call = _runtime.Call(
         "fsdp_part_reduce_traffic_bytes",
         ("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces", "inv0"),
-        (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces, inv0),
-        reals=3,
+        (bytes_grad, part_computed, part_held, part_sharded, part_size, reduces, inv0), reals=3,
         masks=0,
     )
     for block in call.blocks():
@@ -225,35 +182,19 @@ def _fsdp_part_reduce_traffic_bytes_block(out, r0, r1, r2, bytes_grad, part_comp
 
 
 fsdp_part_reduce_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_part_reduce_traffic_bytes_block,
-    reals=3,
-    masks=0,
+    _fsdp_part_reduce_traffic_bytes_block, reals=3, masks=0,
     arguments=("bytes_grad", "part_computed", "part_held", "part_sharded", "part_size", "reduces"),
-    passed=("inv0",),
-    invariants=_fsdp_part_reduce_traffic_bytes_invariants,
-    widened=("bytes_grad",),
-    quiet=False,
+    passed=("inv0",), invariants=_fsdp_part_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad",), quiet=False,
 )
 
 
 def fsdp_routed_part_size_params(*, P_r, ep):
     """Routed-expert parameters a rank's EP group holds: P_r / ep.
 
-    Closed form::
-
-        P_r/ep
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#fsdp_routed_part_size_params``.
     Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts)
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        ep: expert-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((P_r, ep))
@@ -262,13 +203,7 @@ def fsdp_routed_part_size_params(*, P_r, ep):
         (P_r, ep) = _runtime.floats(xp, (P_r, ep))
         out = P_r/ep
         return _runtime.broadcast(xp, out, (P_r, ep))
-    call = _runtime.Call(
-        "fsdp_routed_part_size_params",
-        ("P_r", "ep"),
-        (P_r, ep),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("fsdp_routed_part_size_params", ("P_r", "ep"), (P_r, ep), reals=0, masks=0)
     for block in call.blocks():
         _fsdp_routed_part_size_params_block(*block)
     return call.out
@@ -281,36 +216,17 @@ def _fsdp_routed_part_size_params_block(out, P_r, ep):
 
 
 fsdp_routed_part_size_params.kernel = _runtime.Kernel(
-    _fsdp_routed_part_size_params_block,
-    reals=0,
-    masks=0,
-    arguments=("P_r", "ep"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_routed_part_size_params_block, reals=0, masks=0, arguments=("P_r", "ep"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def fsdp_non_expert_part_held_count(*, cp, d, t):
     """Ranks holding the non-expert part of a layer (and the output table): d * cp * t.
 
-    Closed form::
-
-        cp*d*t
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_non_expert_part_held_count``.
     Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts); HyperParallel SAPP-ND perf_estimation/comm_time.py line 529
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((cp, d, t))
@@ -320,11 +236,7 @@ def fsdp_non_expert_part_held_count(*, cp, d, t):
         out = cp*d*t
         return _runtime.broadcast(xp, out, (cp, d, t))
     call = _runtime.Call(
-        "fsdp_non_expert_part_held_count",
-        ("cp", "d", "t"),
-        (cp, d, t),
-        reals=0,
-        masks=0,
+        "fsdp_non_expert_part_held_count", ("cp", "d", "t"), (cp, d, t), reals=0, masks=0,
     )
     for block in call.blocks():
         _fsdp_non_expert_part_held_count_block(*block)
@@ -339,36 +251,17 @@ def _fsdp_non_expert_part_held_count_block(out, cp, d, t):
 
 
 fsdp_non_expert_part_held_count.kernel = _runtime.Kernel(
-    _fsdp_non_expert_part_held_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "d", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_non_expert_part_held_count_block, reals=0, masks=0, arguments=("cp", "d", "t"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def fsdp_routed_part_held_count(*, cp, d_exp, t_exp):
     """Ranks holding the routed-expert part of a layer: d_exp * cp * t_exp.
 
-    Closed form::
-
-        cp*d_exp*t_exp
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_routed_part_held_count``.
     Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((cp, d_exp, t_exp))
@@ -378,10 +271,7 @@ def fsdp_routed_part_held_count(*, cp, d_exp, t_exp):
         out = cp*d_exp*t_exp
         return _runtime.broadcast(xp, out, (cp, d_exp, t_exp))
     call = _runtime.Call(
-        "fsdp_routed_part_held_count",
-        ("cp", "d_exp", "t_exp"),
-        (cp, d_exp, t_exp),
-        reals=0,
+        "fsdp_routed_part_held_count", ("cp", "d_exp", "t_exp"), (cp, d_exp, t_exp), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -397,36 +287,17 @@ def _fsdp_routed_part_held_count_block(out, cp, d_exp, t_exp):
 
 
 fsdp_routed_part_held_count.kernel = _runtime.Kernel(
-    _fsdp_routed_part_held_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "d_exp", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_routed_part_held_count_block, reals=0, masks=0, arguments=("cp", "d_exp", "t_exp"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def fsdp_shared_part_held_count(*, cp, d, t_exp):
     """Ranks holding the shared-expert part of a layer: d * cp * t_exp.
 
-    Closed form::
-
-        cp*d*t_exp
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_shared_part_held_count``.
     Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((cp, d, t_exp))
@@ -436,11 +307,7 @@ def fsdp_shared_part_held_count(*, cp, d, t_exp):
         out = cp*d*t_exp
         return _runtime.broadcast(xp, out, (cp, d, t_exp))
     call = _runtime.Call(
-        "fsdp_shared_part_held_count",
-        ("cp", "d", "t_exp"),
-        (cp, d, t_exp),
-        reals=0,
-        masks=0,
+        "fsdp_shared_part_held_count", ("cp", "d", "t_exp"), (cp, d, t_exp), reals=0, masks=0,
     )
     for block in call.blocks():
         _fsdp_shared_part_held_count_block(*block)
@@ -455,34 +322,16 @@ def _fsdp_shared_part_held_count_block(out, cp, d, t_exp):
 
 
 fsdp_shared_part_held_count.kernel = _runtime.Kernel(
-    _fsdp_shared_part_held_count_block,
-    reals=0,
-    masks=0,
-    arguments=("cp", "d", "t_exp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_shared_part_held_count_block, reals=0, masks=0, arguments=("cp", "d", "t_exp"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def fsdp_embedding_part_computed_count(*, gather_embed, shard_embed):
     """Ranks the embedding table is computed over: shard_embed / max(1, gather_embed or 1).
 
-    Closed form::
-
-        shard_embed/Max(1, gather_embed)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_embedding_part_computed_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 527
-
-    Args:
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        shard_embed: ranks that shard the embedding table [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((gather_embed, shard_embed))
@@ -492,11 +341,8 @@ def fsdp_embedding_part_computed_count(*, gather_embed, shard_embed):
         out = shard_embed/xp.maximum(1, gather_embed)
         return _runtime.broadcast(xp, out, (gather_embed, shard_embed))
     call = _runtime.Call(
-        "fsdp_embedding_part_computed_count",
-        ("gather_embed", "shard_embed"),
-        (gather_embed, shard_embed),
-        reals=1,
-        masks=0,
+        "fsdp_embedding_part_computed_count", ("gather_embed", "shard_embed"),
+        (gather_embed, shard_embed), reals=1, masks=0,
     )
     for block in call.blocks():
         _fsdp_embedding_part_computed_count_block(*block)
@@ -511,35 +357,16 @@ def _fsdp_embedding_part_computed_count_block(out, r0, gather_embed, shard_embed
 
 
 fsdp_embedding_part_computed_count.kernel = _runtime.Kernel(
-    _fsdp_embedding_part_computed_count_block,
-    reals=1,
-    masks=0,
-    arguments=("gather_embed", "shard_embed"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_embedding_part_computed_count_block, reals=1, masks=0,
+    arguments=("gather_embed", "shard_embed"), passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def fsdp_embedding_part_held_count(*, d, gather_embed, shard_embed):
     """Ranks holding the embedding table: d times its computed-over width.
 
-    Closed form::
-
-        d*shard_embed/Max(1, gather_embed)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_embedding_part_held_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 528
-
-    Args:
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        shard_embed: ranks that shard the embedding table [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((d, gather_embed, shard_embed))
@@ -549,11 +376,8 @@ def fsdp_embedding_part_held_count(*, d, gather_embed, shard_embed):
         out = d*shard_embed/xp.maximum(1, gather_embed)
         return _runtime.broadcast(xp, out, (d, gather_embed, shard_embed))
     call = _runtime.Call(
-        "fsdp_embedding_part_held_count",
-        ("d", "gather_embed", "shard_embed"),
-        (d, gather_embed, shard_embed),
-        reals=1,
-        masks=0,
+        "fsdp_embedding_part_held_count", ("d", "gather_embed", "shard_embed"),
+        (d, gather_embed, shard_embed), reals=1, masks=0,
     )
     for block in call.blocks():
         _fsdp_embedding_part_held_count_block(*block)
@@ -569,13 +393,8 @@ def _fsdp_embedding_part_held_count_block(out, r0, d, gather_embed, shard_embed)
 
 
 fsdp_embedding_part_held_count.kernel = _runtime.Kernel(
-    _fsdp_embedding_part_held_count_block,
-    reals=1,
-    masks=0,
-    arguments=("d", "gather_embed", "shard_embed"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _fsdp_embedding_part_held_count_block, reals=1, masks=0,
+    arguments=("d", "gather_embed", "shard_embed"), passed=(), invariants=None, widened=(),
     quiet=False,
 )
 
@@ -583,20 +402,8 @@ fsdp_embedding_part_held_count.kernel = _runtime.Kernel(
 def fsdp_embedding_part_size_params(*, h, v):
     """Parameters of the embedding table: h * v.
 
-    Closed form::
-
-        h*v
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#fsdp_embedding_part_size_params``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 528 (EvalHead.num_params_embed)
-
-    Args:
-        h: hidden width [elements].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((h, v))
@@ -605,13 +412,7 @@ def fsdp_embedding_part_size_params(*, h, v):
         (h, v) = _runtime.floats(xp, (h, v))
         out = h*v
         return _runtime.broadcast(xp, out, (h, v))
-    call = _runtime.Call(
-        "fsdp_embedding_part_size_params",
-        ("h", "v"),
-        (h, v),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("fsdp_embedding_part_size_params", ("h", "v"), (h, v), reals=0, masks=0)
     for block in call.blocks():
         _fsdp_embedding_part_size_params_block(*block)
     return call.out
@@ -624,34 +425,16 @@ def _fsdp_embedding_part_size_params_block(out, h, v):
 
 
 fsdp_embedding_part_size_params.kernel = _runtime.Kernel(
-    _fsdp_embedding_part_size_params_block,
-    reals=0,
-    masks=0,
-    arguments=("h", "v"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_embedding_part_size_params_block, reals=0, masks=0, arguments=("h", "v"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def fsdp_output_part_size_params(*, h, v):
     """Parameters of the output layer: the h * v table and v biases.
 
-    Closed form::
-
-        h*v + v
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#fsdp_output_part_size_params``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 529 (EvalTail.num_params_output)
-
-    Args:
-        h: hidden width [elements].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((h, v))
@@ -660,13 +443,7 @@ def fsdp_output_part_size_params(*, h, v):
         (h, v) = _runtime.floats(xp, (h, v))
         out = h*v + v
         return _runtime.broadcast(xp, out, (h, v))
-    call = _runtime.Call(
-        "fsdp_output_part_size_params",
-        ("h", "v"),
-        (h, v),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("fsdp_output_part_size_params", ("h", "v"), (h, v), reals=0, masks=0)
     for block in call.blocks():
         _fsdp_output_part_size_params_block(*block)
     return call.out
@@ -680,14 +457,8 @@ def _fsdp_output_part_size_params_block(out, h, v):
 
 
 fsdp_output_part_size_params.kernel = _runtime.Kernel(
-    _fsdp_output_part_size_params_block,
-    reals=0,
-    masks=0,
-    arguments=("h", "v"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_output_part_size_params_block, reals=0, masks=0, arguments=("h", "v"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -695,45 +466,9 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
     """FSDP bytes a rank moves per micro-batch for one body layer, over its non-expert, routed and
     shared parts, given the layer's parameter counts P_ne, P_r, P_s.
 
-    Closed form::
-
-        P_ne*bytes_grad*reduces*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + P_ne*(bytes_grad
-        + bytes_p*gathers)*(Max(1, shard_p_os_non_exp_partial/t) - 1)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)) + P_r*bytes_grad*reduces*(2*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp) - 2)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) + P_r*(bytes_grad + bytes_p*gathers)*(Max(1,
-        shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)) +
-        P_s*bytes_grad*reduces*(2*Max(1, cp*d*t_exp/shard_p_os_exp_partial) - 2)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) + P_s*(bytes_grad +
-        bytes_p*gathers)*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_layer_traffic_bytes``.
     Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
     (fsdp_layer_parts, fsdp_traffic); HyperParallel SAPP-ND perf_estimation/comm_time.py line 593
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 53.
     xp = _runtime.namespace((P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
@@ -761,8 +496,7 @@ def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_ex
         "fsdp_layer_traffic_bytes",
         ("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp", "inv0"),
         (P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0),
-        reals=14,
-        masks=0,
+        reals=14, masks=0,
     )
     for block in call.blocks():
         _fsdp_layer_traffic_bytes_block(*block)
@@ -853,13 +587,9 @@ def _fsdp_layer_traffic_bytes_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9,
 
 
 fsdp_layer_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_layer_traffic_bytes_block,
-    reals=14,
-    masks=0,
+    _fsdp_layer_traffic_bytes_block, reals=14, masks=0,
     arguments=("P_ne", "P_r", "P_s", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "ep", "gathers", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
-    passed=("inv0",),
-    invariants=_fsdp_layer_traffic_bytes_invariants,
-    widened=("bytes_grad",),
+    passed=("inv0",), invariants=_fsdp_layer_traffic_bytes_invariants, widened=("bytes_grad",),
     quiet=False,
 )
 
@@ -867,38 +597,9 @@ fsdp_layer_traffic_bytes.kernel = _runtime.Kernel(
 def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp):
     """The all-reduce share of fsdp_layer_traffic_bytes (inferred fsdp_reduce_traffic).
 
-    Closed form::
-
-        P_ne*bytes_grad*reduces*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        P_r*bytes_grad*reduces*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)) +
-        P_s*bytes_grad*reduces*(2*Max(1, cp*d*t_exp/shard_p_os_exp_partial) - 2)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_layer_reduce_traffic_bytes``.
     Source: inferred fsdp_reduce_traffic; HyperParallel SAPP-ND perf_estimation/comm_time.py line
     594
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp))
@@ -916,8 +617,7 @@ def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp,
         "fsdp_layer_reduce_traffic_bytes",
         ("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp", "inv0"),
         (P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp, inv0),
-        reals=5,
-        masks=0,
+        reals=5, masks=0,
     )
     for block in call.blocks():
         _fsdp_layer_reduce_traffic_bytes_block(*block)
@@ -983,46 +683,19 @@ def _fsdp_layer_reduce_traffic_bytes_block(out, r0, r1, r2, r3, r4, P_ne, P_r, P
 
 
 fsdp_layer_reduce_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_layer_reduce_traffic_bytes_block,
-    reals=5,
-    masks=0,
+    _fsdp_layer_reduce_traffic_bytes_block, reals=5, masks=0,
     arguments=("P_ne", "P_r", "P_s", "bytes_grad", "cp", "d", "d_exp", "ep", "reduces", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "t", "t_exp"),
-    passed=("inv0",),
-    invariants=_fsdp_layer_reduce_traffic_bytes_invariants,
-    widened=("bytes_grad",),
-    quiet=False,
+    passed=("inv0",), invariants=_fsdp_layer_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad",), quiet=False,
 )
 
 
 def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v):
     """FSDP bytes a rank moves per micro-batch for the embedding table.
 
-    Closed form::
-
-        bytes_grad*h*reduces*v*(2*Max(1, d/Max(1, gather_embed)) - 2)/(Max(1, d/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        shard_embed/Max(1, gather_embed)))) + h*v*(bytes_grad + bytes_p*gathers)*(Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))) - 1)/(Max(1, shard_embed/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_embedding_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
     HyperParallel SAPP-ND perf_estimation/comm_time.py line 599
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v))
@@ -1040,8 +713,7 @@ def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gather
         "fsdp_embedding_traffic_bytes",
         ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v", "inv0", "inv1"),
         (bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v, inv0, inv1),
-        reals=4,
-        masks=0,
+        reals=4, masks=0,
     )
     for block in call.blocks():
         _fsdp_embedding_traffic_bytes_block(*block)
@@ -1092,42 +764,19 @@ def _fsdp_embedding_traffic_bytes_block(out, r0, r1, r2, r3, bytes_grad, bytes_p
 
 
 fsdp_embedding_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_embedding_traffic_bytes_block,
-    reals=4,
-    masks=0,
+    _fsdp_embedding_traffic_bytes_block, reals=4, masks=0,
     arguments=("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "reduces", "shard_embed", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_fsdp_embedding_traffic_bytes_invariants,
-    widened=("bytes_grad", "h", "v"),
-    quiet=False,
+    passed=("inv0", "inv1"), invariants=_fsdp_embedding_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"), quiet=False,
 )
 
 
 def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduces, shard_embed, v):
     """The all-reduce share of fsdp_embedding_traffic_bytes (inferred fsdp_reduce_traffic).
 
-    Closed form::
-
-        bytes_grad*h*reduces*v*(2*Max(1, d/Max(1, gather_embed)) - 2)/(Max(1, d/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_embedding_reduce_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
     inferred fsdp_reduce_traffic, HyperParallel SAPP-ND perf_estimation/comm_time.py line 600
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((bytes_grad, d, gather_embed, h, reduces, shard_embed, v))
@@ -1143,9 +792,7 @@ def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduc
     call = _runtime.Call(
         "fsdp_embedding_reduce_traffic_bytes",
         ("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v", "inv0"),
-        (bytes_grad, d, gather_embed, h, reduces, shard_embed, v, inv0),
-        reals=3,
-        masks=0,
+        (bytes_grad, d, gather_embed, h, reduces, shard_embed, v, inv0), reals=3, masks=0,
     )
     for block in call.blocks():
         _fsdp_embedding_reduce_traffic_bytes_block(*block)
@@ -1186,14 +833,10 @@ def _fsdp_embedding_reduce_traffic_bytes_block(out, r0, r1, r2, bytes_grad, d, g
 
 
 fsdp_embedding_reduce_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_embedding_reduce_traffic_bytes_block,
-    reals=3,
-    masks=0,
+    _fsdp_embedding_reduce_traffic_bytes_block, reals=3, masks=0,
     arguments=("bytes_grad", "d", "gather_embed", "h", "reduces", "shard_embed", "v"),
-    passed=("inv0",),
-    invariants=_fsdp_embedding_reduce_traffic_bytes_invariants,
-    widened=("bytes_grad", "h", "v"),
-    quiet=False,
+    passed=("inv0",), invariants=_fsdp_embedding_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"), quiet=False,
 )
 
 
@@ -1201,34 +844,9 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
     """FSDP bytes a rank moves per micro-batch for an embedding table tied to the output layer
     (nothing when p <= 1: the output layer holds it).
 
-    Closed form::
-
-        bytes_grad*reduces*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) + (bytes_grad +
-        bytes_p*gathers)*(Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))) -
-        1)*Piecewise((0, p <= 1), (h*v, True))/(Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_tied_embedding_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
     HyperParallel SAPP-ND perf_estimation/comm_time.py line 599
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 24.
     xp = _runtime.namespace((bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v))
@@ -1249,8 +867,7 @@ def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, g
             "fsdp_tied_embedding_traffic_bytes",
             ("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
             (bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v, inv0, inv1),
-            reals=4,
-            masks=1,
+            reals=4, masks=1,
         )
         for block in call.blocks():
             _fsdp_tied_embedding_traffic_bytes_block(*block)
@@ -1304,43 +921,20 @@ def _fsdp_tied_embedding_traffic_bytes_block(out, r0, r1, r2, r3, m0, bytes_grad
 
 
 fsdp_tied_embedding_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_tied_embedding_traffic_bytes_block,
-    reals=4,
-    masks=1,
+    _fsdp_tied_embedding_traffic_bytes_block, reals=4, masks=1,
     arguments=("bytes_grad", "bytes_p", "d", "gather_embed", "gathers", "h", "p", "reduces", "shard_embed", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_fsdp_tied_embedding_traffic_bytes_invariants,
-    widened=("bytes_grad", "h", "v"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_fsdp_tied_embedding_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"), quiet=True,
 )
 
 
 def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v):
     """The all-reduce share of fsdp_tied_embedding_traffic_bytes (inferred fsdp_reduce_traffic).
 
-    Closed form::
-
-        bytes_grad*reduces*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#fsdp_tied_embedding_reduce_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
     inferred fsdp_reduce_traffic, HyperParallel SAPP-ND perf_estimation/comm_time.py line 600
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v))
@@ -1359,8 +953,7 @@ def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, 
         call = _runtime.Call(
             "fsdp_tied_embedding_reduce_traffic_bytes",
             ("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v", "inv0", "inv1"),
-            (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1),
-            reals=3,
+            (bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v, inv0, inv1), reals=3,
             masks=1,
         )
         for block in call.blocks():
@@ -1409,46 +1002,19 @@ def _fsdp_tied_embedding_reduce_traffic_bytes_block(out, r0, r1, r2, m0, bytes_g
 
 
 fsdp_tied_embedding_reduce_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_tied_embedding_reduce_traffic_bytes_block,
-    reals=3,
-    masks=1,
+    _fsdp_tied_embedding_reduce_traffic_bytes_block, reals=3, masks=1,
     arguments=("bytes_grad", "d", "gather_embed", "h", "p", "reduces", "shard_embed", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_fsdp_tied_embedding_reduce_traffic_bytes_invariants,
-    widened=("bytes_grad", "h", "v"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_fsdp_tied_embedding_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"), quiet=True,
 )
 
 
 def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v):
     """FSDP bytes a rank moves per micro-batch for the output layer.
 
-    Closed form::
-
-        bytes_grad*reduces*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad +
-        bytes_p*gathers)*(h*v + v)*(Max(1, shard_p_os_non_exp_partial/t) - 1)/(t*Max(1,
-        shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_output_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
     HyperParallel SAPP-ND perf_estimation/comm_time.py line 599
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 18.
     xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v))
@@ -1464,8 +1030,7 @@ def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces
         "fsdp_output_traffic_bytes",
         ("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v", "inv0", "inv1"),
         (bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v, inv0, inv1),
-        reals=3,
-        masks=0,
+        reals=3, masks=0,
     )
     for block in call.blocks():
         _fsdp_output_traffic_bytes_block(*block)
@@ -1510,42 +1075,19 @@ def _fsdp_output_traffic_bytes_block(out, r0, r1, r2, bytes_grad, bytes_p, cp, d
 
 
 fsdp_output_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_output_traffic_bytes_block,
-    reals=3,
-    masks=0,
+    _fsdp_output_traffic_bytes_block, reals=3, masks=0,
     arguments=("bytes_grad", "bytes_p", "cp", "d", "gathers", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_fsdp_output_traffic_bytes_invariants,
-    widened=("bytes_grad", "h", "v"),
-    quiet=False,
+    passed=("inv0", "inv1"), invariants=_fsdp_output_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"), quiet=False,
 )
 
 
 def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v):
     """The all-reduce share of fsdp_output_traffic_bytes (inferred fsdp_reduce_traffic).
 
-    Closed form::
-
-        bytes_grad*reduces*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#fsdp_output_reduce_traffic_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
     inferred fsdp_reduce_traffic, HyperParallel SAPP-ND perf_estimation/comm_time.py line 600
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v))
@@ -1559,9 +1101,7 @@ def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_o
     call = _runtime.Call(
         "fsdp_output_reduce_traffic_bytes",
         ("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v", "inv0"),
-        (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v, inv0),
-        reals=2,
-        masks=0,
+        (bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v, inv0), reals=2, masks=0,
     )
     for block in call.blocks():
         _fsdp_output_reduce_traffic_bytes_block(*block)
@@ -1597,14 +1137,10 @@ def _fsdp_output_reduce_traffic_bytes_block(out, r0, r1, bytes_grad, cp, d, h, r
 
 
 fsdp_output_reduce_traffic_bytes.kernel = _runtime.Kernel(
-    _fsdp_output_reduce_traffic_bytes_block,
-    reals=2,
-    masks=0,
+    _fsdp_output_reduce_traffic_bytes_block, reals=2, masks=0,
     arguments=("bytes_grad", "cp", "d", "h", "reduces", "shard_p_os_non_exp_partial", "t", "v"),
-    passed=("inv0",),
-    invariants=_fsdp_output_reduce_traffic_bytes_invariants,
-    widened=("bytes_grad", "h", "v"),
-    quiet=False,
+    passed=("inv0",), invariants=_fsdp_output_reduce_traffic_bytes_invariants,
+    widened=("bytes_grad", "h", "v"), quiet=False,
 )
 
 
@@ -1612,25 +1148,11 @@ def fsdp_resharded_layer_gathers_count():
     """All-gathers of a layer per micro-batch when FSDP reshards after each pass: forward and
     backward.
 
-    Closed form::
-
-        2
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_resharded_layer_gathers_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "fsdp_resharded_layer_gathers_count",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("fsdp_resharded_layer_gathers_count", (), (), reals=0, masks=0)
     for block in call.blocks():
         _fsdp_resharded_layer_gathers_count_block(*block)
     return call.out
@@ -1643,14 +1165,8 @@ def _fsdp_resharded_layer_gathers_count_block(out,):
 
 
 fsdp_resharded_layer_gathers_count.kernel = _runtime.Kernel(
-    _fsdp_resharded_layer_gathers_count_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_resharded_layer_gathers_count_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1658,25 +1174,11 @@ def fsdp_resharded_root_gathers_count():
     """All-gathers of the embedding or output table per micro-batch when FSDP reshards: once, kept
     through its backward.
 
-    Closed form::
-
-        1
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_resharded_root_gathers_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "fsdp_resharded_root_gathers_count",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("fsdp_resharded_root_gathers_count", (), (), reals=0, masks=0)
     for block in call.blocks():
         _fsdp_resharded_root_gathers_count_block(*block)
     return call.out
@@ -1689,14 +1191,8 @@ def _fsdp_resharded_root_gathers_count_block(out,):
 
 
 fsdp_resharded_root_gathers_count.kernel = _runtime.Kernel(
-    _fsdp_resharded_root_gathers_count_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_resharded_root_gathers_count_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1704,19 +1200,8 @@ def fsdp_kept_gathers_count(*, m):
     """All-gathers of a layer or root table per micro-batch when FSDP keeps parameters gathered:
     once a step, 1/max(1, m) (§10 item 19).
 
-    Closed form::
-
-        1/m
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_kept_gathers_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 1 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((m,))
@@ -1725,13 +1210,7 @@ def fsdp_kept_gathers_count(*, m):
         (m,) = _runtime.floats(xp, (m,))
         out = 1/m
         return _runtime.broadcast(xp, out, (m,))
-    call = _runtime.Call(
-        "fsdp_kept_gathers_count",
-        ("m",),
-        (m,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("fsdp_kept_gathers_count", ("m",), (m,), reals=0, masks=0)
     for block in call.blocks():
         _fsdp_kept_gathers_count_block(*block)
     return call.out
@@ -1744,14 +1223,8 @@ def _fsdp_kept_gathers_count_block(out, m):
 
 
 fsdp_kept_gathers_count.kernel = _runtime.Kernel(
-    _fsdp_kept_gathers_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _fsdp_kept_gathers_count_block, reals=0, masks=0, arguments=("m",), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
@@ -1760,21 +1233,8 @@ def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
     is wider than t * param_cp (param_cp = 1, shard_spans_cp set), else every micro-batch (§10 item
     19).
 
-    Closed form::
-
-        Piecewise((1/m, shard_p_os_non_exp_partial > t), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_cp_spanning_reduces_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((m, shard_p_os_non_exp_partial, t))
@@ -1787,11 +1247,8 @@ def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "fsdp_cp_spanning_reduces_count",
-            ("m", "shard_p_os_non_exp_partial", "t"),
-            (m, shard_p_os_non_exp_partial, t),
-            reals=1,
-            masks=1,
+            "fsdp_cp_spanning_reduces_count", ("m", "shard_p_os_non_exp_partial", "t"),
+            (m, shard_p_os_non_exp_partial, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _fsdp_cp_spanning_reduces_count_block(*block)
@@ -1808,13 +1265,8 @@ def _fsdp_cp_spanning_reduces_count_block(out, r0, m0, m, shard_p_os_non_exp_par
 
 
 fsdp_cp_spanning_reduces_count.kernel = _runtime.Kernel(
-    _fsdp_cp_spanning_reduces_count_block,
-    reals=1,
-    masks=1,
-    arguments=("m", "shard_p_os_non_exp_partial", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
+    _fsdp_cp_spanning_reduces_count_block, reals=1, masks=1,
+    arguments=("m", "shard_p_os_non_exp_partial", "t"), passed=(), invariants=None, widened=(),
     quiet=True,
 )
 
@@ -1824,22 +1276,8 @@ def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
     is wider than t * param_cp (param_cp = cp, shard_spans_cp unset), else every micro-batch (§10
     item 19).
 
-    Closed form::
-
-        Piecewise((1/m, shard_p_os_non_exp_partial > cp*t), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#fsdp_cp_separate_reduces_count``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((cp, m, shard_p_os_non_exp_partial, t))
@@ -1852,11 +1290,8 @@ def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "fsdp_cp_separate_reduces_count",
-            ("cp", "m", "shard_p_os_non_exp_partial", "t"),
-            (cp, m, shard_p_os_non_exp_partial, t),
-            reals=1,
-            masks=1,
+            "fsdp_cp_separate_reduces_count", ("cp", "m", "shard_p_os_non_exp_partial", "t"),
+            (cp, m, shard_p_os_non_exp_partial, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _fsdp_cp_separate_reduces_count_block(*block)
@@ -1874,12 +1309,7 @@ def _fsdp_cp_separate_reduces_count_block(out, r0, m0, cp, m, shard_p_os_non_exp
 
 
 fsdp_cp_separate_reduces_count.kernel = _runtime.Kernel(
-    _fsdp_cp_separate_reduces_count_block,
-    reals=1,
-    masks=1,
-    arguments=("cp", "m", "shard_p_os_non_exp_partial", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _fsdp_cp_separate_reduces_count_block, reals=1, masks=1,
+    arguments=("cp", "m", "shard_p_os_non_exp_partial", "t"), passed=(), invariants=None,
+    widened=(), quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the memory formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -122,25 +124,8 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
     """Weight bytes one rank keeps of a part of N parameters computed over c TP ranks and sharded
     over k ranks, split over the k/c ZeRO shards from ZeRO stage 3 on.
 
-    Closed form::
-
-        bytes_p*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 3),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_part_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((bytes_p, part_computed, part_sharded, part_size, zero_level))
@@ -155,9 +140,7 @@ def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size
         call = _runtime.Call(
             "memory_part_weights_bytes",
             ("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-            (bytes_p, part_computed, part_sharded, part_size, zero_level),
-            reals=1,
-            masks=1,
+            (bytes_p, part_computed, part_sharded, part_size, zero_level), reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_part_weights_bytes_block(*block)
@@ -180,14 +163,9 @@ def _memory_part_weights_bytes_block(out, r0, m0, bytes_p, part_computed, part_s
 
 
 memory_part_weights_bytes.kernel = _runtime.Kernel(
-    _memory_part_weights_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-    passed=(),
-    invariants=None,
-    widened=("zero_level",),
-    quiet=True,
+    _memory_part_weights_bytes_block, reals=1, masks=1,
+    arguments=("bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"), passed=(),
+    invariants=None, widened=("zero_level",), quiet=True,
 )
 
 
@@ -195,25 +173,8 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
     """Gradient bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from stage 2
     on.
 
-    Closed form::
-
-        bytes_grad*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 2),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_part_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((bytes_grad, part_computed, part_sharded, part_size, zero_level))
@@ -228,9 +189,7 @@ def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part
         call = _runtime.Call(
             "memory_part_gradients_bytes",
             ("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
-            (bytes_grad, part_computed, part_sharded, part_size, zero_level),
-            reals=1,
-            masks=1,
+            (bytes_grad, part_computed, part_sharded, part_size, zero_level), reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_part_gradients_bytes_block(*block)
@@ -253,14 +212,9 @@ def _memory_part_gradients_bytes_block(out, r0, m0, bytes_grad, part_computed, p
 
 
 memory_part_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_part_gradients_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"),
-    passed=(),
-    invariants=None,
-    widened=("zero_level",),
-    quiet=True,
+    _memory_part_gradients_bytes_block, reals=1, masks=1,
+    arguments=("bytes_grad", "part_computed", "part_sharded", "part_size", "zero_level"), passed=(),
+    invariants=None, widened=("zero_level",), quiet=True,
 )
 
 
@@ -268,26 +222,8 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
     """Optimizer-state bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from
     stage 1 on.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 1),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_part_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((bytes_optimizer, part_computed, part_sharded, part_size, zero_level))
@@ -302,9 +238,7 @@ def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded,
         call = _runtime.Call(
             "memory_part_optimizer_bytes",
             ("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
-            (bytes_optimizer, part_computed, part_sharded, part_size, zero_level),
-            reals=1,
-            masks=1,
+            (bytes_optimizer, part_computed, part_sharded, part_size, zero_level), reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_part_optimizer_bytes_block(*block)
@@ -327,14 +261,9 @@ def _memory_part_optimizer_bytes_block(out, r0, m0, bytes_optimizer, part_comput
 
 
 memory_part_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_part_optimizer_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_part_optimizer_bytes_block, reals=1, masks=1,
     arguments=("bytes_optimizer", "part_computed", "part_sharded", "part_size", "zero_level"),
-    passed=(),
-    invariants=None,
-    widened=("zero_level",),
-    quiet=True,
+    passed=(), invariants=None, widened=("zero_level",), quiet=True,
 )
 
 
@@ -342,31 +271,8 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
     """Model-state bytes (weights, gradients, optimizer states) one rank keeps of a part (N, c, k):
     ZeRO Table 1's per-device memory for c = 1, k = N_d.
 
-    Closed form::
-
-        bytes_grad*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 2),
-        (part_size/Max(1, part_computed), True)) + bytes_optimizer*Piecewise((part_size/Max(1,
-        part_computed, part_sharded), zero_level >= 1), (part_size/Max(1, part_computed), True)) +
-        bytes_p*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 3),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_part_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level))
@@ -384,8 +290,7 @@ def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part
             "memory_part_model_states_bytes",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
             (bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level),
-            reals=3,
-            masks=3,
+            reals=3, masks=3,
         )
         for block in call.blocks():
             _memory_part_model_states_bytes_block(*block)
@@ -423,43 +328,20 @@ def _memory_part_model_states_bytes_block(out, r0, r1, r2, m0, m1, m2, bytes_gra
 
 
 memory_part_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_part_model_states_bytes_block,
-    reals=3,
-    masks=3,
+    _memory_part_model_states_bytes_block, reals=3, masks=3,
     arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "part_computed", "part_sharded", "part_size", "zero_level"),
-    passed=(),
-    invariants=None,
-    widened=("zero_level",),
-    quiet=True,
+    passed=(), invariants=None, widened=("zero_level",), quiet=True,
 )
 
 
 def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, zero_level):
     """Weights bytes one rank keeps of the embedding table, ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_embedding_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts)
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_p, gather_embed, h, shard_embed, v, zero_level))
@@ -477,9 +359,7 @@ def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, 
         call = _runtime.Call(
             "memory_embedding_weights_bytes",
             ("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level", "tmp1"),
-            (bytes_p, gather_embed, h, shard_embed, v, zero_level, tmp1),
-            reals=2,
-            masks=1,
+            (bytes_p, gather_embed, h, shard_embed, v, zero_level, tmp1), reals=2, masks=1,
         )
         for block in call.blocks():
             _memory_embedding_weights_bytes_block(*block)
@@ -516,13 +396,9 @@ def _memory_embedding_weights_bytes_block(out, r0, r1, m0, bytes_p, gather_embed
 
 
 memory_embedding_weights_bytes.kernel = _runtime.Kernel(
-    _memory_embedding_weights_bytes_block,
-    reals=2,
-    masks=1,
-    arguments=("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level"),
-    passed=("tmp1",),
-    invariants=_memory_embedding_weights_bytes_invariants,
-    widened=("h", "v", "zero_level"),
+    _memory_embedding_weights_bytes_block, reals=2, masks=1,
+    arguments=("bytes_p", "gather_embed", "h", "shard_embed", "v", "zero_level"), passed=("tmp1",),
+    invariants=_memory_embedding_weights_bytes_invariants, widened=("h", "v", "zero_level"),
     quiet=True,
 )
 
@@ -530,29 +406,11 @@ memory_embedding_weights_bytes.kernel = _runtime.Kernel(
 def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed, v, zero_level):
     """Gradients bytes one rank keeps of the embedding table, ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >=
-        2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_embedding_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_grad, gather_embed, h, shard_embed, v, zero_level))
@@ -570,9 +428,7 @@ def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed
         call = _runtime.Call(
             "memory_embedding_gradients_bytes",
             ("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level", "tmp1"),
-            (bytes_grad, gather_embed, h, shard_embed, v, zero_level, tmp1),
-            reals=2,
-            masks=1,
+            (bytes_grad, gather_embed, h, shard_embed, v, zero_level, tmp1), reals=2, masks=1,
         )
         for block in call.blocks():
             _memory_embedding_gradients_bytes_block(*block)
@@ -609,44 +465,21 @@ def _memory_embedding_gradients_bytes_block(out, r0, r1, m0, bytes_grad, gather_
 
 
 memory_embedding_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_embedding_gradients_bytes_block,
-    reals=2,
-    masks=1,
+    _memory_embedding_gradients_bytes_block, reals=2, masks=1,
     arguments=("bytes_grad", "gather_embed", "h", "shard_embed", "v", "zero_level"),
-    passed=("tmp1",),
-    invariants=_memory_embedding_gradients_bytes_invariants,
-    widened=("h", "v", "zero_level"),
-    quiet=True,
+    passed=("tmp1",), invariants=_memory_embedding_gradients_bytes_invariants,
+    widened=("h", "v", "zero_level"), quiet=True,
 )
 
 
 def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_embed, v, zero_level):
     """Optimizer bytes one rank keeps of the embedding table, ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_embedding_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts)
-
-    Args:
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_optimizer, gather_embed, h, shard_embed, v, zero_level))
@@ -664,9 +497,7 @@ def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_
         call = _runtime.Call(
             "memory_embedding_optimizer_bytes",
             ("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level", "tmp1"),
-            (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, tmp1),
-            reals=2,
-            masks=1,
+            (bytes_optimizer, gather_embed, h, shard_embed, v, zero_level, tmp1), reals=2, masks=1,
         )
         for block in call.blocks():
             _memory_embedding_optimizer_bytes_block(*block)
@@ -703,46 +534,21 @@ def _memory_embedding_optimizer_bytes_block(out, r0, r1, m0, bytes_optimizer, ga
 
 
 memory_embedding_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_embedding_optimizer_bytes_block,
-    reals=2,
-    masks=1,
+    _memory_embedding_optimizer_bytes_block, reals=2, masks=1,
     arguments=("bytes_optimizer", "gather_embed", "h", "shard_embed", "v", "zero_level"),
-    passed=("tmp1",),
-    invariants=_memory_embedding_optimizer_bytes_invariants,
-    widened=("h", "v", "zero_level"),
-    quiet=True,
+    passed=("tmp1",), invariants=_memory_embedding_optimizer_bytes_invariants,
+    widened=("h", "v", "zero_level"), quiet=True,
 )
 
 
 def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
     """Weights bytes one rank keeps of the output table, ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_output_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts)
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -760,8 +566,7 @@ def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t,
             "memory_output_weights_bytes",
             ("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
             (bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _memory_output_weights_bytes_block(*block)
@@ -804,46 +609,21 @@ def _memory_output_weights_bytes_block(out, r0, r1, m0, m1, bytes_p, h, p, shard
 
 
 memory_output_weights_bytes.kernel = _runtime.Kernel(
-    _memory_output_weights_bytes_block,
-    reals=2,
-    masks=2,
+    _memory_output_weights_bytes_block, reals=2, masks=2,
     arguments=("bytes_p", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_output_weights_bytes_invariants,
-    widened=("h", "tie_emb_out", "v", "zero_level"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_memory_output_weights_bytes_invariants,
+    widened=("h", "tie_emb_out", "v", "zero_level"), quiet=True,
 )
 
 
 def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
     """Gradients bytes one rank keeps of the output table, ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_output_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -861,8 +641,7 @@ def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partia
             "memory_output_gradients_bytes",
             ("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
             (bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _memory_output_gradients_bytes_block(*block)
@@ -905,47 +684,21 @@ def _memory_output_gradients_bytes_block(out, r0, r1, m0, m1, bytes_grad, h, p, 
 
 
 memory_output_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_output_gradients_bytes_block,
-    reals=2,
-    masks=2,
+    _memory_output_gradients_bytes_block, reals=2, masks=2,
     arguments=("bytes_grad", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_output_gradients_bytes_invariants,
-    widened=("h", "tie_emb_out", "v", "zero_level"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_memory_output_gradients_bytes_invariants,
+    widened=("h", "tie_emb_out", "v", "zero_level"), quiet=True,
 )
 
 
 def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
     """Optimizer bytes one rank keeps of the output table, ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_output_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts)
-
-    Args:
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -963,8 +716,7 @@ def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_p
             "memory_output_optimizer_bytes",
             ("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "inv0", "inv1"),
             (bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _memory_output_optimizer_bytes_block(*block)
@@ -1007,14 +759,10 @@ def _memory_output_optimizer_bytes_block(out, r0, r1, m0, m1, bytes_optimizer, h
 
 
 memory_output_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_output_optimizer_bytes_block,
-    reals=2,
-    masks=2,
+    _memory_output_optimizer_bytes_block, reals=2, masks=2,
     arguments=("bytes_optimizer", "h", "p", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_output_optimizer_bytes_invariants,
-    widened=("h", "tie_emb_out", "v", "zero_level"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_memory_output_optimizer_bytes_invariants,
+    widened=("h", "tie_emb_out", "v", "zero_level"), quiet=True,
 )
 
 
@@ -1022,55 +770,12 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
     """Weights bytes one rank keeps of one body layer (standard_dense): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_layer_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
@@ -1092,8 +797,7 @@ def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_ga
             "memory_standard_dense_layer_weights_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp4"),
             (a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, tmp4),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_standard_dense_layer_weights_bytes_block(*block)
@@ -1134,12 +838,9 @@ def _memory_standard_dense_layer_weights_bytes_block(out, r0, m0, a, attn_extra_
 
 
 memory_standard_dense_layer_weights_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_layer_weights_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_standard_dense_layer_weights_bytes_block, reals=1, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp4",),
-    invariants=_memory_standard_dense_layer_weights_bytes_invariants,
+    passed=("tmp4",), invariants=_memory_standard_dense_layer_weights_bytes_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"),
     quiet=True,
 )
@@ -1149,55 +850,12 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
     """Gradients bytes one rank keeps of one body layer (standard_dense): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_layer_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
@@ -1219,8 +877,7 @@ def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_
             "memory_standard_dense_layer_gradients_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp4"),
             (a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, tmp4),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_standard_dense_layer_gradients_bytes_block(*block)
@@ -1261,12 +918,9 @@ def _memory_standard_dense_layer_gradients_bytes_block(out, r0, m0, a, attn_extr
 
 
 memory_standard_dense_layer_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_layer_gradients_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_standard_dense_layer_gradients_bytes_block, reals=1, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp4",),
-    invariants=_memory_standard_dense_layer_gradients_bytes_invariants,
+    passed=("tmp4",), invariants=_memory_standard_dense_layer_gradients_bytes_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"),
     quiet=True,
 )
@@ -1276,56 +930,12 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
     """Optimizer bytes one rank keeps of one body layer (standard_dense): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_layer_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level))
@@ -1347,8 +957,7 @@ def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_
             "memory_standard_dense_layer_optimizer_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp4"),
             (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level, tmp4),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_standard_dense_layer_optimizer_bytes_block(*block)
@@ -1389,12 +998,9 @@ def _memory_standard_dense_layer_optimizer_bytes_block(out, r0, m0, a, attn_extr
 
 
 memory_standard_dense_layer_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_layer_optimizer_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_standard_dense_layer_optimizer_bytes_block, reals=1, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp4",),
-    invariants=_memory_standard_dense_layer_optimizer_bytes_invariants,
+    passed=("tmp4",), invariants=_memory_standard_dense_layer_optimizer_bytes_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "zero_level"),
     quiet=True,
 )
@@ -1404,37 +1010,10 @@ def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh
     """Activation bytes one body layer (standard_dense, recompute none) keeps per micro-batch on one
     rank.
 
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_layer_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t))
@@ -1455,8 +1034,7 @@ def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh
             "memory_standard_dense_layer_activations_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t, tmp4, inv0, inv1, inv2, inv3, inv4),
-            reals=3,
-            masks=0,
+            reals=3, masks=0,
         )
         for block in call.blocks():
             _memory_standard_dense_layer_activations_bytes_block(*block)
@@ -1513,9 +1091,7 @@ def _memory_standard_dense_layer_activations_bytes_block(out, r0, r1, r2, a, b, 
 
 
 memory_standard_dense_layer_activations_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_layer_activations_bytes_block,
-    reals=3,
-    masks=0,
+    _memory_standard_dense_layer_activations_bytes_block, reals=3, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t"),
     passed=("tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_memory_standard_dense_layer_activations_bytes_invariants,
@@ -1528,34 +1104,10 @@ def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compu
     """Activation bytes one body layer (standard_dense, recompute selective) keeps per micro-batch
     on one rank.
 
-    Closed form::
-
-        b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_layer_selective_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t))
@@ -1575,8 +1127,7 @@ def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compu
             "memory_standard_dense_layer_selective_activations_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t", "tmp3", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t, tmp3, inv0, inv1, inv2),
-            reals=2,
-            masks=0,
+            reals=2, masks=0,
         )
         for block in call.blocks():
             _memory_standard_dense_layer_selective_activations_bytes_block(*block)
@@ -1622,14 +1173,11 @@ def _memory_standard_dense_layer_selective_activations_bytes_block(out, r0, r1, 
 
 
 memory_standard_dense_layer_selective_activations_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_layer_selective_activations_bytes_block,
-    reals=2,
-    masks=0,
+    _memory_standard_dense_layer_selective_activations_bytes_block, reals=2, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv", "s", "sp", "t"),
     passed=("tmp3", "inv0", "inv1", "inv2"),
     invariants=_memory_standard_dense_layer_selective_activations_bytes_invariants,
-    widened=("a", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv"),
-    quiet=True,
+    widened=("a", "dh", "dropout", "h", "hff", "n_ffMM", "n_kv"), quiet=True,
 )
 
 
@@ -1637,69 +1185,12 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
     """Weights bytes one rank keeps of one body layer (standard_moe): non-expert, routed-expert and
     shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_layer_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -1728,8 +1219,7 @@ def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate
             "memory_standard_moe_layer_weights_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp11"),
             (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp11),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_standard_moe_layer_weights_bytes_block(*block)
@@ -1804,9 +1294,7 @@ def _memory_standard_moe_layer_weights_bytes_block(out, r0, r1, r2, r3, r4, m0, 
 
 
 memory_standard_moe_layer_weights_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_layer_weights_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_standard_moe_layer_weights_bytes_block, reals=5, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp11"),
     invariants=_memory_standard_moe_layer_weights_bytes_invariants,
@@ -1819,69 +1307,12 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
     """Gradients bytes one rank keeps of one body layer (standard_moe): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_layer_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -1910,8 +1341,7 @@ def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             "memory_standard_moe_layer_gradients_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp11"),
             (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp11),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_standard_moe_layer_gradients_bytes_block(*block)
@@ -1986,9 +1416,7 @@ def _memory_standard_moe_layer_gradients_bytes_block(out, r0, r1, r2, r3, r4, m0
 
 
 memory_standard_moe_layer_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_layer_gradients_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_standard_moe_layer_gradients_bytes_block, reals=5, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp11"),
     invariants=_memory_standard_moe_layer_gradients_bytes_invariants,
@@ -2001,70 +1429,12 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
     """Optimizer bytes one rank keeps of one body layer (standard_moe): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_layer_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -2093,8 +1463,7 @@ def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             "memory_standard_moe_layer_optimizer_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp11"),
             (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp11),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_standard_moe_layer_optimizer_bytes_block(*block)
@@ -2169,9 +1538,7 @@ def _memory_standard_moe_layer_optimizer_bytes_block(out, r0, r1, r2, r3, r4, m0
 
 
 memory_standard_moe_layer_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_layer_optimizer_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_standard_moe_layer_optimizer_bytes_block, reals=5, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp11"),
     invariants=_memory_standard_moe_layer_optimizer_bytes_invariants,
@@ -2184,44 +1551,10 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
     """Activation bytes one body layer (standard_moe, recompute none) keeps per micro-batch on one
     rank.
 
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_layer_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp))
@@ -2244,8 +1577,7 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
             "memory_standard_moe_layer_activations_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp5, tmp7, inv0, inv1, inv2, inv3, inv4),
-            reals=5,
-            masks=0,
+            reals=5, masks=0,
         )
         for block in call.blocks():
             _memory_standard_moe_layer_activations_bytes_block(*block)
@@ -2312,9 +1644,7 @@ def _memory_standard_moe_layer_activations_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_standard_moe_layer_activations_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_layer_activations_bytes_block,
-    reals=5,
-    masks=0,
+    _memory_standard_moe_layer_activations_bytes_block, reals=5, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp"),
     passed=("tmp5", "tmp7", "inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_memory_standard_moe_layer_activations_bytes_invariants,
@@ -2327,41 +1657,10 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
     """Activation bytes one body layer (standard_moe, recompute selective) keeps per micro-batch on
     one rank.
 
-    Closed form::
-
-        b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_layer_selective_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 21.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp))
@@ -2383,8 +1682,7 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
             "memory_standard_moe_layer_selective_activations_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp", "tmp4", "tmp6", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp, tmp4, tmp6, inv0, inv1, inv2),
-            reals=4,
-            masks=0,
+            reals=4, masks=0,
         )
         for block in call.blocks():
             _memory_standard_moe_layer_selective_activations_bytes_block(*block)
@@ -2441,9 +1739,7 @@ def _memory_standard_moe_layer_selective_activations_bytes_block(out, r0, r1, r2
 
 
 memory_standard_moe_layer_selective_activations_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_layer_selective_activations_bytes_block,
-    reals=4,
-    masks=0,
+    _memory_standard_moe_layer_selective_activations_bytes_block, reals=4, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "s", "sp", "t", "t_exp"),
     passed=("tmp4", "tmp6", "inv0", "inv1", "inv2"),
     invariants=_memory_standard_moe_layer_selective_activations_bytes_invariants,
@@ -2456,53 +1752,12 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
     """Weights bytes one rank keeps of one body layer (mla_q_latent_dense): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_layer_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
@@ -2521,8 +1776,7 @@ def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             "memory_mla_q_latent_dense_layer_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp1"),
             (a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, tmp1),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_layer_weights_bytes_block(*block)
@@ -2557,12 +1811,9 @@ def _memory_mla_q_latent_dense_layer_weights_bytes_block(out, r0, m0, a, bytes_p
 
 
 memory_mla_q_latent_dense_layer_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_layer_weights_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_mla_q_latent_dense_layer_weights_bytes_block, reals=1, masks=1,
     arguments=("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp1",),
-    invariants=_memory_mla_q_latent_dense_layer_weights_bytes_invariants,
+    passed=("tmp1",), invariants=_memory_mla_q_latent_dense_layer_weights_bytes_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"),
     quiet=True,
 )
@@ -2572,53 +1823,12 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
     """Gradients bytes one rank keeps of one body layer (mla_q_latent_dense): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_layer_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
@@ -2637,8 +1847,7 @@ def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             "memory_mla_q_latent_dense_layer_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp1"),
             (a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, tmp1),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_layer_gradients_bytes_block(*block)
@@ -2673,12 +1882,9 @@ def _memory_mla_q_latent_dense_layer_gradients_bytes_block(out, r0, m0, a, bytes
 
 
 memory_mla_q_latent_dense_layer_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_layer_gradients_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_mla_q_latent_dense_layer_gradients_bytes_block, reals=1, masks=1,
     arguments=("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp1",),
-    invariants=_memory_mla_q_latent_dense_layer_gradients_bytes_invariants,
+    passed=("tmp1",), invariants=_memory_mla_q_latent_dense_layer_gradients_bytes_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"),
     quiet=True,
 )
@@ -2688,54 +1894,12 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     """Optimizer bytes one rank keeps of one body layer (mla_q_latent_dense): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_layer_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
@@ -2754,8 +1918,7 @@ def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             "memory_mla_q_latent_dense_layer_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp1"),
             (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, tmp1),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_layer_optimizer_bytes_block(*block)
@@ -2790,12 +1953,9 @@ def _memory_mla_q_latent_dense_layer_optimizer_bytes_block(out, r0, m0, a, bytes
 
 
 memory_mla_q_latent_dense_layer_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_layer_optimizer_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_mla_q_latent_dense_layer_optimizer_bytes_block, reals=1, masks=1,
     arguments=("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp1",),
-    invariants=_memory_mla_q_latent_dense_layer_optimizer_bytes_invariants,
+    passed=("tmp1",), invariants=_memory_mla_q_latent_dense_layer_optimizer_bytes_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"),
     quiet=True,
 )
@@ -2805,42 +1965,10 @@ def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
     """Activation bytes one body layer (mla_q_latent_dense, recompute none) keeps per micro-batch on
     one rank.
 
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_layer_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 40 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
@@ -2860,8 +1988,7 @@ def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
             "memory_mla_q_latent_dense_layer_activations_bytes",
             ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
             (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
-            reals=3,
-            masks=0,
+            reals=3, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_layer_activations_bytes_block(*block)
@@ -2919,9 +2046,7 @@ def _memory_mla_q_latent_dense_layer_activations_bytes_block(out, r0, r1, r2, a,
 
 
 memory_mla_q_latent_dense_layer_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_layer_activations_bytes_block,
-    reals=3,
-    masks=0,
+    _memory_mla_q_latent_dense_layer_activations_bytes_block, reals=3, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
     invariants=_memory_mla_q_latent_dense_layer_activations_bytes_invariants,
@@ -2934,38 +2059,10 @@ def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_c
     """Activation bytes one body layer (mla_q_latent_dense, recompute selective) keeps per
     micro-batch on one rank.
 
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_layer_selective_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
@@ -2984,8 +2081,7 @@ def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_c
             "memory_mla_q_latent_dense_layer_selective_activations_bytes",
             ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-            reals=2,
-            masks=0,
+            reals=2, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_layer_selective_activations_bytes_block(*block)
@@ -3034,9 +2130,7 @@ def _memory_mla_q_latent_dense_layer_selective_activations_bytes_block(out, r0, 
 
 
 memory_mla_q_latent_dense_layer_selective_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_layer_selective_activations_bytes_block,
-    reals=2,
-    masks=0,
+    _memory_mla_q_latent_dense_layer_selective_activations_bytes_block, reals=2, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_memory_mla_q_latent_dense_layer_selective_activations_bytes_invariants,
@@ -3049,65 +2143,12 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
     """Weights bytes one rank keeps of one body layer (mla_q_latent_moe): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_layer_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -3133,8 +2174,7 @@ def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             "memory_mla_q_latent_moe_layer_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp8"),
             (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp8),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_layer_weights_bytes_block(*block)
@@ -3203,9 +2243,7 @@ def _memory_mla_q_latent_moe_layer_weights_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_mla_q_latent_moe_layer_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_layer_weights_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_mla_q_latent_moe_layer_weights_bytes_block, reals=5, masks=1,
     arguments=("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp8"),
     invariants=_memory_mla_q_latent_moe_layer_weights_bytes_invariants,
@@ -3218,65 +2256,12 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
     """Gradients bytes one rank keeps of one body layer (mla_q_latent_moe): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_layer_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -3302,8 +2287,7 @@ def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             "memory_mla_q_latent_moe_layer_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp8"),
             (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp8),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_layer_gradients_bytes_block(*block)
@@ -3372,9 +2356,7 @@ def _memory_mla_q_latent_moe_layer_gradients_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_latent_moe_layer_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_layer_gradients_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_mla_q_latent_moe_layer_gradients_bytes_block, reals=5, masks=1,
     arguments=("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp8"),
     invariants=_memory_mla_q_latent_moe_layer_gradients_bytes_invariants,
@@ -3387,67 +2369,12 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     """Optimizer bytes one rank keeps of one body layer (mla_q_latent_moe): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_layer_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -3473,8 +2400,7 @@ def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             "memory_mla_q_latent_moe_layer_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp8"),
             (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp8),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_layer_optimizer_bytes_block(*block)
@@ -3543,9 +2469,7 @@ def _memory_mla_q_latent_moe_layer_optimizer_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_latent_moe_layer_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_layer_optimizer_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_mla_q_latent_moe_layer_optimizer_bytes_block, reals=5, masks=1,
     arguments=("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp8"),
     invariants=_memory_mla_q_latent_moe_layer_optimizer_bytes_invariants,
@@ -3558,47 +2482,10 @@ def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
     """Activation bytes one body layer (mla_q_latent_moe, recompute none) keeps per micro-batch on
     one rank.
 
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_layer_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 48 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
@@ -3620,8 +2507,7 @@ def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
             "memory_mla_q_latent_moe_layer_activations_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
             (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
-            reals=5,
-            masks=0,
+            reals=5, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_layer_activations_bytes_block(*block)
@@ -3689,9 +2575,7 @@ def _memory_mla_q_latent_moe_layer_activations_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_latent_moe_layer_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_layer_activations_bytes_block,
-    reals=5,
-    masks=0,
+    _memory_mla_q_latent_moe_layer_activations_bytes_block, reals=5, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
     invariants=_memory_mla_q_latent_moe_layer_activations_bytes_invariants,
@@ -3704,44 +2588,10 @@ def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_com
     """Activation bytes one body layer (mla_q_latent_moe, recompute selective) keeps per micro-batch
     on one rank.
 
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_layer_selective_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 37 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
@@ -3762,8 +2612,7 @@ def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_com
             "memory_mla_q_latent_moe_layer_selective_activations_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
-            reals=4,
-            masks=0,
+            reals=4, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_layer_selective_activations_bytes_block(*block)
@@ -3823,9 +2672,7 @@ def _memory_mla_q_latent_moe_layer_selective_activations_bytes_block(out, r0, r1
 
 
 memory_mla_q_latent_moe_layer_selective_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_layer_selective_activations_bytes_block,
-    reals=4,
-    masks=0,
+    _memory_mla_q_latent_moe_layer_selective_activations_bytes_block, reals=4, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp"),
     passed=("tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_memory_mla_q_latent_moe_layer_selective_activations_bytes_invariants,
@@ -3838,51 +2685,12 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
     """Weights bytes one rank keeps of one body layer (mla_q_direct_dense): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_layer_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
@@ -3902,8 +2710,7 @@ def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             "memory_mla_q_direct_dense_layer_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp2"),
             (a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, tmp2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_layer_weights_bytes_block(*block)
@@ -3940,12 +2747,9 @@ def _memory_mla_q_direct_dense_layer_weights_bytes_block(out, r0, m0, a, bytes_p
 
 
 memory_mla_q_direct_dense_layer_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_layer_weights_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_mla_q_direct_dense_layer_weights_bytes_block, reals=1, masks=1,
     arguments=("a", "bytes_p", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp2",),
-    invariants=_memory_mla_q_direct_dense_layer_weights_bytes_invariants,
+    passed=("tmp2",), invariants=_memory_mla_q_direct_dense_layer_weights_bytes_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"),
     quiet=True,
 )
@@ -3955,51 +2759,12 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
     """Gradients bytes one rank keeps of one body layer (mla_q_direct_dense): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_layer_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
@@ -4019,8 +2784,7 @@ def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             "memory_mla_q_direct_dense_layer_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp2"),
             (a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, tmp2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_layer_gradients_bytes_block(*block)
@@ -4057,12 +2821,9 @@ def _memory_mla_q_direct_dense_layer_gradients_bytes_block(out, r0, m0, a, bytes
 
 
 memory_mla_q_direct_dense_layer_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_layer_gradients_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_mla_q_direct_dense_layer_gradients_bytes_block, reals=1, masks=1,
     arguments=("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp2",),
-    invariants=_memory_mla_q_direct_dense_layer_gradients_bytes_invariants,
+    passed=("tmp2",), invariants=_memory_mla_q_direct_dense_layer_gradients_bytes_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"),
     quiet=True,
 )
@@ -4072,52 +2833,12 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     """Optimizer bytes one rank keeps of one body layer (mla_q_direct_dense): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_layer_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 42 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level))
@@ -4137,8 +2858,7 @@ def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             "memory_mla_q_direct_dense_layer_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level", "tmp2"),
             (a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level, tmp2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_layer_optimizer_bytes_block(*block)
@@ -4175,12 +2895,9 @@ def _memory_mla_q_direct_dense_layer_optimizer_bytes_block(out, r0, m0, a, bytes
 
 
 memory_mla_q_direct_dense_layer_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_layer_optimizer_bytes_block,
-    reals=1,
-    masks=1,
+    _memory_mla_q_direct_dense_layer_optimizer_bytes_block, reals=1, masks=1,
     arguments=("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "t", "zero_level"),
-    passed=("tmp2",),
-    invariants=_memory_mla_q_direct_dense_layer_optimizer_bytes_invariants,
+    passed=("tmp2",), invariants=_memory_mla_q_direct_dense_layer_optimizer_bytes_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "zero_level"),
     quiet=True,
 )
@@ -4190,40 +2907,10 @@ def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
     """Activation bytes one body layer (mla_q_direct_dense, recompute none) keeps per micro-batch on
     one rank.
 
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_layer_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 20.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
@@ -4243,8 +2930,7 @@ def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp
             "memory_mla_q_direct_dense_layer_activations_bytes",
             ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
             (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5),
-            reals=3,
-            masks=0,
+            reals=3, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_layer_activations_bytes_block(*block)
@@ -4302,9 +2988,7 @@ def _memory_mla_q_direct_dense_layer_activations_bytes_block(out, r0, r1, r2, a,
 
 
 memory_mla_q_direct_dense_layer_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_layer_activations_bytes_block,
-    reals=3,
-    masks=0,
+    _memory_mla_q_direct_dense_layer_activations_bytes_block, reals=3, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
     invariants=_memory_mla_q_direct_dense_layer_activations_bytes_invariants,
@@ -4317,37 +3001,10 @@ def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_c
     """Activation bytes one body layer (mla_q_direct_dense, recompute selective) keeps per
     micro-batch on one rank.
 
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_layer_selective_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t))
@@ -4366,8 +3023,7 @@ def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_c
             "memory_mla_q_direct_dense_layer_selective_activations_bytes",
             ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4),
-            reals=2,
-            masks=0,
+            reals=2, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_layer_selective_activations_bytes_block(*block)
@@ -4416,9 +3072,7 @@ def _memory_mla_q_direct_dense_layer_selective_activations_bytes_block(out, r0, 
 
 
 memory_mla_q_direct_dense_layer_selective_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_layer_selective_activations_bytes_block,
-    reals=2,
-    masks=0,
+    _memory_mla_q_direct_dense_layer_selective_activations_bytes_block, reals=2, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff", "n_ffMM", "n_kv", "qk_nope_head_dim", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_memory_mla_q_direct_dense_layer_selective_activations_bytes_invariants,
@@ -4431,65 +3085,12 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
     """Weights bytes one rank keeps of one body layer (mla_q_direct_moe): non-expert, routed-expert
     and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_layer_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -4516,8 +3117,7 @@ def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             "memory_mla_q_direct_moe_layer_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp9"),
             (a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp9),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_layer_weights_bytes_block(*block)
@@ -4588,9 +3188,7 @@ def _memory_mla_q_direct_moe_layer_weights_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_mla_q_direct_moe_layer_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_layer_weights_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_mla_q_direct_moe_layer_weights_bytes_block, reals=5, masks=1,
     arguments=("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp9"),
     invariants=_memory_mla_q_direct_moe_layer_weights_bytes_invariants,
@@ -4603,65 +3201,12 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
     """Gradients bytes one rank keeps of one body layer (mla_q_direct_moe): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_layer_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -4688,8 +3233,7 @@ def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             "memory_mla_q_direct_moe_layer_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp9"),
             (a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp9),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_layer_gradients_bytes_block(*block)
@@ -4760,9 +3304,7 @@ def _memory_mla_q_direct_moe_layer_gradients_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_direct_moe_layer_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_layer_gradients_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_mla_q_direct_moe_layer_gradients_bytes_block, reals=5, masks=1,
     arguments=("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp9"),
     invariants=_memory_mla_q_direct_moe_layer_gradients_bytes_invariants,
@@ -4775,66 +3317,12 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     """Optimizer bytes one rank keeps of one body layer (mla_q_direct_moe): non-expert,
     routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
 
-    Closed form::
-
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_layer_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 29.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level))
@@ -4861,8 +3349,7 @@ def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             "memory_mla_q_direct_moe_layer_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level", "tmp0", "tmp1", "tmp2", "tmp9"),
             (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level, tmp0, tmp1, tmp2, tmp9),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_layer_optimizer_bytes_block(*block)
@@ -4933,9 +3420,7 @@ def _memory_mla_q_direct_moe_layer_optimizer_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_direct_moe_layer_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_layer_optimizer_bytes_block,
-    reals=5,
-    masks=1,
+    _memory_mla_q_direct_moe_layer_optimizer_bytes_block, reals=5, masks=1,
     arguments=("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "zero_level"),
     passed=("tmp0", "tmp1", "tmp2", "tmp9"),
     invariants=_memory_mla_q_direct_moe_layer_optimizer_bytes_invariants,
@@ -4948,46 +3433,10 @@ def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
     """Activation bytes one body layer (mla_q_direct_moe, recompute none) keeps per micro-batch on
     one rank.
 
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_layer_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
@@ -5009,8 +3458,7 @@ def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_
             "memory_mla_q_direct_moe_layer_activations_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
             (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5),
-            reals=5,
-            masks=0,
+            reals=5, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_layer_activations_bytes_block(*block)
@@ -5078,9 +3526,7 @@ def _memory_mla_q_direct_moe_layer_activations_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_direct_moe_layer_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_layer_activations_bytes_block,
-    reals=5,
-    masks=0,
+    _memory_mla_q_direct_moe_layer_activations_bytes_block, reals=5, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
     invariants=_memory_mla_q_direct_moe_layer_activations_bytes_invariants,
@@ -5093,43 +3539,10 @@ def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_com
     """Activation bytes one body layer (mla_q_direct_moe, recompute selective) keeps per micro-batch
     on one rank.
 
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv
-        + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_layer_selective_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 22.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
@@ -5150,8 +3563,7 @@ def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_com
             "memory_mla_q_direct_moe_layer_selective_activations_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, tmp4, inv0, inv1, inv2, inv3, inv4),
-            reals=4,
-            masks=0,
+            reals=4, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_layer_selective_activations_bytes_block(*block)
@@ -5211,9 +3623,7 @@ def _memory_mla_q_direct_moe_layer_selective_activations_bytes_block(out, r0, r1
 
 
 memory_mla_q_direct_moe_layer_selective_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_layer_selective_activations_bytes_block,
-    reals=4,
-    masks=0,
+    _memory_mla_q_direct_moe_layer_selective_activations_bytes_block, reals=4, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_kv", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp"),
     passed=("tmp4", "inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_memory_mla_q_direct_moe_layer_selective_activations_bytes_invariants,
@@ -5225,25 +3635,10 @@ memory_mla_q_direct_moe_layer_selective_activations_bytes.kernel = _runtime.Kern
 def memory_layer_full_recompute_activations_bytes(*, b, bytes_compute, cp, h, s, sp):
     """Activation bytes a fully recomputed body layer keeps per micro-batch on one rank: its input.
 
-    Closed form::
-
-        b*bytes_compute*h*s/(cp*sp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_layer_full_recompute_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 (full activation recomputation, 2sbh)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, sp))
@@ -5256,9 +3651,7 @@ def memory_layer_full_recompute_activations_bytes(*, b, bytes_compute, cp, h, s,
     call = _runtime.Call(
         "memory_layer_full_recompute_activations_bytes",
         ("b", "bytes_compute", "cp", "h", "s", "sp", "inv0"),
-        (b, bytes_compute, cp, h, s, sp, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cp, h, s, sp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _memory_layer_full_recompute_activations_bytes_block(*block)
@@ -5284,39 +3677,19 @@ def _memory_layer_full_recompute_activations_bytes_block(out, r0, b, bytes_compu
 
 
 memory_layer_full_recompute_activations_bytes.kernel = _runtime.Kernel(
-    _memory_layer_full_recompute_activations_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "sp"),
-    passed=("inv0",),
+    _memory_layer_full_recompute_activations_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "sp"), passed=("inv0",),
     invariants=_memory_layer_full_recompute_activations_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=False,
+    widened=("bytes_compute", "h", "s"), quiet=False,
 )
 
 
 def memory_embedding_activations_bytes(*, b, cp, dropout, h, s, sp):
     """Activation bytes the embedding keeps per micro-batch on one rank (its dropout mask).
 
-    Closed form::
-
-        b*dropout*h*s/(cp*sp)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_embedding_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §4.3
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, cp, dropout, h, s, sp))
@@ -5327,11 +3700,8 @@ def memory_embedding_activations_bytes(*, b, cp, dropout, h, s, sp):
         return _runtime.broadcast(xp, out, (b, cp, dropout, h, s, sp))
     (inv0,) = _memory_embedding_activations_bytes_invariants(dropout, h, s)
     call = _runtime.Call(
-        "memory_embedding_activations_bytes",
-        ("b", "cp", "dropout", "h", "s", "sp", "inv0"),
-        (b, cp, dropout, h, s, sp, inv0),
-        reals=1,
-        masks=0,
+        "memory_embedding_activations_bytes", ("b", "cp", "dropout", "h", "s", "sp", "inv0"),
+        (b, cp, dropout, h, s, sp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _memory_embedding_activations_bytes_block(*block)
@@ -5357,13 +3727,9 @@ def _memory_embedding_activations_bytes_block(out, r0, b, cp, dropout, h, s, sp,
 
 
 memory_embedding_activations_bytes.kernel = _runtime.Kernel(
-    _memory_embedding_activations_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "cp", "dropout", "h", "s", "sp"),
-    passed=("inv0",),
-    invariants=_memory_embedding_activations_bytes_invariants,
-    widened=("dropout", "h", "s"),
+    _memory_embedding_activations_bytes_block, reals=1, masks=0,
+    arguments=("b", "cp", "dropout", "h", "s", "sp"), passed=("inv0",),
+    invariants=_memory_embedding_activations_bytes_invariants, widened=("dropout", "h", "s"),
     quiet=False,
 )
 
@@ -5372,28 +3738,9 @@ def memory_output_activations_bytes(*, b, bytes_compute, bytes_logits, cp, h, s,
     """Activation bytes the output layer keeps per micro-batch on one rank: norm and projection
     inputs, the logits for the loss.
 
-    Closed form::
-
-        b*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#memory_output_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §4.3
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((b, bytes_compute, bytes_logits, cp, h, s, sp, t, v))
@@ -5406,9 +3753,7 @@ def memory_output_activations_bytes(*, b, bytes_compute, bytes_logits, cp, h, s,
     call = _runtime.Call(
         "memory_output_activations_bytes",
         ("b", "bytes_compute", "bytes_logits", "cp", "h", "s", "sp", "t", "v", "inv0", "inv1"),
-        (b, bytes_compute, bytes_logits, cp, h, s, sp, t, v, inv0, inv1),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, bytes_logits, cp, h, s, sp, t, v, inv0, inv1), reals=1, masks=0,
     )
     for block in call.blocks():
         _memory_output_activations_bytes_block(*block)
@@ -5439,14 +3784,10 @@ def _memory_output_activations_bytes_block(out, r0, b, bytes_compute, bytes_logi
 
 
 memory_output_activations_bytes.kernel = _runtime.Kernel(
-    _memory_output_activations_bytes_block,
-    reals=1,
-    masks=0,
+    _memory_output_activations_bytes_block, reals=1, masks=0,
     arguments=("b", "bytes_compute", "bytes_logits", "cp", "h", "s", "sp", "t", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_output_activations_bytes_invariants,
-    widened=("bytes_compute", "bytes_logits", "h", "v"),
-    quiet=False,
+    passed=("inv0", "inv1"), invariants=_memory_output_activations_bytes_invariants,
+    widened=("bytes_compute", "bytes_logits", "h", "v"), quiet=False,
 )
 
 
@@ -5454,25 +3795,12 @@ def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
     """Micro-batches whose activations pipeline stage pp_rank holds at its peak (1F1B or
     interleaved).
 
-    Closed form::
-
-        Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#memory_pp_in_flight_microbatches_count``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Eq. 5 and §4.2.3; Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((m, p, pp_rank, vp))
@@ -5486,11 +3814,8 @@ def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0, inv1) = _memory_pp_in_flight_microbatches_count_invariants(pp_rank)
         call = _runtime.Call(
-            "memory_pp_in_flight_microbatches_count",
-            ("m", "p", "pp_rank", "vp", "inv0", "inv1"),
-            (m, p, pp_rank, vp, inv0, inv1),
-            reals=1,
-            masks=1,
+            "memory_pp_in_flight_microbatches_count", ("m", "p", "pp_rank", "vp", "inv0", "inv1"),
+            (m, p, pp_rank, vp, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _memory_pp_in_flight_microbatches_count_block(*block)
@@ -5526,14 +3851,9 @@ def _memory_pp_in_flight_microbatches_count_block(out, r0, m0, m, p, pp_rank, vp
 
 
 memory_pp_in_flight_microbatches_count.kernel = _runtime.Kernel(
-    _memory_pp_in_flight_microbatches_count_block,
-    reals=1,
-    masks=1,
-    arguments=("m", "p", "pp_rank", "vp"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_pp_in_flight_microbatches_count_invariants,
-    widened=("pp_rank",),
-    quiet=True,
+    _memory_pp_in_flight_microbatches_count_block, reals=1, masks=1,
+    arguments=("m", "p", "pp_rank", "vp"), passed=("inv0", "inv1"),
+    invariants=_memory_pp_in_flight_microbatches_count_invariants, widened=("pp_rank",), quiet=True,
 )
 
 
@@ -5541,70 +3861,12 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
     """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, ZeRO-3 sharded when zero_level >= 3.
 
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -5630,8 +3892,7 @@ def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_ga
             "memory_standard_dense_stage_weights_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp10"),
             (a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp10),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_weights_bytes_block(*block)
@@ -5707,9 +3968,7 @@ def _memory_standard_dense_stage_weights_bytes_block(out, r0, r1, r2, r3, r4, m0
 
 
 memory_standard_dense_stage_weights_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_weights_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_standard_dense_stage_weights_bytes_block, reals=5, masks=2,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp10"),
     invariants=_memory_standard_dense_stage_weights_bytes_invariants,
@@ -5722,70 +3981,12 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
     """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, sharded when zero_level >= 2.
 
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_grad*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -5811,8 +4012,7 @@ def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_
             "memory_standard_dense_stage_gradients_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp10"),
             (a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp10),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_gradients_bytes_block(*block)
@@ -5888,9 +4088,7 @@ def _memory_standard_dense_stage_gradients_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_standard_dense_stage_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_gradients_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_standard_dense_stage_gradients_bytes_block, reals=5, masks=2,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp10"),
     invariants=_memory_standard_dense_stage_gradients_bytes_invariants,
@@ -5903,72 +4101,12 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
     """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
     body layers, sharded when zero_level >= 1.
 
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*(n_body + n_extra + n_extra_sel)*Piecewise(((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -5994,8 +4132,7 @@ def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_
             "memory_standard_dense_stage_optimizer_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp10"),
             (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp10),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_optimizer_bytes_block(*block)
@@ -6071,9 +4208,7 @@ def _memory_standard_dense_stage_optimizer_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_standard_dense_stage_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_optimizer_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_standard_dense_stage_optimizer_bytes_block, reals=5, masks=2,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp10"),
     invariants=_memory_standard_dense_stage_optimizer_bytes_invariants,
@@ -6086,108 +4221,12 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
     """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
     embedding, output and body layers.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 96 (SymPy count_ops of the CSE form below); NumPy calls per block: 62.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -6223,8 +4262,7 @@ def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_outp
             "memory_standard_dense_stage_model_states_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp18"),
             (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp18),
-            reals=9,
-            masks=4,
+            reals=9, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_model_states_bytes_block(*block)
@@ -6348,9 +4386,7 @@ def _memory_standard_dense_stage_model_states_bytes_block(out, r0, r1, r2, r3, r
 
 
 memory_standard_dense_stage_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_model_states_bytes_block,
-    reals=9,
-    masks=4,
+    _memory_standard_dense_stage_model_states_bytes_block, reals=9, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp18"),
     invariants=_memory_standard_dense_stage_model_states_bytes_invariants,
@@ -6363,60 +4399,13 @@ def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_
     """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
     times its layers' activations per micro-batch, by recompute kind.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
     megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 66 (SymPy count_ops of the CSE form below); NumPy calls per block: 49.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
@@ -6438,8 +4427,7 @@ def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_
             "memory_standard_dense_stage_activations_bytes",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_activations_bytes_block(*block)
@@ -6535,9 +4523,7 @@ def _memory_standard_dense_stage_activations_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_standard_dense_stage_activations_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_activations_bytes_block,
-    reals=6,
-    masks=1,
+    _memory_standard_dense_stage_activations_bytes_block, reals=6, masks=1,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_standard_dense_stage_activations_bytes_invariants,
@@ -6551,47 +4537,10 @@ def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
     recompute).
 
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_recompute_workspace_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 43 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t))
@@ -6613,8 +4562,7 @@ def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute
             "memory_standard_dense_stage_recompute_workspace_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-            reals=6,
-            masks=0,
+            reals=6, masks=0,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_recompute_workspace_bytes_block(*block)
@@ -6683,9 +4631,7 @@ def _memory_standard_dense_stage_recompute_workspace_bytes_block(out, r0, r1, r2
 
 
 memory_standard_dense_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_recompute_workspace_bytes_block,
-    reals=6,
-    masks=0,
+    _memory_standard_dense_stage_recompute_workspace_bytes_block, reals=6, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_memory_standard_dense_stage_recompute_workspace_bytes_invariants,
@@ -6697,87 +4643,8 @@ memory_standard_dense_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
 def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
     """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-        + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -6786,60 +4653,6 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
     interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 163 (SymPy count_ops of the CSE form below); NumPy calls per block: 118.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -6883,8 +4696,7 @@ def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate
             "memory_standard_dense_stage_total_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp16", "inv2", "inv3", "tmp26", "inv4", "inv5", "inv6"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp16, inv2, inv3, tmp26, inv4, inv5, inv6),
-            reals=16,
-            masks=4,
+            reals=16, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes_block(*block)
@@ -7088,9 +4900,7 @@ def _memory_standard_dense_stage_total_bytes_block(out, r0, r1, r2, r3, r4, r5, 
 
 
 memory_standard_dense_stage_total_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes_block,
-    reals=16,
-    masks=4,
+    _memory_standard_dense_stage_total_bytes_block, reals=16, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp16", "inv2", "inv3", "tmp26", "inv4", "inv5", "inv6"),
     invariants=_memory_standard_dense_stage_total_bytes_invariants,
@@ -7103,146 +4913,9 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
     """Device memory left per rank of one stage: capacity minus reserve minus the stage total
     (negative when it does not fit).
 
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-        - (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) - Max((-b*s*(bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_headroom_bytes``.
     Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 165 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -7286,8 +4959,7 @@ def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_g
             "memory_standard_dense_stage_headroom_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp16", "inv2", "inv3", "tmp26", "inv4", "inv5", "inv6", "inv7"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp16, inv2, inv3, tmp26, inv4, inv5, inv6, inv7),
-            reals=16,
-            masks=4,
+            reals=16, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_headroom_bytes_block(*block)
@@ -7494,9 +5166,7 @@ def _memory_standard_dense_stage_headroom_bytes_block(out, r0, r1, r2, r3, r4, r
 
 
 memory_standard_dense_stage_headroom_bytes.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_headroom_bytes_block,
-    reals=16,
-    masks=4,
+    _memory_standard_dense_stage_headroom_bytes_block, reals=16, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp16", "inv2", "inv3", "tmp26", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_standard_dense_stage_headroom_bytes_invariants,
@@ -7508,146 +5178,8 @@ memory_standard_dense_stage_headroom_bytes.kernel = _runtime.Kernel(
 def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
     """1 when one stage's total fits into device memory after the reserve, else 0.
 
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-        + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec))))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#memory_standard_dense_stage_fits``.
     Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 168 (SymPy count_ops of the CSE form below); NumPy calls per block: 122.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -7691,8 +5223,7 @@ def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, by
             "memory_standard_dense_stage_fits",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp16", "inv2", "inv3", "tmp26", "inv4", "inv5", "inv6", "inv7"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp16, inv2, inv3, tmp26, inv4, inv5, inv6, inv7),
-            reals=17,
-            masks=4,
+            reals=17, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_fits_block(*block)
@@ -7902,9 +5433,7 @@ def _memory_standard_dense_stage_fits_block(out, r0, r1, r2, r3, r4, r5, r6, r7,
 
 
 memory_standard_dense_stage_fits.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_fits_block,
-    reals=17,
-    masks=4,
+    _memory_standard_dense_stage_fits_block, reals=17, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "device_memory_bytes", "dh", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp16", "inv2", "inv3", "tmp26", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_standard_dense_stage_fits_invariants,
@@ -7917,84 +5446,12 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
     """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, ZeRO-3 sharded when zero_level >= 3.
 
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 96 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -8028,8 +5485,7 @@ def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate
             "memory_standard_moe_stage_weights_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp16"),
             (a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp16),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_weights_bytes_block(*block)
@@ -8141,9 +5597,7 @@ def _memory_standard_moe_stage_weights_bytes_block(out, r0, r1, r2, r3, r4, r5, 
 
 
 memory_standard_moe_stage_weights_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_weights_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_standard_moe_stage_weights_bytes_block, reals=11, masks=2,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp16"),
     invariants=_memory_standard_moe_stage_weights_bytes_invariants,
@@ -8156,84 +5610,12 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
     """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, sharded when zero_level >= 2.
 
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 96 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -8267,8 +5649,7 @@ def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_ga
             "memory_standard_moe_stage_gradients_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp16"),
             (a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp16),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_gradients_bytes_block(*block)
@@ -8380,9 +5761,7 @@ def _memory_standard_moe_stage_gradients_bytes_block(out, r0, r1, r2, r3, r4, r5
 
 
 memory_standard_moe_stage_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_gradients_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_standard_moe_stage_gradients_bytes_block, reals=11, masks=2,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp16"),
     invariants=_memory_standard_moe_stage_gradients_bytes_invariants,
@@ -8395,85 +5774,12 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
     """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
     body layers, sharded when zero_level >= 1.
 
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) + (n_body +
-        n_extra + n_extra_sel)*(bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 96 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -8507,8 +5813,7 @@ def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_ga
             "memory_standard_moe_stage_optimizer_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp16"),
             (a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp16),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_optimizer_bytes_block(*block)
@@ -8620,9 +5925,7 @@ def _memory_standard_moe_stage_optimizer_bytes_block(out, r0, r1, r2, r3, r4, r5
 
 
 memory_standard_moe_stage_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_optimizer_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_standard_moe_stage_optimizer_bytes_block, reals=11, masks=2,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_optimizer", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp16"),
     invariants=_memory_standard_moe_stage_optimizer_bytes_invariants,
@@ -8635,138 +5938,12 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
     """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
     embedding, output and body layers.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 137 (SymPy count_ops of the CSE form below); NumPy calls per block: 106.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -8814,8 +5991,7 @@ def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output
             "memory_standard_moe_stage_model_states_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp12", "tmp13", "tmp14", "tmp28"),
             (a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp12, tmp13, tmp14, tmp28),
-            reals=13,
-            masks=4,
+            reals=13, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_model_states_bytes_block(*block)
@@ -9002,9 +6178,7 @@ def _memory_standard_moe_stage_model_states_bytes_block(out, r0, r1, r2, r3, r4,
 
 
 memory_standard_moe_stage_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_model_states_bytes_block,
-    reals=13,
-    masks=4,
+    _memory_standard_moe_stage_model_states_bytes_block, reals=13, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "bytes_grad", "bytes_optimizer", "bytes_p", "dh", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "p", "qkv_bias", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp12", "tmp13", "tmp14", "tmp28"),
     invariants=_memory_standard_moe_stage_model_states_bytes_invariants,
@@ -9017,68 +6191,13 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
     """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
     times its layers' activations per micro-batch, by recompute kind.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
     megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
@@ -9101,8 +6220,7 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
             "memory_standard_moe_stage_activations_bytes",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_activations_bytes_block(*block)
@@ -9209,9 +6327,7 @@ def _memory_standard_moe_stage_activations_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_standard_moe_stage_activations_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_activations_bytes_block,
-    reals=6,
-    masks=1,
+    _memory_standard_moe_stage_activations_bytes_block, reals=6, masks=1,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_standard_moe_stage_activations_bytes_invariants,
@@ -9225,56 +6341,10 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
     recompute).
 
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_recompute_workspace_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 51 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp))
@@ -9298,8 +6368,7 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
             "memory_standard_moe_stage_recompute_workspace_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-            reals=8,
-            masks=0,
+            reals=8, masks=0,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_recompute_workspace_bytes_block(*block)
@@ -9379,9 +6448,7 @@ def _memory_standard_moe_stage_recompute_workspace_bytes_block(out, r0, r1, r2, 
 
 
 memory_standard_moe_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_recompute_workspace_bytes_block,
-    reals=8,
-    masks=0,
+    _memory_standard_moe_stage_recompute_workspace_bytes_block, reals=8, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "s", "sp", "t", "t_exp"),
     passed=("inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_memory_standard_moe_stage_recompute_workspace_bytes_invariants,
@@ -9393,116 +6460,8 @@ memory_standard_moe_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
 def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
     """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -9511,68 +6470,6 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
     interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 224 (SymPy count_ops of the CSE form below); NumPy calls per block: 176.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -9630,8 +6527,7 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
             "memory_standard_moe_stage_total_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp30", "tmp31", "tmp32", "tmp44", "inv7", "inv8", "inv9"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp22, inv1, inv2, inv3, inv4, inv5, inv6, tmp30, tmp31, tmp32, tmp44, inv7, inv8, inv9),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes_block(*block)
@@ -9927,9 +6823,7 @@ def _memory_standard_moe_stage_total_bytes_block(out, r0, r1, r2, r3, r4, r5, r6
 
 
 memory_standard_moe_stage_total_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes_block,
-    reals=21,
-    masks=4,
+    _memory_standard_moe_stage_total_bytes_block, reals=21, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp30", "tmp31", "tmp32", "tmp44", "inv7", "inv8", "inv9"),
     invariants=_memory_standard_moe_stage_total_bytes_invariants,
@@ -9942,183 +6836,9 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
     """Device memory left per rank of one stage: capacity minus reserve minus the stage total
     (negative when it does not fit).
 
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) - (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) - Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_headroom_bytes``.
     Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 226 (SymPy count_ops of the CSE form below); NumPy calls per block: 177.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -10176,8 +6896,7 @@ def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gat
             "memory_standard_moe_stage_headroom_bytes",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp30", "tmp31", "tmp32", "tmp44", "inv7", "inv8", "inv9", "inv10"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp22, inv1, inv2, inv3, inv4, inv5, inv6, tmp30, tmp31, tmp32, tmp44, inv7, inv8, inv9, inv10),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_headroom_bytes_block(*block)
@@ -10476,9 +7195,7 @@ def _memory_standard_moe_stage_headroom_bytes_block(out, r0, r1, r2, r3, r4, r5,
 
 
 memory_standard_moe_stage_headroom_bytes.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_headroom_bytes_block,
-    reals=21,
-    masks=4,
+    _memory_standard_moe_stage_headroom_bytes_block, reals=21, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp30", "tmp31", "tmp32", "tmp44", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_standard_moe_stage_headroom_bytes_invariants,
@@ -10490,183 +7207,8 @@ memory_standard_moe_stage_headroom_bytes.kernel = _runtime.Kernel(
 def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
     """1 when one stage's total fits into device memory after the reserve, else 0.
 
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#memory_standard_moe_stage_fits``.
     Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 229 (SymPy count_ops of the CSE form below); NumPy calls per block: 180.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -10724,8 +7266,7 @@ def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, byte
             "memory_standard_moe_stage_fits",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp30", "tmp31", "tmp32", "tmp44", "inv7", "inv8", "inv9", "inv10"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp22, inv1, inv2, inv3, inv4, inv5, inv6, tmp30, tmp31, tmp32, tmp44, inv7, inv8, inv9, inv10),
-            reals=22,
-            masks=4,
+            reals=22, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_fits_block(*block)
@@ -11027,9 +7568,7 @@ def _memory_standard_moe_stage_fits_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r
 
 
 memory_standard_moe_stage_fits.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_fits_block,
-    reals=22,
-    masks=4,
+    _memory_standard_moe_stage_fits_block, reals=22, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "device_memory_bytes", "dh", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp22", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp30", "tmp31", "tmp32", "tmp44", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_standard_moe_stage_fits_invariants,
@@ -11042,68 +7581,12 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
     """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, ZeRO-3 sharded when zero_level >= 3.
 
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -11126,8 +7609,7 @@ def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh
             "memory_mla_q_latent_dense_stage_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp7"),
             (a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp7),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_weights_bytes_block(*block)
@@ -11197,9 +7679,7 @@ def _memory_mla_q_latent_dense_stage_weights_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_latent_dense_stage_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_weights_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_weights_bytes_block, reals=5, masks=2,
     arguments=("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp7"),
     invariants=_memory_mla_q_latent_dense_stage_weights_bytes_invariants,
@@ -11212,68 +7692,12 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
     """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, sharded when zero_level >= 2.
 
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_grad*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -11296,8 +7720,7 @@ def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_
             "memory_mla_q_latent_dense_stage_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp7"),
             (a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp7),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_gradients_bytes_block(*block)
@@ -11367,9 +7790,7 @@ def _memory_mla_q_latent_dense_stage_gradients_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_latent_dense_stage_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_gradients_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_gradients_bytes_block, reals=5, masks=2,
     arguments=("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp7"),
     invariants=_memory_mla_q_latent_dense_stage_gradients_bytes_invariants,
@@ -11382,69 +7803,12 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
     body layers, sharded when zero_level >= 1.
 
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*(n_body + n_extra + n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -11467,8 +7831,7 @@ def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             "memory_mla_q_latent_dense_stage_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp7"),
             (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp7),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_optimizer_bytes_block(*block)
@@ -11538,9 +7901,7 @@ def _memory_mla_q_latent_dense_stage_optimizer_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_latent_dense_stage_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_optimizer_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_optimizer_bytes_block, reals=5, masks=2,
     arguments=("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp7"),
     invariants=_memory_mla_q_latent_dense_stage_optimizer_bytes_invariants,
@@ -11553,100 +7914,12 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
     """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
     embedding, output and body layers.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 62.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -11677,8 +7950,7 @@ def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             "memory_mla_q_latent_dense_stage_model_states_bytes",
             ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp13"),
             (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp13),
-            reals=9,
-            masks=4,
+            reals=9, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_model_states_bytes_block(*block)
@@ -11792,9 +8064,7 @@ def _memory_mla_q_latent_dense_stage_model_states_bytes_block(out, r0, r1, r2, r
 
 
 memory_mla_q_latent_dense_stage_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_model_states_bytes_block,
-    reals=9,
-    masks=4,
+    _memory_mla_q_latent_dense_stage_model_states_bytes_block, reals=9, masks=4,
     arguments=("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp13"),
     invariants=_memory_mla_q_latent_dense_stage_model_states_bytes_invariants,
@@ -11807,65 +8077,13 @@ def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, by
     """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
     times its layers' activations per micro-batch, by recompute kind.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
     megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 49.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -11887,8 +8105,7 @@ def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, by
             "memory_mla_q_latent_dense_stage_activations_bytes",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_activations_bytes_block(*block)
@@ -11985,9 +8202,7 @@ def _memory_mla_q_latent_dense_stage_activations_bytes_block(out, r0, r1, r2, r3
 
 
 memory_mla_q_latent_dense_stage_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_activations_bytes_block,
-    reals=6,
-    masks=1,
+    _memory_mla_q_latent_dense_stage_activations_bytes_block, reals=6, masks=1,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_latent_dense_stage_activations_bytes_invariants,
@@ -12001,52 +8216,10 @@ def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
     recompute).
 
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_recompute_workspace_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 49 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t))
@@ -12068,8 +8241,7 @@ def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
             "memory_mla_q_latent_dense_stage_recompute_workspace_bytes",
             ("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-            reals=6,
-            masks=0,
+            reals=6, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_recompute_workspace_bytes_block(*block)
@@ -12140,9 +8312,7 @@ def _memory_mla_q_latent_dense_stage_recompute_workspace_bytes_block(out, r0, r1
 
 
 memory_mla_q_latent_dense_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_recompute_workspace_bytes_block,
-    reals=6,
-    masks=0,
+    _memory_mla_q_latent_dense_stage_recompute_workspace_bytes_block, reals=6, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_memory_mla_q_latent_dense_stage_recompute_workspace_bytes_invariants,
@@ -12154,79 +8324,8 @@ memory_mla_q_latent_dense_stage_recompute_workspace_bytes.kernel = _runtime.Kern
 def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
     """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -12235,60 +8334,6 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 171 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -12332,8 +8377,7 @@ def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             "memory_mla_q_latent_dense_stage_total_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp15, inv2, inv3, inv4, tmp26, inv5, inv6, inv7),
-            reals=16,
-            masks=4,
+            reals=16, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes_block(*block)
@@ -12540,9 +8584,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_mla_q_latent_dense_stage_total_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes_block,
-    reals=16,
-    masks=4,
+    _memory_mla_q_latent_dense_stage_total_bytes_block, reals=16, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes_invariants,
@@ -12555,138 +8597,9 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     """Device memory left per rank of one stage: capacity minus reserve minus the stage total
     (negative when it does not fit).
 
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))) - (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_headroom_bytes``.
     Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 173 (SymPy count_ops of the CSE form below); NumPy calls per block: 120.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -12730,8 +8643,7 @@ def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             "memory_mla_q_latent_dense_stage_headroom_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp15, inv2, inv3, inv4, tmp26, inv5, inv6, inv7, inv8),
-            reals=16,
-            masks=4,
+            reals=16, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_headroom_bytes_block(*block)
@@ -12941,9 +8853,7 @@ def _memory_mla_q_latent_dense_stage_headroom_bytes_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_latent_dense_stage_headroom_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_headroom_bytes_block,
-    reals=16,
-    masks=4,
+    _memory_mla_q_latent_dense_stage_headroom_bytes_block, reals=16, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_latent_dense_stage_headroom_bytes_invariants,
@@ -12955,138 +8865,8 @@ memory_mla_q_latent_dense_stage_headroom_bytes.kernel = _runtime.Kernel(
 def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
     """1 when one stage's total fits into device memory after the reserve, else 0.
 
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#memory_mla_q_latent_dense_stage_fits``.
     Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 176 (SymPy count_ops of the CSE form below); NumPy calls per block: 123.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -13130,8 +8910,7 @@ def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             "memory_mla_q_latent_dense_stage_fits",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp15, inv2, inv3, inv4, tmp26, inv5, inv6, inv7, inv8),
-            reals=17,
-            masks=4,
+            reals=17, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_fits_block(*block)
@@ -13344,9 +9123,7 @@ def _memory_mla_q_latent_dense_stage_fits_block(out, r0, r1, r2, r3, r4, r5, r6,
 
 
 memory_mla_q_latent_dense_stage_fits.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_fits_block,
-    reals=17,
-    masks=4,
+    _memory_mla_q_latent_dense_stage_fits_block, reals=17, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_latent_dense_stage_fits_invariants,
@@ -13359,80 +9136,12 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
     """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, ZeRO-3 sharded when zero_level >= 3.
 
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -13463,8 +9172,7 @@ def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, 
             "memory_mla_q_latent_moe_stage_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp13"),
             (a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp13),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_weights_bytes_block(*block)
@@ -13570,9 +9278,7 @@ def _memory_mla_q_latent_moe_stage_weights_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_mla_q_latent_moe_stage_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_weights_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_weights_bytes_block, reals=11, masks=2,
     arguments=("a", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp13"),
     invariants=_memory_mla_q_latent_moe_stage_weights_bytes_invariants,
@@ -13585,80 +9291,12 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
     """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, sharded when zero_level >= 2.
 
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -13689,8 +9327,7 @@ def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q,
             "memory_mla_q_latent_moe_stage_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp13"),
             (a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp13),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_gradients_bytes_block(*block)
@@ -13796,9 +9433,7 @@ def _memory_mla_q_latent_moe_stage_gradients_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_latent_moe_stage_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_gradients_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_gradients_bytes_block, reals=11, masks=2,
     arguments=("a", "bytes_grad", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp13"),
     invariants=_memory_mla_q_latent_moe_stage_gradients_bytes_invariants,
@@ -13811,82 +9446,12 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
     body layers, sharded when zero_level >= 1.
 
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) + (n_body +
-        n_extra + n_extra_sel)*(bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 99 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -13917,8 +9482,7 @@ def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             "memory_mla_q_latent_moe_stage_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp13"),
             (a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp13),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_optimizer_bytes_block(*block)
@@ -14024,9 +9588,7 @@ def _memory_mla_q_latent_moe_stage_optimizer_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_latent_moe_stage_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_optimizer_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_optimizer_bytes_block, reals=11, masks=2,
     arguments=("a", "bytes_optimizer", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp13"),
     invariants=_memory_mla_q_latent_moe_stage_optimizer_bytes_invariants,
@@ -14039,127 +9601,12 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
     """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
     embedding, output and body layers.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 136 (SymPy count_ops of the CSE form below); NumPy calls per block: 106.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -14202,8 +9649,7 @@ def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             "memory_mla_q_latent_moe_stage_model_states_bytes",
             ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp12", "tmp13", "tmp14", "tmp23"),
             (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp12, tmp13, tmp14, tmp23),
-            reals=13,
-            masks=4,
+            reals=13, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_model_states_bytes_block(*block)
@@ -14380,9 +9826,7 @@ def _memory_mla_q_latent_moe_stage_model_states_bytes_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_latent_moe_stage_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_model_states_bytes_block,
-    reals=13,
-    masks=4,
+    _memory_mla_q_latent_moe_stage_model_states_bytes_block, reals=13, masks=4,
     arguments=("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp12", "tmp13", "tmp14", "tmp23"),
     invariants=_memory_mla_q_latent_moe_stage_model_states_bytes_invariants,
@@ -14395,72 +9839,13 @@ def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
     """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
     times its layers' activations per micro-batch, by recompute kind.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
     megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -14483,8 +9868,7 @@ def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
             "memory_mla_q_latent_moe_stage_activations_bytes",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_activations_bytes_block(*block)
@@ -14592,9 +9976,7 @@ def _memory_mla_q_latent_moe_stage_activations_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_latent_moe_stage_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_activations_bytes_block,
-    reals=6,
-    masks=1,
+    _memory_mla_q_latent_moe_stage_activations_bytes_block, reals=6, masks=1,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_latent_moe_stage_activations_bytes_invariants,
@@ -14608,60 +9990,10 @@ def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
     recompute).
 
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_recompute_workspace_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 57 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
@@ -14685,8 +10017,7 @@ def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
             "memory_mla_q_latent_moe_stage_recompute_workspace_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-            reals=8,
-            masks=0,
+            reals=8, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_recompute_workspace_bytes_block(*block)
@@ -14767,9 +10098,7 @@ def _memory_mla_q_latent_moe_stage_recompute_workspace_bytes_block(out, r0, r1, 
 
 
 memory_mla_q_latent_moe_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_recompute_workspace_bytes_block,
-    reals=8,
-    masks=0,
+    _memory_mla_q_latent_moe_stage_recompute_workspace_bytes_block, reals=8, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp"),
     passed=("inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_memory_mla_q_latent_moe_stage_recompute_workspace_bytes_invariants,
@@ -14781,106 +10110,8 @@ memory_mla_q_latent_moe_stage_recompute_workspace_bytes.kernel = _runtime.Kernel
 def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
     """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -14889,68 +10120,6 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
     interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 229 (SymPy count_ops of the CSE form below); NumPy calls per block: 177.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -15005,8 +10174,7 @@ def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             "memory_mla_q_latent_moe_stage_total_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp20, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp31, tmp32, tmp33, tmp41, inv8, inv9, inv10),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes_block(*block)
@@ -15299,9 +10467,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes_block(out, r0, r1, r2, r3, r4, r5
 
 
 memory_mla_q_latent_moe_stage_total_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes_block,
-    reals=21,
-    masks=4,
+    _memory_mla_q_latent_moe_stage_total_bytes_block, reals=21, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes_invariants,
@@ -15314,173 +10480,9 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
     """Device memory left per rank of one stage: capacity minus reserve minus the stage total
     (negative when it does not fit).
 
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) -
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_headroom_bytes``.
     Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 231 (SymPy count_ops of the CSE form below); NumPy calls per block: 178.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -15535,8 +10537,7 @@ def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             "memory_mla_q_latent_moe_stage_headroom_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp20, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp31, tmp32, tmp33, tmp41, inv8, inv9, inv10, inv11),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_headroom_bytes_block(*block)
@@ -15832,9 +10833,7 @@ def _memory_mla_q_latent_moe_stage_headroom_bytes_block(out, r0, r1, r2, r3, r4,
 
 
 memory_mla_q_latent_moe_stage_headroom_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_headroom_bytes_block,
-    reals=21,
-    masks=4,
+    _memory_mla_q_latent_moe_stage_headroom_bytes_block, reals=21, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
     invariants=_memory_mla_q_latent_moe_stage_headroom_bytes_invariants,
@@ -15846,173 +10845,8 @@ memory_mla_q_latent_moe_stage_headroom_bytes.kernel = _runtime.Kernel(
 def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
     """1 when one stage's total fits into device memory after the reserve, else 0.
 
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#memory_mla_q_latent_moe_stage_fits``.
     Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 234 (SymPy count_ops of the CSE form below); NumPy calls per block: 181.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -16067,8 +10901,7 @@ def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             "memory_mla_q_latent_moe_stage_fits",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp20, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp31, tmp32, tmp33, tmp41, inv8, inv9, inv10, inv11),
-            reals=22,
-            masks=4,
+            reals=22, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_fits_block(*block)
@@ -16367,9 +11200,7 @@ def _memory_mla_q_latent_moe_stage_fits_block(out, r0, r1, r2, r3, r4, r5, r6, r
 
 
 memory_mla_q_latent_moe_stage_fits.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_fits_block,
-    reals=22,
-    masks=4,
+    _memory_mla_q_latent_moe_stage_fits_block, reals=22, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
     invariants=_memory_mla_q_latent_moe_stage_fits_invariants,
@@ -16382,66 +11213,12 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
     """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, ZeRO-3 sharded when zero_level >= 3.
 
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -16465,8 +11242,7 @@ def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr,
             "memory_mla_q_direct_dense_stage_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp8"),
             (a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp8),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_weights_bytes_block(*block)
@@ -16538,9 +11314,7 @@ def _memory_mla_q_direct_dense_stage_weights_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_direct_dense_stage_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_weights_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_weights_bytes_block, reals=5, masks=2,
     arguments=("a", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp8"),
     invariants=_memory_mla_q_direct_dense_stage_weights_bytes_invariants,
@@ -16553,66 +11327,12 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
     """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, sharded when zero_level >= 2.
 
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_grad*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -16636,8 +11356,7 @@ def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh,
             "memory_mla_q_direct_dense_stage_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp8"),
             (a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp8),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_gradients_bytes_block(*block)
@@ -16709,9 +11428,7 @@ def _memory_mla_q_direct_dense_stage_gradients_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_direct_dense_stage_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_gradients_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_gradients_bytes_block, reals=5, masks=2,
     arguments=("a", "bytes_grad", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp8"),
     invariants=_memory_mla_q_direct_dense_stage_gradients_bytes_invariants,
@@ -16724,67 +11441,12 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
     """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
     body layers, sharded when zero_level >= 1.
 
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*(n_body + n_extra + n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -16808,8 +11470,7 @@ def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv
             "memory_mla_q_direct_dense_stage_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp8"),
             (a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp8),
-            reals=5,
-            masks=2,
+            reals=5, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_optimizer_bytes_block(*block)
@@ -16881,9 +11542,7 @@ def _memory_mla_q_direct_dense_stage_optimizer_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_direct_dense_stage_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_optimizer_bytes_block,
-    reals=5,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_optimizer_bytes_block, reals=5, masks=2,
     arguments=("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp8"),
     invariants=_memory_mla_q_direct_dense_stage_optimizer_bytes_invariants,
@@ -16896,98 +11555,12 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
     """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
     embedding, output and body layers.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 62.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level))
@@ -17019,8 +11592,7 @@ def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_o
             "memory_mla_q_direct_dense_stage_model_states_bytes",
             ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp14"),
             (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level, tmp1, inv0, tmp14),
-            reals=9,
-            masks=4,
+            reals=9, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_model_states_bytes_block(*block)
@@ -17136,9 +11708,7 @@ def _memory_mla_q_direct_dense_stage_model_states_bytes_block(out, r0, r1, r2, r
 
 
 memory_mla_q_direct_dense_stage_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_model_states_bytes_block,
-    reals=9,
-    masks=4,
+    _memory_mla_q_direct_dense_stage_model_states_bytes_block, reals=9, masks=4,
     arguments=("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "gather_embed", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_non_exp_partial", "t", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp14"),
     invariants=_memory_mla_q_direct_dense_stage_model_states_bytes_invariants,
@@ -17151,64 +11721,13 @@ def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, by
     """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
     times its layers' activations per micro-batch, by recompute kind.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
     megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 70 (SymPy count_ops of the CSE form below); NumPy calls per block: 49.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -17230,8 +11749,7 @@ def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, by
             "memory_mla_q_direct_dense_stage_activations_bytes",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_activations_bytes_block(*block)
@@ -17328,9 +11846,7 @@ def _memory_mla_q_direct_dense_stage_activations_bytes_block(out, r0, r1, r2, r3
 
 
 memory_mla_q_direct_dense_stage_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_activations_bytes_block,
-    reals=6,
-    masks=1,
+    _memory_mla_q_direct_dense_stage_activations_bytes_block, reals=6, masks=1,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_direct_dense_stage_activations_bytes_invariants,
@@ -17344,51 +11860,10 @@ def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
     recompute).
 
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_recompute_workspace_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 47 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t))
@@ -17410,8 +11885,7 @@ def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_com
             "memory_mla_q_direct_dense_stage_recompute_workspace_bytes",
             ("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-            reals=6,
-            masks=0,
+            reals=6, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_recompute_workspace_bytes_block(*block)
@@ -17482,9 +11956,7 @@ def _memory_mla_q_direct_dense_stage_recompute_workspace_bytes_block(out, r0, r1
 
 
 memory_mla_q_direct_dense_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_recompute_workspace_bytes_block,
-    reals=6,
-    masks=0,
+    _memory_mla_q_direct_dense_stage_recompute_workspace_bytes_block, reals=6, masks=0,
     arguments=("a", "b", "bytes_compute", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "qk_nope_head_dim", "s", "sp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_memory_mla_q_direct_dense_stage_recompute_workspace_bytes_invariants,
@@ -17496,79 +11968,8 @@ memory_mla_q_direct_dense_stage_recompute_workspace_bytes.kernel = _runtime.Kern
 def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
     """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp)
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -17577,59 +11978,6 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
     interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 166 (SymPy count_ops of the CSE form below); NumPy calls per block: 119.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -17673,8 +12021,7 @@ def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_gr
             "memory_mla_q_direct_dense_stage_total_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp15, inv2, inv3, inv4, tmp26, inv5, inv6, inv7),
-            reals=16,
-            masks=4,
+            reals=16, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes_block(*block)
@@ -17881,9 +12228,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_mla_q_direct_dense_stage_total_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes_block,
-    reals=16,
-    masks=4,
+    _memory_mla_q_direct_dense_stage_total_bytes_block, reals=16, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes_invariants,
@@ -17896,137 +12241,9 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
     """Device memory left per rank of one stage: capacity minus reserve minus the stage total
     (negative when it does not fit).
 
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))) -
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp)
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_headroom_bytes``.
     Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 168 (SymPy count_ops of the CSE form below); NumPy calls per block: 120.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -18070,8 +12287,7 @@ def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes
             "memory_mla_q_direct_dense_stage_headroom_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp15, inv2, inv3, inv4, tmp26, inv5, inv6, inv7, inv8),
-            reals=16,
-            masks=4,
+            reals=16, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_headroom_bytes_block(*block)
@@ -18281,9 +12497,7 @@ def _memory_mla_q_direct_dense_stage_headroom_bytes_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_direct_dense_stage_headroom_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_headroom_bytes_block,
-    reals=16,
-    masks=4,
+    _memory_mla_q_direct_dense_stage_headroom_bytes_block, reals=16, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_direct_dense_stage_headroom_bytes_invariants,
@@ -18295,137 +12509,8 @@ memory_mla_q_direct_dense_stage_headroom_bytes.kernel = _runtime.Kernel(
 def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
     """1 when one stage's total fits into device memory after the reserve, else 0.
 
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp)
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#memory_mla_q_direct_dense_stage_fits``.
     Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 171 (SymPy count_ops of the CSE form below); NumPy calls per block: 123.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -18469,8 +12554,7 @@ def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, byt
             "memory_mla_q_direct_dense_stage_fits",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, inv0, inv1, tmp14, tmp15, inv2, inv3, inv4, tmp26, inv5, inv6, inv7, inv8),
-            reals=17,
-            masks=4,
+            reals=17, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_fits_block(*block)
@@ -18683,9 +12767,7 @@ def _memory_mla_q_direct_dense_stage_fits_block(out, r0, r1, r2, r3, r4, r5, r6,
 
 
 memory_mla_q_direct_dense_stage_fits.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_fits_block,
-    reals=17,
-    masks=4,
+    _memory_mla_q_direct_dense_stage_fits_block, reals=17, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "flash_attention", "gather_embed", "h", "hff", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "inv1", "tmp14", "tmp15", "inv2", "inv3", "inv4", "tmp26", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_direct_dense_stage_fits_invariants,
@@ -18698,80 +12780,12 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
     """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, ZeRO-3 sharded when zero_level >= 3.
 
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_weights_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -18803,8 +12817,7 @@ def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, e
             "memory_mla_q_direct_moe_stage_weights_bytes",
             ("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp14"),
             (a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp14),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_weights_bytes_block(*block)
@@ -18912,9 +12925,7 @@ def _memory_mla_q_direct_moe_stage_weights_bytes_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_mla_q_direct_moe_stage_weights_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_weights_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_weights_bytes_block, reals=11, masks=2,
     arguments=("a", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp14"),
     invariants=_memory_mla_q_direct_moe_stage_weights_bytes_invariants,
@@ -18927,80 +12938,12 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
     """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
     layers, sharded when zero_level >= 2.
 
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_gradients_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -19032,8 +12975,7 @@ def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, d
             "memory_mla_q_direct_moe_stage_gradients_bytes",
             ("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp14"),
             (a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp14),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_gradients_bytes_block(*block)
@@ -19141,9 +13083,7 @@ def _memory_mla_q_direct_moe_stage_gradients_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_direct_moe_stage_gradients_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_gradients_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_gradients_bytes_block, reals=11, masks=2,
     arguments=("a", "bytes_grad", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp14"),
     invariants=_memory_mla_q_direct_moe_stage_gradients_bytes_invariants,
@@ -19156,81 +13096,12 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
     """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
     body layers, sharded when zero_level >= 1.
 
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) + (n_body +
-        n_extra + n_extra_sel)*(bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_optimizer_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 95 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -19262,8 +13133,7 @@ def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, 
             "memory_mla_q_direct_moe_stage_optimizer_bytes",
             ("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp14"),
             (a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp6, tmp7, tmp8, tmp14),
-            reals=11,
-            masks=2,
+            reals=11, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_optimizer_bytes_block(*block)
@@ -19371,9 +13241,7 @@ def _memory_mla_q_direct_moe_stage_optimizer_bytes_block(out, r0, r1, r2, r3, r4
 
 
 memory_mla_q_direct_moe_stage_optimizer_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_optimizer_bytes_block,
-    reals=11,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_optimizer_bytes_block, reals=11, masks=2,
     arguments=("a", "bytes_optimizer", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp6", "tmp7", "tmp8", "tmp14"),
     invariants=_memory_mla_q_direct_moe_stage_optimizer_bytes_invariants,
@@ -19386,128 +13254,12 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
     """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
     embedding, output and body layers.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_model_states_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
     (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 132 (SymPy count_ops of the CSE form below); NumPy calls per block: 106.
     xp = _runtime.namespace((a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level))
@@ -19551,8 +13303,7 @@ def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_opt
             "memory_mla_q_direct_moe_stage_model_states_bytes",
             ("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level", "tmp1", "inv0", "tmp12", "tmp13", "tmp14", "tmp24"),
             (a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level, tmp1, inv0, tmp12, tmp13, tmp14, tmp24),
-            reals=13,
-            masks=4,
+            reals=13, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_model_states_bytes_block(*block)
@@ -19731,9 +13482,7 @@ def _memory_mla_q_direct_moe_stage_model_states_bytes_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_direct_moe_stage_model_states_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_model_states_bytes_block,
-    reals=13,
-    masks=4,
+    _memory_mla_q_direct_moe_stage_model_states_bytes_block, reals=13, masks=4,
     arguments=("a", "bytes_grad", "bytes_optimizer", "bytes_p", "dc_kv", "dh", "dhr", "ep", "etp", "gather_embed", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_kv", "n_output", "n_qknorm", "n_shared_exp", "norm_bias", "p", "qk_nope_head_dim", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "t", "t_exp", "tie_emb_out", "v", "zero_level"),
     passed=("tmp1", "inv0", "tmp12", "tmp13", "tmp14", "tmp24"),
     invariants=_memory_mla_q_direct_moe_stage_model_states_bytes_invariants,
@@ -19746,71 +13495,13 @@ def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
     """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
     times its layers' activations per micro-batch, by recompute kind.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_activations_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
     megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 78 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -19833,8 +13524,7 @@ def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, byte
             "memory_mla_q_direct_moe_stage_activations_bytes",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_activations_bytes_block(*block)
@@ -19942,9 +13632,7 @@ def _memory_mla_q_direct_moe_stage_activations_bytes_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_direct_moe_stage_activations_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_activations_bytes_block,
-    reals=6,
-    masks=1,
+    _memory_mla_q_direct_moe_stage_activations_bytes_block, reals=6, masks=1,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_direct_moe_stage_activations_bytes_invariants,
@@ -19958,59 +13646,10 @@ def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
     recompute).
 
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_recompute_workspace_bytes``.
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 35.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp))
@@ -20034,8 +13673,7 @@ def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compu
             "memory_mla_q_direct_moe_stage_recompute_workspace_bytes",
             ("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp, inv0, inv1, tmp6, inv2, inv3, inv4, inv5, inv6),
-            reals=8,
-            masks=0,
+            reals=8, masks=0,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_recompute_workspace_bytes_block(*block)
@@ -20116,9 +13754,7 @@ def _memory_mla_q_direct_moe_stage_recompute_workspace_bytes_block(out, r0, r1, 
 
 
 memory_mla_q_direct_moe_stage_recompute_workspace_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_recompute_workspace_bytes_block,
-    reals=8,
-    masks=0,
+    _memory_mla_q_direct_moe_stage_recompute_workspace_bytes_block, reals=8, masks=0,
     arguments=("a", "b", "bytes_compute", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "n_chosen_exp", "n_exp", "n_ffMM", "n_full_rec", "n_kv", "n_sel_rec", "n_shared_exp", "qk_nope_head_dim", "s", "sp", "t", "t_exp"),
     passed=("inv0", "inv1", "tmp6", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_memory_mla_q_direct_moe_stage_recompute_workspace_bytes_invariants,
@@ -20130,108 +13766,8 @@ memory_mla_q_direct_moe_stage_recompute_workspace_bytes.kernel = _runtime.Kernel
 def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
     """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
 
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp
-        + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp
-        + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv +
-        dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -20240,67 +13776,6 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
     interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 224 (SymPy count_ops of the CSE form below); NumPy calls per block: 177.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -20355,8 +13830,7 @@ def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad
             "memory_mla_q_direct_moe_stage_total_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp20, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp31, tmp32, tmp33, tmp41, inv8, inv9, inv10),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes_block(*block)
@@ -20649,9 +14123,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes_block(out, r0, r1, r2, r3, r4, r5
 
 
 memory_mla_q_direct_moe_stage_total_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes_block,
-    reals=21,
-    masks=4,
+    _memory_mla_q_direct_moe_stage_total_bytes_block, reals=21, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes_invariants,
@@ -20664,174 +14136,9 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
     """Device memory left per rank of one stage: capacity minus reserve minus the stage total
     (negative when it does not fit).
 
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) - (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp
-        + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp
-        + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv +
-        dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_headroom_bytes``.
     Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 226 (SymPy count_ops of the CSE form below); NumPy calls per block: 178.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -20886,8 +14193,7 @@ def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_g
             "memory_mla_q_direct_moe_stage_headroom_bytes",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp20, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp31, tmp32, tmp33, tmp41, inv8, inv9, inv10, inv11),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_headroom_bytes_block(*block)
@@ -21183,9 +14489,7 @@ def _memory_mla_q_direct_moe_stage_headroom_bytes_block(out, r0, r1, r2, r3, r4,
 
 
 memory_mla_q_direct_moe_stage_headroom_bytes.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_headroom_bytes_block,
-    reals=21,
-    masks=4,
+    _memory_mla_q_direct_moe_stage_headroom_bytes_block, reals=21, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
     invariants=_memory_mla_q_direct_moe_stage_headroom_bytes_invariants,
@@ -21197,174 +14501,8 @@ memory_mla_q_direct_moe_stage_headroom_bytes.kernel = _runtime.Kernel(
 def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
     """1 when one stage's total fits into device memory after the reserve, else 0.
 
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp
-        + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp
-        + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv +
-        dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
+    Unit: 1. Closed form and symbols: ``docs/formulas.md#memory_mla_q_direct_moe_stage_fits``.
     Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 229 (SymPy count_ops of the CSE form below); NumPy calls per block: 181.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -21419,8 +14557,7 @@ def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes
             "memory_mla_q_direct_moe_stage_fits",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, inv0, tmp19, tmp20, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp31, tmp32, tmp33, tmp41, inv8, inv9, inv10, inv11),
-            reals=22,
-            masks=4,
+            reals=22, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_fits_block(*block)
@@ -21719,9 +14856,7 @@ def _memory_mla_q_direct_moe_stage_fits_block(out, r0, r1, r2, r3, r4, r5, r6, r
 
 
 memory_mla_q_direct_moe_stage_fits.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_fits_block,
-    reals=22,
-    masks=4,
+    _memory_mla_q_direct_moe_stage_fits_block, reals=22, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "device_memory_bytes", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "gather_embed", "h", "hff_exp", "layer_norms", "m", "memory_reserve", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_embed", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "inv0", "tmp19", "tmp20", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp31", "tmp32", "tmp33", "tmp41", "inv8", "inv9", "inv10", "inv11"),
     invariants=_memory_mla_q_direct_moe_stage_fits_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the memory_slope formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -70,110 +72,8 @@ def memory_standard_dense_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output
     bytes per rank per ranks of t (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        n_output*(bytes_grad*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 2), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True)) + bytes_optimizer*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0,
-        True)) + 1) + v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1),
-        (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t**2, True)) +
-        bytes_p*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 3), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True))) + (n_body + n_extra + n_extra_sel)*(bytes_grad*Piecewise((-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 2), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2,
-        True)) + bytes_optimizer*Piecewise((-(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2,
-        True)) + bytes_p*Piecewise((-(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 3), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2,
-        True))) + (b*bytes_compute*n_sel_rec*s*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff*n_ffMM/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2)/cp -
-        b*bytes_logits*n_output*s*v/(cp*t**2) + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 +
-        bytes_compute*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - hff*n_ffMM/t**2 -
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2))*(n_body + n_extra + n_extra_sel -
-        n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Piecewise((b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 +
-        bytes_compute*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - hff*n_ffMM/t**2 -
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2))*Min(1, n_full_rec)/cp, ITE((n_kv > 0)
-        & Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 4*h/sp
-        + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 4*h/sp
-        + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(Ne(dh,
-        0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), ITE(n_kv > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(h/t +
-        4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((-b*bytes_compute*s*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff*n_ffMM/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2)/cp +
-        b*s*(-4*a*flash_attention/t**2 - a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t**2 + bytes_compute*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff*n_ffMM/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2))/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -183,57 +83,6 @@ def memory_standard_dense_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 192 (SymPy count_ops of the CSE form below); NumPy calls per block: 102.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -286,8 +135,7 @@ def memory_standard_dense_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output
             "memory_standard_dense_stage_total_bytes__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp2", "tmp6", "tmp7", "tmp9", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp2, tmp6, tmp7, tmp9, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12),
-            reals=17,
-            masks=7,
+            reals=17, masks=7,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_t_block(*block)
@@ -510,9 +358,7 @@ def _memory_standard_dense_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4,
 
 
 memory_standard_dense_stage_total_bytes__d_t.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_t_block,
-    reals=17,
-    masks=7,
+    _memory_standard_dense_stage_total_bytes__d_t_block, reals=17, masks=7,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "tmp2", "tmp6", "tmp7", "tmp9", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
     invariants=_memory_standard_dense_stage_total_bytes__d_t_invariants,
@@ -526,59 +372,8 @@ def memory_standard_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_
     bytes per rank per ranks of cp (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (-b*bytes_compute*h*n_full_rec*s/(cp**2*sp) - b*dropout*h*n_embedding*s/(cp**2*sp) -
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp**2 -
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp**2 -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp**2)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Piecewise(((b*bytes_compute*h*s/(cp**2*sp)
-        - b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp**2)*Min(1,
-        n_full_rec), ITE((n_kv > 0) & Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 4*h/sp +
-        hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), ITE(n_kv > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(h/t +
-        4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp**2 -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp**2)*Min(1,
-        n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -588,39 +383,6 @@ def memory_standard_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 122 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
@@ -662,8 +424,7 @@ def memory_standard_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_
             "memory_standard_dense_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10),
-            reals=19,
-            masks=4,
+            reals=19, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_cp_block(*block)
@@ -820,9 +581,7 @@ def _memory_standard_dense_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4
 
 
 memory_standard_dense_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_cp_block,
-    reals=19,
-    masks=4,
+    _memory_standard_dense_stage_total_bytes__d_cp_block, reals=19, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
     passed=("tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
     invariants=_memory_standard_dense_stage_total_bytes__d_cp_invariants,
@@ -836,23 +595,8 @@ def memory_standard_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_l
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1,
-        True)), vp <= 1), (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)),
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -862,39 +606,6 @@ def memory_standard_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_l
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 68 (SymPy count_ops of the CSE form below); NumPy calls per block: 54.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
@@ -916,8 +627,7 @@ def memory_standard_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_l
             "memory_standard_dense_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_p_block(*block)
@@ -1018,9 +728,7 @@ def _memory_standard_dense_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4,
 
 
 memory_standard_dense_stage_total_bytes__d_p.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_p_block,
-    reals=7,
-    masks=2,
+    _memory_standard_dense_stage_total_bytes__d_p_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_standard_dense_stage_total_bytes__d_p_invariants,
@@ -1034,22 +742,8 @@ def memory_standard_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_l
     bytes per rank per micro-batches of m (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Piecewise((1, m < p - pp_rank), (0,
-        True)), vp <= 1), (Piecewise((1, m < (p*vp + p - 2*pp_rank - 1)/vp), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -1059,39 +753,6 @@ def memory_standard_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_l
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 66 (SymPy count_ops of the CSE form below); NumPy calls per block: 53.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
@@ -1113,8 +774,7 @@ def memory_standard_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_l
             "memory_standard_dense_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_m_block(*block)
@@ -1214,9 +874,7 @@ def _memory_standard_dense_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4,
 
 
 memory_standard_dense_stage_total_bytes__d_m.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_m_block,
-    reals=7,
-    masks=2,
+    _memory_standard_dense_stage_total_bytes__d_m_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_standard_dense_stage_total_bytes__d_m_invariants,
@@ -1230,59 +888,8 @@ def memory_standard_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_l
     bytes per rank per samples of b (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (bytes_compute*h*n_full_rec*s/(cp*sp) + dropout*h*n_embedding*s/(cp*sp) +
-        n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Piecewise(((-bytes_compute*h*s/(cp*sp) +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec), ITE((n_kv > 0) & Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 4*h/sp +
-        hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), ITE(n_kv > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(h/t +
-        4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((-s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -1292,39 +899,6 @@ def memory_standard_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_l
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 69.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
@@ -1364,8 +938,7 @@ def memory_standard_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_l
             "memory_standard_dense_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, tmp5, inv0, tmp8, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10),
-            reals=17,
-            masks=4,
+            reals=17, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_b_block(*block)
@@ -1515,9 +1088,7 @@ def _memory_standard_dense_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4,
 
 
 memory_standard_dense_stage_total_bytes__d_b.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_b_block,
-    reals=17,
-    masks=4,
+    _memory_standard_dense_stage_total_bytes__d_b_block, reals=17, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
     passed=("tmp5", "inv0", "tmp8", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
     invariants=_memory_standard_dense_stage_total_bytes__d_b_invariants,
@@ -1531,62 +1102,8 @@ def memory_standard_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_l
     bytes per rank per tokens of s (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)*(n_body + n_extra +
-        n_extra_sel - n_full_rec - n_sel_rec)/(cp*t) + b*bytes_compute*h*n_full_rec/(cp*sp) +
-        b*dropout*h*n_embedding/(cp*sp) + b*n_output*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Piecewise(((a*b*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t) - b*bytes_compute*h/(cp*sp)
-        + b*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec), ITE((n_kv > 0) & Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 4*h/sp +
-        hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 4*h/sp + hff*n_ffMM/t + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), ITE(n_kv > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(h/t +
-        4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(h/t + 4*h/sp + hff*n_ffMM/t + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*h/t + 4*h/sp + hff*n_ffMM/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t)
-        - b*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -1596,39 +1113,6 @@ def memory_standard_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_l
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 122 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp))
@@ -1671,8 +1155,7 @@ def memory_standard_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_l
             "memory_standard_dense_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp", "inv0", "tmp8", "inv1", "tmp11", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp, inv0, tmp8, inv1, tmp11, inv2, inv3, inv4, inv5, inv6, inv7, inv9, inv10),
-            reals=20,
-            masks=4,
+            reals=20, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_s_block(*block)
@@ -1829,9 +1312,7 @@ def _memory_standard_dense_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4,
 
 
 memory_standard_dense_stage_total_bytes__d_s.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_s_block,
-    reals=20,
-    masks=4,
+    _memory_standard_dense_stage_total_bytes__d_s_block, reals=20, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dh", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "tmp8", "inv1", "tmp11", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv9", "inv10"),
     invariants=_memory_standard_dense_stage_total_bytes__d_s_invariants,
@@ -1846,170 +1327,8 @@ def memory_standard_dense_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        -n_body*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*Piecewise((Min(m,
-        p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))/p - n_extra*(b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True))/cp + bytes_grad*Piecewise(((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))/p - n_extra_sel*(b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True))/cp + bytes_grad*Piecewise(((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))/p - n_full_rec*(b*bytes_compute*h*s/(cp*sp) - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p
-        - 2*pp_rank - 1)/vp), True))/p - n_sel_rec*(b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p
-        - 2*pp_rank - 1)/vp), True))/p + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -2019,57 +1338,6 @@ def memory_standard_dense_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 143 (SymPy count_ops of the CSE form below); NumPy calls per block: 93.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level))
@@ -2107,8 +1375,7 @@ def memory_standard_dense_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_
             "memory_standard_dense_stage_total_bytes__d_p_split",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level", "inv0", "inv1", "inv2", "inv3", "tmp14", "tmp16", "inv4", "tmp22", "inv8", "inv9"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp16, inv4, tmp22, inv8, inv9),
-            reals=13,
-            masks=4,
+            reals=13, masks=4,
         )
         for block in call.blocks():
             _memory_standard_dense_stage_total_bytes__d_p_split_block(*block)
@@ -2278,9 +1545,7 @@ def _memory_standard_dense_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r
 
 
 memory_standard_dense_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
-    _memory_standard_dense_stage_total_bytes__d_p_split_block,
-    reals=13,
-    masks=4,
+    _memory_standard_dense_stage_total_bytes__d_p_split_block, reals=13, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dh", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "tmp14", "tmp16", "inv4", "tmp22", "inv8", "inv9"),
     invariants=_memory_standard_dense_stage_total_bytes__d_p_split_invariants,
@@ -2294,123 +1559,8 @@ def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_g
     bytes per rank per ranks of t (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        n_output*(bytes_grad*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 2), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True)) + bytes_optimizer*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0,
-        True)) + 1) + v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1),
-        (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t**2, True)) +
-        bytes_p*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 3), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True))) + (n_body + n_extra + n_extra_sel)*(bytes_grad*Piecewise((-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 2), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/t**2, True)) + bytes_optimizer*Piecewise((-(attn_extra_p + h*layer_norms*(norm_bias
-        + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 1), (-(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True)) +
-        bytes_p*Piecewise((-(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 3), (-(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True))) +
-        (b*bytes_compute*n_sel_rec*s*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2)/cp -
-        b*bytes_logits*n_output*s*v/(cp*t**2) + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 +
-        bytes_compute*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t**2))*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise((b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 +
-        bytes_compute*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t**2))*Min(1, n_full_rec)/cp, ITE((n_kv > 0) & Ne(dh, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(n_kv
-        > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        h/t + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((-b*bytes_compute*s*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t**2)/cp +
-        b*s*(-4*a*flash_attention/t**2 - a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t**2 + bytes_compute*(-a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t**2))/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -2420,59 +1570,6 @@ def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_g
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 193 (SymPy count_ops of the CSE form below); NumPy calls per block: 109.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -2527,8 +1624,7 @@ def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_g
             "memory_standard_moe_stage_total_bytes__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp2", "tmp3", "tmp7", "tmp8", "tmp10", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp2, tmp3, tmp7, tmp8, tmp10, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11, inv12),
-            reals=17,
-            masks=7,
+            reals=17, masks=7,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_t_block(*block)
@@ -2761,9 +1857,7 @@ def _memory_standard_moe_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r4, r
 
 
 memory_standard_moe_stage_total_bytes__d_t.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_t_block,
-    reals=17,
-    masks=7,
+    _memory_standard_moe_stage_total_bytes__d_t_block, reals=17, masks=7,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "tmp2", "tmp3", "tmp7", "tmp8", "tmp10", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11", "inv12"),
     invariants=_memory_standard_moe_stage_total_bytes__d_t_invariants,
@@ -2777,79 +1871,8 @@ def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_lo
     bytes per rank per ranks of cp (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (-b*bytes_compute*h*n_full_rec*s/(cp**2*sp) - b*dropout*h*n_embedding*s/(cp**2*sp) -
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp**2 -
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp**2)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((b*bytes_compute*h*s/(cp**2*sp) - b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp**2)*Min(1,
-        n_full_rec), ITE((n_kv > 0) & Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(n_kv
-        > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        h/t + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -2859,44 +1882,6 @@ def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_lo
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 131 (SymPy count_ops of the CSE form below); NumPy calls per block: 81.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
@@ -2939,8 +1924,7 @@ def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_lo
             "memory_standard_moe_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11),
-            reals=20,
-            masks=4,
+            reals=20, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_cp_block(*block)
@@ -3108,9 +2092,7 @@ def _memory_standard_moe_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_standard_moe_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_cp_block,
-    reals=20,
-    masks=4,
+    _memory_standard_moe_stage_total_bytes__d_cp_block, reals=20, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
     invariants=_memory_standard_moe_stage_total_bytes__d_cp_invariants,
@@ -3124,23 +2106,8 @@ def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, 
     bytes per rank per ranks of ep (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (n_body + n_extra + n_extra_sel)*(bytes_grad*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 2), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level
-        >= 3), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -3150,29 +2117,6 @@ def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, 
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level))
@@ -3195,8 +2139,7 @@ def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, 
             "memory_standard_moe_stage_total_bytes__d_ep",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level", "inv0", "inv1"),
             (bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1),
-            reals=5,
-            masks=3,
+            reals=5, masks=3,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_ep_block(*block)
@@ -3275,14 +2218,10 @@ def _memory_standard_moe_stage_total_bytes__d_ep_block(out, r0, r1, r2, r3, r4, 
 
 
 memory_standard_moe_stage_total_bytes__d_ep.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_ep_block,
-    reals=5,
-    masks=3,
+    _memory_standard_moe_stage_total_bytes__d_ep_block, reals=5, masks=3,
     arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_standard_moe_stage_total_bytes__d_ep_invariants,
-    widened=("h", "n_ffMM", "zero_level"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_memory_standard_moe_stage_total_bytes__d_ep_invariants,
+    widened=("h", "n_ffMM", "zero_level"), quiet=True,
 )
 
 
@@ -3291,25 +2230,8 @@ def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_log
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -3319,44 +2241,6 @@ def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 60.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
@@ -3379,8 +2263,7 @@ def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_log
             "memory_standard_moe_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_p_block(*block)
@@ -3492,9 +2375,7 @@ def _memory_standard_moe_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r4, r
 
 
 memory_standard_moe_stage_total_bytes__d_p.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_p_block,
-    reals=7,
-    masks=2,
+    _memory_standard_moe_stage_total_bytes__d_p_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_standard_moe_stage_total_bytes__d_p_invariants,
@@ -3508,25 +2389,8 @@ def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_log
     bytes per rank per micro-batches of m (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((1, m < p - pp_rank), (0, True)), vp <= 1),
-        (Piecewise((1, m < (p*vp + p - 2*pp_rank - 1)/vp), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -3536,44 +2400,6 @@ def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
@@ -3596,8 +2422,7 @@ def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_log
             "memory_standard_moe_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp4, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_m_block(*block)
@@ -3708,9 +2533,7 @@ def _memory_standard_moe_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r4, r
 
 
 memory_standard_moe_stage_total_bytes__d_m.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_m_block,
-    reals=7,
-    masks=2,
+    _memory_standard_moe_stage_total_bytes__d_m_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp4", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_standard_moe_stage_total_bytes__d_m_invariants,
@@ -3724,79 +2547,8 @@ def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_log
     bytes per rank per samples of b (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (bytes_compute*h*n_full_rec*s/(cp*sp) + dropout*h*n_embedding*s/(cp*sp) +
-        n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((-bytes_compute*h*s/(cp*sp) + s*(4*a*flash_attention/t + a*s*(1
-        - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec),
-        ITE((n_kv > 0) & Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(n_kv
-        > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        h/t + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((-s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -3806,44 +2558,6 @@ def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 125 (SymPy count_ops of the CSE form below); NumPy calls per block: 76.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
@@ -3884,8 +2598,7 @@ def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_log
             "memory_standard_moe_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, tmp6, inv0, tmp9, tmp10, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11),
-            reals=18,
-            masks=4,
+            reals=18, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_b_block(*block)
@@ -4046,9 +2759,7 @@ def _memory_standard_moe_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r4, r
 
 
 memory_standard_moe_stage_total_bytes__d_b.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_b_block,
-    reals=18,
-    masks=4,
+    _memory_standard_moe_stage_total_bytes__d_b_block, reals=18, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp6", "inv0", "tmp9", "tmp10", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
     invariants=_memory_standard_moe_stage_total_bytes__d_b_invariants,
@@ -4062,82 +2773,8 @@ def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_log
     bytes per rank per tokens of s (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)*(n_body + n_extra +
-        n_extra_sel - n_full_rec - n_sel_rec)/(cp*t) + b*bytes_compute*h*n_full_rec/(cp*sp) +
-        b*dropout*h*n_embedding/(cp*sp) + b*n_output*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/(cp*t) - b*bytes_compute*h/(cp*sp) + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec), ITE((n_kv > 0) & Ne(dh, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*dh + 2*dh*n_kv)/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(Ne(dh, 0), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(4*a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(4*a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), ITE(n_kv
-        > 0, (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec) > (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        h/t + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (h + 2*h*n_kv/a)/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/t +
-        4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec))))), ((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t)
-        - b*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -4147,44 +2784,6 @@ def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 131 (SymPy count_ops of the CSE form below); NumPy calls per block: 81.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp))
@@ -4228,8 +2827,7 @@ def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_log
             "memory_standard_moe_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp", "inv0", "tmp9", "inv1", "tmp12", "tmp13", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp, inv0, tmp9, inv1, tmp12, tmp13, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv10, inv11),
-            reals=21,
-            masks=4,
+            reals=21, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_s_block(*block)
@@ -4398,9 +2996,7 @@ def _memory_standard_moe_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r4, r
 
 
 memory_standard_moe_stage_total_bytes__d_s.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_s_block,
-    reals=21,
-    masks=4,
+    _memory_standard_moe_stage_total_bytes__d_s_block, reals=21, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dh", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("inv0", "tmp9", "inv1", "tmp12", "tmp13", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv10", "inv11"),
     invariants=_memory_standard_moe_stage_total_bytes__d_s_invariants,
@@ -4415,248 +3011,8 @@ def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_ou
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        -n_body*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p - n_extra*(b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p - n_extra_sel*(b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p - n_full_rec*(b*bytes_compute*h*s/(cp*sp) -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank
-        - 1)/vp), True))/p - n_sel_rec*(b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank
-        - 1)/vp), True))/p + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_standard_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -4666,65 +3022,6 @@ def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_ou
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 197 (SymPy count_ops of the CSE form below); NumPy calls per block: 146.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level))
@@ -4780,8 +3077,7 @@ def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_ou
             "memory_standard_moe_stage_total_bytes__d_p_split",
             ("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level", "tmp8", "tmp11", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp24", "tmp25", "tmp26", "tmp41", "inv7"),
             (a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp11, inv0, inv1, inv2, inv3, inv4, inv5, inv6, tmp24, tmp25, tmp26, tmp41, inv7),
-            reals=19,
-            masks=4,
+            reals=19, masks=4,
         )
         for block in call.blocks():
             _memory_standard_moe_stage_total_bytes__d_p_split_block(*block)
@@ -5034,9 +3330,7 @@ def _memory_standard_moe_stage_total_bytes__d_p_split_block(out, r0, r1, r2, r3,
 
 
 memory_standard_moe_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
-    _memory_standard_moe_stage_total_bytes__d_p_split_block,
-    reals=19,
-    masks=4,
+    _memory_standard_moe_stage_total_bytes__d_p_split_block, reals=19, masks=4,
     arguments=("a", "attn_extra_p", "attn_output_gate", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dh", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "o_bias", "p", "pp_rank", "qkv_bias", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level"),
     passed=("tmp8", "tmp11", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "tmp24", "tmp25", "tmp26", "tmp41", "inv7"),
     invariants=_memory_standard_moe_stage_total_bytes__d_p_split_invariants,
@@ -5050,94 +3344,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
     in bytes per rank per ranks of t (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        n_output*(bytes_grad*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 2), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True)) + bytes_optimizer*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0,
-        True)) + 1) + v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1),
-        (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t**2, True)) +
-        bytes_p*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 3), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True))) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise((-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 2), (-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2, True)) +
-        bytes_optimizer*Piecewise((-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 1), (-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2, True)) +
-        bytes_p*Piecewise((-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 3), (-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2, True))) +
-        (b*bytes_compute*n_sel_rec*s*(-a*dh/t**2 - hff*n_ffMM/t**2 - (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp -
-        b*bytes_logits*n_output*s*v/(cp*t**2) + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2))*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise((b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2))*Min(1, n_full_rec)/cp, ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr +
-        qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh
-        + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh +
-        dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh +
-        dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((-b*bytes_compute*s*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2)/cp + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2))/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -5147,57 +3355,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 187 (SymPy count_ops of the CSE form below); NumPy calls per block: 101.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -5248,8 +3405,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
             "memory_mla_q_latent_dense_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-            reals=15,
-            masks=5,
+            reals=15, masks=5,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_t_block(*block)
@@ -5464,9 +3620,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_t_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_t.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_t_block,
-    reals=15,
-    masks=5,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_t_block, reals=15, masks=5,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_t_invariants,
@@ -5480,54 +3634,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
     in bytes per rank per ranks of cp (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (-b*bytes_compute*h*n_full_rec*s/(cp**2*sp) - b*dropout*h*n_embedding*s/(cp**2*sp) -
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp**2 -
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp**2)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p
-        - 2*pp_rank - 1)/vp), True)) + Piecewise(((b*bytes_compute*h*s/(cp**2*sp) -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr +
-        qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh
-        + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh +
-        dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh +
-        dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((b*s*(bytes_compute*(a*dh/t + 2*dc_kv +
-        2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp**2 -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -5537,43 +3645,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 113 (SymPy count_ops of the CSE form below); NumPy calls per block: 69.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -5613,8 +3684,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
             "memory_mla_q_latent_dense_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-            reals=16,
-            masks=2,
+            reals=16, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block(*block)
@@ -5760,9 +3830,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block,
-    reals=16,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_cp_block, reals=16, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_cp_invariants,
@@ -5776,23 +3844,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
     in bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <=
-        1), (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -5802,43 +3855,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 74 (SymPy count_ops of the CSE form below); NumPy calls per block: 54.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -5860,8 +3876,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
             "memory_mla_q_latent_dense_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_p_block(*block)
@@ -5963,9 +3978,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_p_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_p.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_p_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_p_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_p_invariants,
@@ -5979,23 +3992,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
     in bytes per rank per micro-batches of m (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Piecewise((1, m < p - pp_rank), (0, True)), vp <=
-        1), (Piecewise((1, m < (p*vp + p - 2*pp_rank - 1)/vp), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -6005,43 +4003,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 53.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -6063,8 +4024,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
             "memory_mla_q_latent_dense_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_m_block(*block)
@@ -6165,9 +4125,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_m_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_m.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_m_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_m_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_m_invariants,
@@ -6181,52 +4139,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
     in bytes per rank per samples of b (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (bytes_compute*h*n_full_rec*s/(cp*sp) + dropout*h*n_embedding*s/(cp*sp) +
-        n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp + n_sel_rec*s*(bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Piecewise(((-bytes_compute*h*s/(cp*sp) +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr +
-        qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh
-        + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh +
-        dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh +
-        dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((-s*(bytes_compute*(a*dh/t + 2*dc_kv +
-        2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -6236,43 +4150,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 107 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -6310,8 +4187,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
             "memory_mla_q_latent_dense_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-            reals=14,
-            masks=2,
+            reals=14, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_b_block(*block)
@@ -6449,9 +4325,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_b_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_b.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_b_block,
-    reals=14,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_b_block, reals=14, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_b_invariants,
@@ -6465,55 +4339,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
     in bytes per rank per tokens of s (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)*(n_body + n_extra +
-        n_extra_sel - n_full_rec - n_sel_rec)/(cp*t) + b*bytes_compute*h*n_full_rec/(cp*sp) +
-        b*dropout*h*n_embedding/(cp*sp) + b*n_output*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Piecewise(((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout
-        + 1) + dropout)/(cp*t) - b*bytes_compute*h/(cp*sp) + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec),
-        ITE(Ne(qk_nope_head_dim, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv +
-        n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh
-        + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh +
-        dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh +
-        dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((a*b*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t) - b*(bytes_compute*(a*dh/t +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -6523,43 +4350,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 113 (SymPy count_ops of the CSE form below); NumPy calls per block: 69.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -6600,8 +4390,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
             "memory_mla_q_latent_dense_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-            reals=17,
-            masks=2,
+            reals=17, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_s_block(*block)
@@ -6747,9 +4536,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_s_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_s.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_s_block,
-    reals=17,
-    masks=2,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_s_block, reals=17, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_s_invariants,
@@ -6764,145 +4551,8 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
     in bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        -n_body*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))/p - n_extra*(b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank),
-        vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))/p - n_extra_sel*(b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank),
-        vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))/p - n_full_rec*(b*bytes_compute*h*s/(cp*sp) - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/p -
-        n_sel_rec*(b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/p +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <=
-        1), (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -6912,57 +4562,6 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 151 (SymPy count_ops of the CSE form below); NumPy calls per block: 94.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level))
@@ -7000,8 +4599,7 @@ def memory_mla_q_latent_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
             "memory_mla_q_latent_dense_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level", "inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10),
-            reals=13,
-            masks=4,
+            reals=13, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block(*block)
@@ -7174,9 +4772,7 @@ def _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block(out, r0, r1, r
 
 
 memory_mla_q_latent_dense_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block,
-    reals=13,
-    masks=4,
+    _memory_mla_q_latent_dense_stage_total_bytes__d_p_split_block, reals=13, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
     invariants=_memory_mla_q_latent_dense_stage_total_bytes__d_p_split_invariants,
@@ -7190,97 +4786,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
     bytes per rank per ranks of t (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        n_output*(bytes_grad*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 2), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True)) + bytes_optimizer*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0,
-        True)) + 1) + v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1),
-        (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t**2, True)) +
-        bytes_p*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 3), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True))) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise((-(h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 2), (-(h*layer_norms*(norm_bias
-        + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True)) +
-        bytes_optimizer*Piecewise((-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1), (-(h*layer_norms*(norm_bias
-        + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True)) +
-        bytes_p*Piecewise((-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 3), (-(h*layer_norms*(norm_bias
-        + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True))) +
-        (b*bytes_compute*n_sel_rec*s*(-a*dh/t**2 - hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp -
-        b*bytes_logits*n_output*s*v/(cp*t**2) + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2))*(n_body + n_extra + n_extra_sel - n_full_rec
-        - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise((b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2))*Min(1, n_full_rec)/cp,
-        ITE(Ne(qk_nope_head_dim, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((-b*bytes_compute*s*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2))/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -7290,59 +4797,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 188 (SymPy count_ops of the CSE form below); NumPy calls per block: 108.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -7395,8 +4849,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
             "memory_mla_q_latent_moe_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-            reals=15,
-            masks=5,
+            reals=15, masks=5,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_t_block(*block)
@@ -7621,9 +5074,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_t.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_t_block,
-    reals=15,
-    masks=5,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_t_block, reals=15, masks=5,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_t_invariants,
@@ -7637,65 +5088,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
     bytes per rank per ranks of cp (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (-b*bytes_compute*h*n_full_rec*s/(cp**2*sp) - b*dropout*h*n_embedding*s/(cp**2*sp) -
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp**2 -
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp**2)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p
-        - 2*pp_rank - 1)/vp), True)) + Piecewise(((b*bytes_compute*h*s/(cp**2*sp) -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp**2 -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -7705,48 +5099,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 122 (SymPy count_ops of the CSE form below); NumPy calls per block: 76.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -7787,8 +5139,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
             "memory_mla_q_latent_moe_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-            reals=17,
-            masks=2,
+            reals=17, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block(*block)
@@ -7945,9 +5296,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block,
-    reals=17,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_cp_block, reals=17, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_cp_invariants,
@@ -7961,23 +5310,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
     bytes per rank per ranks of ep (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (n_body + n_extra + n_extra_sel)*(bytes_grad*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 2), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level
-        >= 3), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -7987,29 +5321,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level))
@@ -8032,8 +5343,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
             "memory_mla_q_latent_moe_stage_total_bytes__d_ep",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level", "inv0", "inv1"),
             (bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1),
-            reals=5,
-            masks=3,
+            reals=5, masks=3,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block(*block)
@@ -8112,14 +5422,10 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_ep.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block,
-    reals=5,
-    masks=3,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_ep_block, reals=5, masks=3,
     arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_ep_invariants,
-    widened=("h", "n_ffMM", "zero_level"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_ep_invariants,
+    widened=("h", "n_ffMM", "zero_level"), quiet=True,
 )
 
 
@@ -8128,25 +5434,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -8156,48 +5445,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 82 (SymPy count_ops of the CSE form below); NumPy calls per block: 60.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -8220,8 +5467,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
             "memory_mla_q_latent_moe_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_p_block(*block)
@@ -8334,9 +5580,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_p.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_p_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_p_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_p_invariants,
@@ -8350,25 +5594,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
     bytes per rank per micro-batches of m (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((1, m < p - pp_rank), (0, True)), vp <= 1),
-        (Piecewise((1, m < (p*vp + p - 2*pp_rank - 1)/vp), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -8378,48 +5605,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -8442,8 +5627,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
             "memory_mla_q_latent_moe_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_m_block(*block)
@@ -8555,9 +5739,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_m.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_m_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_m_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_m_invariants,
@@ -8571,63 +5753,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
     bytes per rank per samples of b (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (bytes_compute*h*n_full_rec*s/(cp*sp) + dropout*h*n_embedding*s/(cp*sp) +
-        n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp + n_sel_rec*s*(bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Piecewise(((-bytes_compute*h*s/(cp*sp) +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((-s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -8637,48 +5764,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 71.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -8717,8 +5802,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
             "memory_mla_q_latent_moe_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-            reals=15,
-            masks=2,
+            reals=15, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_b_block(*block)
@@ -8867,9 +5951,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_b.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_b_block,
-    reals=15,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_b_block, reals=15, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_b_invariants,
@@ -8883,66 +5965,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
     bytes per rank per tokens of s (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)*(n_body + n_extra +
-        n_extra_sel - n_full_rec - n_sel_rec)/(cp*t) + b*bytes_compute*h*n_full_rec/(cp*sp) +
-        b*dropout*h*n_embedding/(cp*sp) + b*n_output*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/(cp*t) - b*bytes_compute*h/(cp*sp) + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec),
-        ITE(Ne(qk_nope_head_dim, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((a*b*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t) - b*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -8952,48 +5976,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 122 (SymPy count_ops of the CSE form below); NumPy calls per block: 76.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -9035,8 +6017,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
             "memory_mla_q_latent_moe_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-            reals=18,
-            masks=2,
+            reals=18, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_s_block(*block)
@@ -9194,9 +6175,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_s.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_s_block,
-    reals=18,
-    masks=2,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_s_block, reals=18, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_s_invariants,
@@ -9211,217 +6190,8 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        -n_body*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p -
-        n_extra*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p -
-        n_extra_sel*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout
-        + 1) + dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True))/cp + bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p -
-        n_full_rec*(b*bytes_compute*h*s/(cp*sp) - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/p -
-        n_sel_rec*(b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/p +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_latent_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -9431,65 +6201,6 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 202 (SymPy count_ops of the CSE form below); NumPy calls per block: 147.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level))
@@ -9542,8 +6253,7 @@ def memory_mla_q_latent_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
             "memory_mla_q_latent_moe_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level", "tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8),
-            reals=19,
-            masks=4,
+            reals=19, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block(*block)
@@ -9793,9 +6503,7 @@ def _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block(out, r0, r1, r2,
 
 
 memory_mla_q_latent_moe_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
-    _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block,
-    reals=19,
-    masks=4,
+    _memory_mla_q_latent_moe_stage_total_bytes__d_p_split_block, reals=19, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dc_q", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level"),
     passed=("tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
     invariants=_memory_mla_q_latent_moe_stage_total_bytes__d_p_split_invariants,
@@ -9809,93 +6517,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
     in bytes per rank per ranks of t (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        n_output*(bytes_grad*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 2), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True)) + bytes_optimizer*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0,
-        True)) + 1) + v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1),
-        (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t**2, True)) +
-        bytes_p*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 3), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True))) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise((-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 2), (-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2, True)) +
-        bytes_optimizer*Piecewise((-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 1), (-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2, True)) +
-        bytes_p*Piecewise((-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 3), (-(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t**2, True))) +
-        (b*bytes_compute*n_sel_rec*s*(-a*dh/t**2 - hff*n_ffMM/t**2 - (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp -
-        b*bytes_logits*n_output*s*v/(cp*t**2) + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2))*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise((b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2))*Min(1, n_full_rec)/cp, ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr +
-        qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) +
-        dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))),
-        ((-b*bytes_compute*s*(-a*dh/t**2 - hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff*n_ffMM/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t**2))/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -9905,56 +6528,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 182 (SymPy count_ops of the CSE form below); NumPy calls per block: 101.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level))
@@ -10005,8 +6578,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_t(*, a, b, bytes_compute, byt
             "memory_mla_q_direct_dense_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp8, tmp10, tmp11, tmp13, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-            reals=15,
-            masks=5,
+            reals=15, masks=5,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_t_block(*block)
@@ -10221,9 +6793,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_t_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_t.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_t_block,
-    reals=15,
-    masks=5,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_t_block, reals=15, masks=5,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "tmp3", "tmp8", "tmp10", "tmp11", "tmp13", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_t_invariants,
@@ -10237,52 +6807,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
     in bytes per rank per ranks of cp (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (-b*bytes_compute*h*n_full_rec*s/(cp**2*sp) - b*dropout*h*n_embedding*s/(cp**2*sp) -
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp**2 -
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp**2)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((b*bytes_compute*h*s/(cp**2*sp) - b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp**2)*Min(1, n_full_rec),
-        ITE(Ne(qk_nope_head_dim, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) +
-        dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))),
-        ((b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp**2)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -10292,42 +6818,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 69.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -10367,8 +6857,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_cp(*, a, b, bytes_compute, by
             "memory_mla_q_direct_dense_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-            reals=16,
-            masks=2,
+            reals=16, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block(*block)
@@ -10514,9 +7003,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block,
-    reals=16,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_cp_block, reals=16, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_cp_invariants,
@@ -10530,23 +7017,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
     in bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -10556,42 +7028,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 72 (SymPy count_ops of the CSE form below); NumPy calls per block: 54.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -10613,8 +7049,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p(*, a, b, bytes_compute, byt
             "memory_mla_q_direct_dense_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_p_block(*block)
@@ -10716,9 +7151,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_p_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_p.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_p_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_p_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_p_invariants,
@@ -10732,23 +7165,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
     in bytes per rank per micro-batches of m (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((1, m < p - pp_rank), (0, True)), vp <= 1),
-        (Piecewise((1, m < (p*vp + p - 2*pp_rank - 1)/vp), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -10758,42 +7176,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 70 (SymPy count_ops of the CSE form below); NumPy calls per block: 53.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -10815,8 +7197,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_m(*, a, b, bytes_compute, byt
             "memory_mla_q_direct_dense_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_m_block(*block)
@@ -10917,9 +7298,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_m_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_m.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_m_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_m_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_m_invariants,
@@ -10933,52 +7312,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
     in bytes per rank per samples of b (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (bytes_compute*h*n_full_rec*s/(cp*sp) + dropout*h*n_embedding*s/(cp*sp) +
-        n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp + n_sel_rec*s*(bytes_compute*(a*dh/t
-        + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Piecewise(((-bytes_compute*h*s/(cp*sp) +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr +
-        qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) +
-        dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))),
-        ((-s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -10988,42 +7323,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -11061,8 +7360,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_b(*, a, b, bytes_compute, byt
             "memory_mla_q_direct_dense_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-            reals=14,
-            masks=2,
+            reals=14, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_b_block(*block)
@@ -11200,9 +7498,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_b_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_b.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_b_block,
-    reals=14,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_b_block, reals=14, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_b_invariants,
@@ -11216,54 +7512,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
     in bytes per rank per tokens of s (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)*(n_body + n_extra +
-        n_extra_sel - n_full_rec - n_sel_rec)/(cp*t) + b*bytes_compute*h*n_full_rec/(cp*sp) +
-        b*dropout*h*n_embedding/(cp*sp) + b*n_output*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/(cp*t) - b*bytes_compute*h/(cp*sp) + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr +
-        qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dh + dhr) +
-        dh*n_kv + n_kv*(dh + dhr))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((a*b*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t) - b*(bytes_compute*(a*dh/t +
-        2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -11273,42 +7523,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 111 (SymPy count_ops of the CSE form below); NumPy calls per block: 69.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp))
@@ -11349,8 +7563,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_s(*, a, b, bytes_compute, byt
             "memory_mla_q_direct_dense_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
             (a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9),
-            reals=17,
-            masks=2,
+            reals=17, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_s_block(*block)
@@ -11496,9 +7709,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_s_block(out, r0, r1, r2, r3,
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_s.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_s_block,
-    reals=17,
-    masks=2,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_s_block, reals=17, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "m", "n_body", "n_embedding", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "v", "vp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_s_invariants,
@@ -11513,142 +7724,8 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
     in bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        -n_body*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))/p -
-        n_extra*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))/p -
-        n_extra_sel*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout
-        + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))/p -
-        n_full_rec*(b*bytes_compute*h*s/(cp*sp) - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/p - n_sel_rec*(b*s*(bytes_compute*(a*dh/t +
-        2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp - b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank
-        - 1)/vp), True))/p + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp +
-        hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_dense_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -11658,56 +7735,6 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 146 (SymPy count_ops of the CSE form below); NumPy calls per block: 94.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level))
@@ -11745,8 +7772,7 @@ def memory_mla_q_direct_dense_stage_total_bytes__d_p_split(*, a, b, bytes_comput
             "memory_mla_q_direct_dense_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level", "inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, v, vp, zero_level, inv0, inv1, inv2, inv3, tmp14, tmp15, inv4, inv5, tmp22, inv9, inv10),
-            reals=13,
-            masks=4,
+            reals=13, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block(*block)
@@ -11919,9 +7945,7 @@ def _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block(out, r0, r1, r
 
 
 memory_mla_q_direct_dense_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block,
-    reals=13,
-    masks=4,
+    _memory_mla_q_direct_dense_stage_total_bytes__d_p_split_block, reals=13, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "v", "vp", "zero_level"),
     passed=("inv0", "inv1", "inv2", "inv3", "tmp14", "tmp15", "inv4", "inv5", "tmp22", "inv9", "inv10"),
     invariants=_memory_mla_q_direct_dense_stage_total_bytes__d_p_split_invariants,
@@ -11935,95 +7959,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
     bytes per rank per ranks of t (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        n_output*(bytes_grad*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 2), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True)) + bytes_optimizer*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0,
-        True)) + 1) + v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 1),
-        (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t**2, True)) +
-        bytes_p*Piecewise((-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)*Piecewise((0, shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial,
-        t)**2, zero_level >= 3), (-(h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/t**2, True))) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise((-(h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, shard_p_os_non_exp_partial > t), (1,
-        True))/Max(shard_p_os_non_exp_partial, t)**2, zero_level >= 2), (-(h*layer_norms*(norm_bias
-        + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True)) +
-        bytes_optimizer*Piecewise((-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 1), (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True)) +
-        bytes_p*Piecewise((-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        shard_p_os_non_exp_partial > t), (1, True))/Max(shard_p_os_non_exp_partial, t)**2,
-        zero_level >= 3), (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2, True))) +
-        (b*bytes_compute*n_sel_rec*s*(-a*dh/t**2 - hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp -
-        b*bytes_logits*n_output*s*v/(cp*t**2) + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2))*(n_body + n_extra + n_extra_sel - n_full_rec
-        - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise((b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2))*Min(1, n_full_rec)/cp,
-        ITE(Ne(qk_nope_head_dim, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((-b*bytes_compute*s*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2)/cp + b*s*(-4*a*flash_attention/t**2 - a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t**2 + bytes_compute*(-a*dh/t**2 -
-        hff_exp*n_ffMM*n_shared_exp/t**2 - (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t**2))/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -12033,58 +7970,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 183 (SymPy count_ops of the CSE form below); NumPy calls per block: 108.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -12137,8 +8022,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_t(*, a, b, bytes_compute, bytes
             "memory_mla_q_direct_moe_stage_total_bytes__d_t",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level", "tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level, tmp1, tmp3, tmp4, tmp9, tmp11, tmp12, tmp14, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10, inv11, inv12),
-            reals=15,
-            masks=5,
+            reals=15, masks=5,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_t_block(*block)
@@ -12363,9 +8247,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_t_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_t.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_t_block,
-    reals=15,
-    masks=5,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_t_block, reals=15, masks=5,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "layer_norms", "m", "n_attMM", "n_body", "n_chosen_exp", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_non_exp_partial", "sp", "t", "t_exp", "tie_emb_out", "v", "vp", "zero_level"),
     passed=("tmp1", "tmp3", "tmp4", "tmp9", "tmp11", "tmp12", "tmp14", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10", "inv11", "inv12"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_t_invariants,
@@ -12379,65 +8261,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
     bytes per rank per ranks of cp (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (-b*bytes_compute*h*n_full_rec*s/(cp**2*sp) - b*dropout*h*n_embedding*s/(cp**2*sp) -
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp**2 -
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2 - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp**2)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p
-        - 2*pp_rank - 1)/vp), True)) + Piecewise(((b*bytes_compute*h*s/(cp**2*sp) -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp**2 -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp**2)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -12447,47 +8272,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 76.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -12528,8 +8312,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, byte
             "memory_mla_q_direct_moe_stage_total_bytes__d_cp",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-            reals=17,
-            masks=2,
+            reals=17, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block(*block)
@@ -12686,9 +8469,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_cp.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block,
-    reals=17,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_cp_block, reals=17, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_cp_invariants,
@@ -12702,23 +8483,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
     bytes per rank per ranks of ep (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (n_body + n_extra + n_extra_sel)*(bytes_grad*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 2), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise((-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep**2*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level
-        >= 3), (-n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep**2*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -12728,29 +8494,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level))
@@ -12773,8 +8516,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimiz
             "memory_mla_q_direct_moe_stage_total_bytes__d_ep",
             ("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level", "inv0", "inv1"),
             (bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level, inv0, inv1),
-            reals=5,
-            masks=3,
+            reals=5, masks=3,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block(*block)
@@ -12853,14 +8595,10 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block(out, r0, r1, r2, r3, 
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_ep.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block,
-    reals=5,
-    masks=3,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_ep_block, reals=5, masks=3,
     arguments=("bytes_grad", "bytes_optimizer", "bytes_p", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_body", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "shard_p_os_exp", "t_exp", "zero_level"),
-    passed=("inv0", "inv1"),
-    invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_ep_invariants,
-    widened=("h", "n_ffMM", "zero_level"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_ep_invariants,
+    widened=("h", "n_ffMM", "zero_level"), quiet=True,
 )
 
 
@@ -12869,25 +8607,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -12897,47 +8618,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 60.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -12960,8 +8640,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes
             "memory_mla_q_direct_moe_stage_total_bytes__d_p",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp6, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_p_block(*block)
@@ -13074,9 +8753,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_p_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_p.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_p_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_p_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_p_invariants,
@@ -13090,25 +8767,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
     bytes per rank per micro-batches of m (almost everywhere; Max/Min/Piecewise by their active
     branch): the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((1, m < p - pp_rank), (0, True)), vp <= 1),
-        (Piecewise((1, m < (p*vp + p - 2*pp_rank - 1)/vp), (0, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -13118,47 +8778,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 78 (SymPy count_ops of the CSE form below); NumPy calls per block: 59.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -13181,8 +8800,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes
             "memory_mla_q_direct_moe_stage_total_bytes__d_m",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp5, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8),
-            reals=7,
-            masks=2,
+            reals=7, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_m_block(*block)
@@ -13294,9 +8912,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_m_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_m.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_m_block,
-    reals=7,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_m_block, reals=7, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp5", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_m_invariants,
@@ -13310,63 +8926,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
     bytes per rank per samples of b (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (bytes_compute*h*n_full_rec*s/(cp*sp) + dropout*h*n_embedding*s/(cp*sp) +
-        n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp + n_sel_rec*s*(bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Piecewise(((-bytes_compute*h*s/(cp*sp) +
-        s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec), ITE(Ne(qk_nope_head_dim, 0),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((-s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -13376,47 +8937,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 114 (SymPy count_ops of the CSE form below); NumPy calls per block: 71.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -13455,8 +8975,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes
             "memory_mla_q_direct_moe_stage_total_bytes__d_b",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, tmp10, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-            reals=15,
-            masks=2,
+            reals=15, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_b_block(*block)
@@ -13605,9 +9124,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_b_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_b.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_b_block,
-    reals=15,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_b_block, reals=15, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("tmp10", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_b_invariants,
@@ -13621,66 +9138,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
     bytes per rank per tokens of s (almost everywhere; Max/Min/Piecewise by their active branch):
     the sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        (a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)*(n_body + n_extra +
-        n_extra_sel - n_full_rec - n_sel_rec)/(cp*t) + b*bytes_compute*h*n_full_rec/(cp*sp) +
-        b*dropout*h*n_embedding/(cp*sp) + b*n_output*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Piecewise(((a*b*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/(cp*t) - b*bytes_compute*h/(cp*sp) + b*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec),
-        ITE(Ne(qk_nope_head_dim, 0), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + qk_nope_head_dim) + dh*n_kv + n_kv*(dhr
-        + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec) >
-        (-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        qk_nope_head_dim) + dh*n_kv + n_kv*(dhr + qk_nope_head_dim))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec) > (-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dh + dhr) + dh*n_kv + n_kv*(dh + dhr))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec))), ((a*b*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/(cp*t) - b*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -13690,47 +9149,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 76.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp))
@@ -13772,8 +9190,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes
             "memory_mla_q_direct_moe_stage_total_bytes__d_s",
             ("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp", "inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
             (a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp, inv0, tmp12, inv1, inv2, inv3, inv4, inv5, inv6, inv7, inv8, inv9, inv10),
-            reals=18,
-            masks=2,
+            reals=18, masks=2,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_s_block(*block)
@@ -13931,9 +9348,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_s_block(out, r0, r1, r2, r3, r
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_s.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_s_block,
-    reals=18,
-    masks=2,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_s_block, reals=18, masks=2,
     arguments=("a", "b", "bytes_compute", "bytes_logits", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "flash_attention", "h", "hff_exp", "m", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_sel_rec", "n_shared_exp", "p", "pp_rank", "qk_nope_head_dim", "s", "sp", "t", "t_exp", "v", "vp"),
     passed=("inv0", "tmp12", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "inv8", "inv9", "inv10"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_s_invariants,
@@ -13948,222 +9363,8 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
     bytes per rank per ranks of p (almost everywhere; Max/Min/Piecewise by their active branch): the
     sensitivity of one stage's memory per rank.
 
-    Closed form::
-
-        -n_body*(b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1)
-        + dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))/cp + bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p - n_extra*(b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank),
-        vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p - n_extra_sel*(b*s*(4*a*flash_attention/t +
-        a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t
-        + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*Piecewise((Min(m, p - pp_rank),
-        vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/cp +
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))/p - n_full_rec*(b*bytes_compute*h*s/(cp*sp) -
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank
-        - 1)/vp), True))/p - n_sel_rec*(b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp - b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Piecewise((Min(m, p -
-        pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))/p +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Piecewise((0, m < p - pp_rank), (1, True)), vp <= 1),
-        (Piecewise((0, m < (p*vp + p - 2*pp_rank - 1)/vp), ((vp + 1)/vp, True)), True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#memory_mla_q_direct_moe_stage_total_bytes``.
     Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
     HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
     (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
@@ -14173,64 +9374,6 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 197 (SymPy count_ops of the CSE form below); NumPy calls per block: 147.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level))
@@ -14283,8 +9426,7 @@ def memory_mla_q_direct_moe_stage_total_bytes__d_p_split(*, a, b, bytes_compute,
             "memory_mla_q_direct_moe_stage_total_bytes__d_p_split",
             ("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level", "tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
             (a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level, tmp8, tmp9, inv0, inv1, inv2, inv3, inv4, inv5, inv6, inv7, tmp25, tmp26, tmp27, tmp38, inv8),
-            reals=19,
-            masks=4,
+            reals=19, masks=4,
         )
         for block in call.blocks():
             _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block(*block)
@@ -14534,9 +9676,7 @@ def _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block(out, r0, r1, r2,
 
 
 memory_mla_q_direct_moe_stage_total_bytes__d_p_split.kernel = _runtime.Kernel(
-    _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block,
-    reals=19,
-    masks=4,
+    _memory_mla_q_direct_moe_stage_total_bytes__d_p_split_block, reals=19, masks=4,
     arguments=("a", "b", "bytes_compute", "bytes_grad", "bytes_logits", "bytes_optimizer", "bytes_p", "cap_fact", "cp", "dc_kv", "dh", "dhr", "dropout", "ep", "etp", "flash_attention", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_body", "n_chosen_exp", "n_embedding", "n_exp", "n_extra", "n_extra_sel", "n_ffMM", "n_full_rec", "n_kv", "n_output", "n_qknorm", "n_sel_rec", "n_shared_exp", "norm_bias", "p", "pp_rank", "qk_nope_head_dim", "s", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shared_expert_gate", "sp", "t", "t_exp", "v", "vp", "zero_level"),
     passed=("tmp8", "tmp9", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6", "inv7", "tmp25", "tmp26", "tmp27", "tmp38", "inv8"),
     invariants=_memory_mla_q_direct_moe_stage_total_bytes__d_p_split_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the model formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -26,22 +28,8 @@ def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
     """comm_embed_ouput embed: bytes of the h x v embedding table per embedding shard, at
     bytes_compute.
 
-    Closed form::
-
-        bytes_compute*h*v/shard_embed
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#model_legacy_embed_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 305-309
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_compute, h, shard_embed, v))
@@ -52,11 +40,8 @@ def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
         return _runtime.broadcast(xp, out, (bytes_compute, h, shard_embed, v))
     (inv0,) = _model_legacy_embed_bytes_invariants(bytes_compute, h, v)
     call = _runtime.Call(
-        "model_legacy_embed_bytes",
-        ("bytes_compute", "h", "shard_embed", "v", "inv0"),
-        (bytes_compute, h, shard_embed, v, inv0),
-        reals=0,
-        masks=0,
+        "model_legacy_embed_bytes", ("bytes_compute", "h", "shard_embed", "v", "inv0"),
+        (bytes_compute, h, shard_embed, v, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _model_legacy_embed_bytes_block(*block)
@@ -80,13 +65,9 @@ def _model_legacy_embed_bytes_block(out, bytes_compute, h, shard_embed, v, inv0)
 
 
 model_legacy_embed_bytes.kernel = _runtime.Kernel(
-    _model_legacy_embed_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_compute", "h", "shard_embed", "v"),
-    passed=("inv0",),
-    invariants=_model_legacy_embed_bytes_invariants,
-    widened=("bytes_compute", "h", "v"),
+    _model_legacy_embed_bytes_block, reals=0, masks=0,
+    arguments=("bytes_compute", "h", "shard_embed", "v"), passed=("inv0",),
+    invariants=_model_legacy_embed_bytes_invariants, widened=("bytes_compute", "h", "v"),
     quiet=False,
 )
 
@@ -95,21 +76,8 @@ def model_legacy_output_elements(*, h, t, v):
     """comm_embed_ouput output: elements of the h x v output table per TP rank, no byte factor (the
     bulk path multiplies it by bytes_p later, §10 item 2).
 
-    Closed form::
-
-        h*v/t
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#model_legacy_output_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 305-309
-
-    Args:
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((h, t, v))
@@ -120,11 +88,7 @@ def model_legacy_output_elements(*, h, t, v):
         return _runtime.broadcast(xp, out, (h, t, v))
     (inv0,) = _model_legacy_output_elements_invariants(h, v)
     call = _runtime.Call(
-        "model_legacy_output_elements",
-        ("h", "t", "v", "inv0"),
-        (h, t, v, inv0),
-        reals=0,
-        masks=0,
+        "model_legacy_output_elements", ("h", "t", "v", "inv0"), (h, t, v, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _model_legacy_output_elements_block(*block)
@@ -148,12 +112,7 @@ def _model_legacy_output_elements_block(out, h, t, v, inv0):
 
 
 model_legacy_output_elements.kernel = _runtime.Kernel(
-    _model_legacy_output_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("h", "t", "v"),
-    passed=("inv0",),
-    invariants=_model_legacy_output_elements_invariants,
-    widened=("h", "v"),
+    _model_legacy_output_elements_block, reals=0, masks=0, arguments=("h", "t", "v"),
+    passed=("inv0",), invariants=_model_legacy_output_elements_invariants, widened=("h", "v"),
     quiet=False,
 )

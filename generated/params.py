@@ -5,7 +5,9 @@
 """Evaluators of the params formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -34,42 +36,11 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
     """Non-expert parameters of one dense layer with standard attention (P_ne): attention, norms and
     the dense FFN; unstated biases and norms count 0 (§10 item 17).
 
-    Closed form::
-
-        attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#params_standard_dense_non_expert_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalAttn.num_params_attn, EvalNorm.num_params_norm,
     EvalFFn.num_params_ffn
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 36 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias))
@@ -90,8 +61,7 @@ def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate
             "params_standard_dense_non_expert_params",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "inv0"),
             (a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _params_standard_dense_non_expert_params_block(*block)
@@ -123,12 +93,9 @@ def _params_standard_dense_non_expert_params_block(out, a, attn_extra_p, attn_ou
 
 
 params_standard_dense_non_expert_params.kernel = _runtime.Kernel(
-    _params_standard_dense_non_expert_params_block,
-    reals=0,
-    masks=0,
+    _params_standard_dense_non_expert_params_block, reals=0, masks=0,
     arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"),
-    passed=("inv0",),
-    invariants=_params_standard_dense_non_expert_params_invariants,
+    passed=("inv0",), invariants=_params_standard_dense_non_expert_params_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias"),
     quiet=True,
 )
@@ -138,26 +105,12 @@ def params_dense_routed_experts_params():
     """Routed-expert parameters of one dense layer (P_r), expert-TP slice included: none, the FFN
     counts as non-expert.
 
-    Closed form::
-
-        0
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#params_dense_routed_experts_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalFFn.num_params_routed_expert
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "params_dense_routed_experts_params",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("params_dense_routed_experts_params", (), (), reals=0, masks=0)
     for block in call.blocks():
         _params_dense_routed_experts_params_block(*block)
     return call.out
@@ -170,14 +123,8 @@ def _params_dense_routed_experts_params_block(out,):
 
 
 params_dense_routed_experts_params.kernel = _runtime.Kernel(
-    _params_dense_routed_experts_params_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _params_dense_routed_experts_params_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -185,26 +132,12 @@ def params_dense_shared_experts_params():
     """Shared-expert parameters of one dense layer (P_s), hff_exp wide each, with the gate weight
     where n_shared_exp > 0 and shared_expert_gate is set: none, the FFN counts as non-expert.
 
-    Closed form::
-
-        0
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#params_dense_shared_experts_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalFFn.num_params_shared_expert
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "params_dense_shared_experts_params",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("params_dense_shared_experts_params", (), (), reals=0, masks=0)
     for block in call.blocks():
         _params_dense_shared_experts_params_block(*block)
     return call.out
@@ -217,14 +150,8 @@ def _params_dense_shared_experts_params_block(out,):
 
 
 params_dense_shared_experts_params.kernel = _runtime.Kernel(
-    _params_dense_shared_experts_params_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _params_dense_shared_experts_params_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -232,38 +159,11 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
     """Non-expert parameters of one moe layer with standard attention (P_ne): attention, norms and
     the router; unstated biases and norms count 0 (§10 item 17).
 
-    Closed form::
-
-        attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#params_standard_moe_non_expert_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalAttn.num_params_attn, EvalNorm.num_params_norm,
     EvalFFn.num_params_router
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias))
@@ -284,8 +184,7 @@ def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, 
             "params_standard_moe_non_expert_params",
             ("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias", "inv0"),
             (a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _params_standard_moe_non_expert_params_block(*block)
@@ -317,12 +216,9 @@ def _params_standard_moe_non_expert_params_block(out, a, attn_extra_p, attn_outp
 
 
 params_standard_moe_non_expert_params.kernel = _runtime.Kernel(
-    _params_standard_moe_non_expert_params_block,
-    reals=0,
-    masks=0,
+    _params_standard_moe_non_expert_params_block, reals=0, masks=0,
     arguments=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"),
-    passed=("inv0",),
-    invariants=_params_standard_moe_non_expert_params_invariants,
+    passed=("inv0",), invariants=_params_standard_moe_non_expert_params_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "dh", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "o_bias", "qkv_bias"),
     quiet=True,
 )
@@ -331,25 +227,9 @@ params_standard_moe_non_expert_params.kernel = _runtime.Kernel(
 def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM):
     """Routed-expert parameters of one moe layer (P_r), expert-TP slice included.
 
-    Closed form::
-
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#params_moe_routed_experts_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalFFn.num_params_routed_expert
-
-    Args:
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((etp, h, hff_exp, mlp_bias, n_exp, n_ffMM))
@@ -363,9 +243,7 @@ def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM
     call = _runtime.Call(
         "params_moe_routed_experts_params",
         ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "inv0", "inv1"),
-        (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, inv0, inv1),
-        reals=2,
-        masks=0,
+        (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, inv0, inv1), reals=2, masks=0,
     )
     for block in call.blocks():
         _params_moe_routed_experts_params_block(*block)
@@ -399,14 +277,9 @@ def _params_moe_routed_experts_params_block(out, r0, r1, etp, h, hff_exp, mlp_bi
 
 
 params_moe_routed_experts_params.kernel = _runtime.Kernel(
-    _params_moe_routed_experts_params_block,
-    reals=2,
-    masks=0,
-    arguments=("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"),
-    passed=("inv0", "inv1"),
-    invariants=_params_moe_routed_experts_params_invariants,
-    widened=("h", "n_ffMM"),
-    quiet=False,
+    _params_moe_routed_experts_params_block, reals=2, masks=0,
+    arguments=("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"), passed=("inv0", "inv1"),
+    invariants=_params_moe_routed_experts_params_invariants, widened=("h", "n_ffMM"), quiet=False,
 )
 
 
@@ -414,26 +287,9 @@ def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_e
     """Shared-expert parameters of one moe layer (P_s), hff_exp wide each, with the gate weight
     where n_shared_exp > 0 and shared_expert_gate is set.
 
-    Closed form::
-
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols: ``docs/formulas.md#params_moe_shared_experts_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalFFn.num_params_shared_expert
-
-    Args:
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_shared_exp: shared experts [experts].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate))
@@ -448,9 +304,7 @@ def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_e
         call = _runtime.Call(
             "params_moe_shared_experts_params",
             ("h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate"),
-            (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate),
-            reals=2,
-            masks=1,
+            (h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate), reals=2, masks=1,
         )
         for block in call.blocks():
             _params_moe_shared_experts_params_block(*block)
@@ -477,14 +331,9 @@ def _params_moe_shared_experts_params_block(out, r0, r1, m0, h, hff_exp, mlp_bia
 
 
 params_moe_shared_experts_params.kernel = _runtime.Kernel(
-    _params_moe_shared_experts_params_block,
-    reals=2,
-    masks=1,
+    _params_moe_shared_experts_params_block, reals=2, masks=1,
     arguments=("h", "hff_exp", "mlp_bias", "n_ffMM", "n_shared_exp", "shared_expert_gate"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -492,41 +341,11 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
     """Non-expert parameters of one dense layer with mla q latent attention (P_ne): attention, norms
     and the dense FFN; unstated biases and norms count 0 (§10 item 17).
 
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#params_mla_q_latent_dense_non_expert_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalAttn.num_params_mla (dc_q branch), EvalNorm.num_params_norm,
     EvalFFn.num_params_ffn
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
@@ -544,8 +363,7 @@ def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, h
             "params_mla_q_latent_dense_non_expert_params",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
             (a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _params_mla_q_latent_dense_non_expert_params_block(*block)
@@ -571,12 +389,9 @@ def _params_mla_q_latent_dense_non_expert_params_block(out, a, dc_kv, dc_q, dh, 
 
 
 params_mla_q_latent_dense_non_expert_params.kernel = _runtime.Kernel(
-    _params_mla_q_latent_dense_non_expert_params_block,
-    reals=0,
-    masks=0,
+    _params_mla_q_latent_dense_non_expert_params_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
-    passed=("inv0",),
-    invariants=_params_mla_q_latent_dense_non_expert_params_invariants,
+    passed=("inv0",), invariants=_params_mla_q_latent_dense_non_expert_params_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
     quiet=True,
 )
@@ -586,36 +401,11 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
     """Non-expert parameters of one moe layer with mla q latent attention (P_ne): attention, norms
     and the router; unstated biases and norms count 0 (§10 item 17).
 
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#params_mla_q_latent_moe_non_expert_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalAttn.num_params_mla (dc_q branch), EvalNorm.num_params_norm,
     EvalFFn.num_params_router
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
@@ -633,8 +423,7 @@ def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, lay
             "params_mla_q_latent_moe_non_expert_params",
             ("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
             (a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _params_mla_q_latent_moe_non_expert_params_block(*block)
@@ -660,12 +449,9 @@ def _params_mla_q_latent_moe_non_expert_params_block(out, a, dc_kv, dc_q, dh, dh
 
 
 params_mla_q_latent_moe_non_expert_params.kernel = _runtime.Kernel(
-    _params_mla_q_latent_moe_non_expert_params_block,
-    reals=0,
-    masks=0,
+    _params_mla_q_latent_moe_non_expert_params_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
-    passed=("inv0",),
-    invariants=_params_mla_q_latent_moe_non_expert_params_invariants,
+    passed=("inv0",), invariants=_params_mla_q_latent_moe_non_expert_params_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
     quiet=True,
 )
@@ -675,40 +461,11 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
     """Non-expert parameters of one dense layer with mla q direct attention (P_ne): attention, norms
     and the dense FFN; unstated biases and norms count 0 (§10 item 17).
 
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1)))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#params_mla_q_direct_dense_non_expert_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalAttn.num_params_mla (no query latent), EvalNorm.num_params_norm,
     EvalFFn.num_params_ffn
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim))
@@ -727,8 +484,7 @@ def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, la
             "params_mla_q_direct_dense_non_expert_params",
             ("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "inv0"),
             (a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _params_mla_q_direct_dense_non_expert_params_block(*block)
@@ -756,12 +512,9 @@ def _params_mla_q_direct_dense_non_expert_params_block(out, a, dc_kv, dh, dhr, h
 
 
 params_mla_q_direct_dense_non_expert_params.kernel = _runtime.Kernel(
-    _params_mla_q_direct_dense_non_expert_params_block,
-    reals=0,
-    masks=0,
+    _params_mla_q_direct_dense_non_expert_params_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
-    passed=("inv0",),
-    invariants=_params_mla_q_direct_dense_non_expert_params_invariants,
+    passed=("inv0",), invariants=_params_mla_q_direct_dense_non_expert_params_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
     quiet=True,
 )
@@ -771,35 +524,11 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
     """Non-expert parameters of one moe layer with mla q direct attention (P_ne): attention, norms
     and the router; unstated biases and norms count 0 (§10 item 17).
 
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#params_mla_q_direct_moe_non_expert_params``.
     Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
     EvalBody.num_params_layer, EvalAttn.num_params_mla (no query latent), EvalNorm.num_params_norm,
     EvalFFn.num_params_router
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim))
@@ -818,8 +547,7 @@ def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_nor
             "params_mla_q_direct_moe_non_expert_params",
             ("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "inv0"),
             (a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, inv0),
-            reals=0,
-            masks=0,
+            reals=0, masks=0,
         )
         for block in call.blocks():
             _params_mla_q_direct_moe_non_expert_params_block(*block)
@@ -847,12 +575,9 @@ def _params_mla_q_direct_moe_non_expert_params_block(out, a, dc_kv, dh, dhr, h, 
 
 
 params_mla_q_direct_moe_non_expert_params.kernel = _runtime.Kernel(
-    _params_mla_q_direct_moe_non_expert_params_block,
-    reals=0,
-    masks=0,
+    _params_mla_q_direct_moe_non_expert_params_block, reals=0, masks=0,
     arguments=("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
-    passed=("inv0",),
-    invariants=_params_mla_q_direct_moe_non_expert_params_invariants,
+    passed=("inv0",), invariants=_params_mla_q_direct_moe_non_expert_params_invariants,
     widened=("a", "dc_kv", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim"),
     quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the placement formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -29,23 +31,10 @@ __all__ = [
 def placement_group_ranks_per_node_count(*, gpus_per_node, group_size, group_stride):
     """Ranks of one parallel group inside one node, for members group_stride ranks apart.
 
-    Closed form::
-
-        Max(1, Min(group_size, floor(gpus_per_node/group_stride)))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#placement_group_ranks_per_node_count``.
     Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
     group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
     nodes: one NIC per GPU)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((gpus_per_node, group_size, group_stride))
@@ -55,11 +44,8 @@ def placement_group_ranks_per_node_count(*, gpus_per_node, group_size, group_str
         out = xp.maximum(1, xp.minimum(group_size, xp.floor(gpus_per_node/group_stride)))
         return _runtime.broadcast(xp, out, (gpus_per_node, group_size, group_stride))
     call = _runtime.Call(
-        "placement_group_ranks_per_node_count",
-        ("gpus_per_node", "group_size", "group_stride"),
-        (gpus_per_node, group_size, group_stride),
-        reals=1,
-        masks=0,
+        "placement_group_ranks_per_node_count", ("gpus_per_node", "group_size", "group_stride"),
+        (gpus_per_node, group_size, group_stride), reals=1, masks=0,
     )
     for block in call.blocks():
         _placement_group_ranks_per_node_count_block(*block)
@@ -76,37 +62,19 @@ def _placement_group_ranks_per_node_count_block(out, r0, gpus_per_node, group_si
 
 
 placement_group_ranks_per_node_count.kernel = _runtime.Kernel(
-    _placement_group_ranks_per_node_count_block,
-    reals=1,
-    masks=0,
-    arguments=("gpus_per_node", "group_size", "group_stride"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _placement_group_ranks_per_node_count_block, reals=1, masks=0,
+    arguments=("gpus_per_node", "group_size", "group_stride"), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
 def placement_group_nodes_count(*, gpus_per_node, group_size, group_stride):
     """Nodes one parallel group spans: its size over its ranks per node, rounded up.
 
-    Closed form::
-
-        ceiling(group_size/Max(1, Min(group_size, floor(gpus_per_node/group_stride))))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#placement_group_nodes_count``.
     Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
     group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
     nodes: one NIC per GPU)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((gpus_per_node, group_size, group_stride))
@@ -116,11 +84,8 @@ def placement_group_nodes_count(*, gpus_per_node, group_size, group_stride):
         out = xp.ceil(group_size/xp.maximum(1, xp.minimum(group_size, xp.floor(gpus_per_node/group_stride))))
         return _runtime.broadcast(xp, out, (gpus_per_node, group_size, group_stride))
     call = _runtime.Call(
-        "placement_group_nodes_count",
-        ("gpus_per_node", "group_size", "group_stride"),
-        (gpus_per_node, group_size, group_stride),
-        reals=1,
-        masks=0,
+        "placement_group_nodes_count", ("gpus_per_node", "group_size", "group_stride"),
+        (gpus_per_node, group_size, group_stride), reals=1, masks=0,
     )
     for block in call.blocks():
         _placement_group_nodes_count_block(*block)
@@ -140,14 +105,9 @@ def _placement_group_nodes_count_block(out, r0, gpus_per_node, group_size, group
 
 
 placement_group_nodes_count.kernel = _runtime.Kernel(
-    _placement_group_nodes_count_block,
-    reals=1,
-    masks=0,
-    arguments=("gpus_per_node", "group_size", "group_stride"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _placement_group_nodes_count_block, reals=1, masks=0,
+    arguments=("gpus_per_node", "group_size", "group_stride"), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
@@ -156,25 +116,10 @@ def placement_group_nics_used_count(*, gpus_per_node, group_size, group_stride, 
     node (nics_per_node / gpus_per_node per GPU), at least one; a group of one GPU per node uses one
     NIC, a group over whole nodes all of them.
 
-    Closed form::
-
-        Max(1, nics_per_node*Max(1, Min(group_size,
-        floor(gpus_per_node/group_stride)))/gpus_per_node)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#placement_group_nics_used_count``.
     Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
     group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
     nodes: one NIC per GPU)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        nics_per_node: scale-out NICs of one node [NICs].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((gpus_per_node, group_size, group_stride, nics_per_node))
@@ -187,9 +132,7 @@ def placement_group_nics_used_count(*, gpus_per_node, group_size, group_stride, 
     call = _runtime.Call(
         "placement_group_nics_used_count",
         ("gpus_per_node", "group_size", "group_stride", "nics_per_node", "inv0"),
-        (gpus_per_node, group_size, group_stride, nics_per_node, inv0),
-        reals=1,
-        masks=0,
+        (gpus_per_node, group_size, group_stride, nics_per_node, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _placement_group_nics_used_count_block(*block)
@@ -219,14 +162,10 @@ def _placement_group_nics_used_count_block(out, r0, gpus_per_node, group_size, g
 
 
 placement_group_nics_used_count.kernel = _runtime.Kernel(
-    _placement_group_nics_used_count_block,
-    reals=1,
-    masks=0,
-    arguments=("gpus_per_node", "group_size", "group_stride", "nics_per_node"),
-    passed=("inv0",),
+    _placement_group_nics_used_count_block, reals=1, masks=0,
+    arguments=("gpus_per_node", "group_size", "group_stride", "nics_per_node"), passed=("inv0",),
     invariants=_placement_group_nics_used_count_invariants,
-    widened=("gpus_per_node", "nics_per_node"),
-    quiet=False,
+    widened=("gpus_per_node", "nics_per_node"), quiet=False,
 )
 
 
@@ -234,29 +173,13 @@ def placement_group2_ranks_per_node_count(*, gpus_per_node, group_size, group_si
     """Ranks inside one node of a group over two dimensions of the rank order (group_size ranks
     group_stride apart times group_size_2 ranks group_stride_2 apart).
 
-    Closed form::
-
-        Max(1, Min(group_size, floor(gpus_per_node/group_stride)))*Max(1, Min(group_size_2,
-        floor(gpus_per_node/group_stride_2)))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols:
+    ``docs/formulas.md#placement_group2_ranks_per_node_count``.
     Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
     group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
     nodes: one NIC per GPU); Megatron-LM megatron/core/parallel_state.py
     (RankGenerator.get_ranks('dp-cp'): the gradients of a layout with context parallelism reduce
     over the data-parallel and context-parallel ranks together)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_size_2: ranks along the second dimension of a group spanning two dimensions of the
-            rank order (DP with CP) [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        group_stride_2: distance between consecutive ranks along that second dimension [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((gpus_per_node, group_size, group_size_2, group_stride, group_stride_2))
@@ -268,9 +191,7 @@ def placement_group2_ranks_per_node_count(*, gpus_per_node, group_size, group_si
     call = _runtime.Call(
         "placement_group2_ranks_per_node_count",
         ("gpus_per_node", "group_size", "group_size_2", "group_stride", "group_stride_2"),
-        (gpus_per_node, group_size, group_size_2, group_stride, group_stride_2),
-        reals=1,
-        masks=0,
+        (gpus_per_node, group_size, group_size_2, group_stride, group_stride_2), reals=1, masks=0,
     )
     for block in call.blocks():
         _placement_group2_ranks_per_node_count_block(*block)
@@ -294,14 +215,9 @@ def _placement_group2_ranks_per_node_count_block(out, r0, gpus_per_node, group_s
 
 
 placement_group2_ranks_per_node_count.kernel = _runtime.Kernel(
-    _placement_group2_ranks_per_node_count_block,
-    reals=1,
-    masks=0,
+    _placement_group2_ranks_per_node_count_block, reals=1, masks=0,
     arguments=("gpus_per_node", "group_size", "group_size_2", "group_stride", "group_stride_2"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -309,30 +225,12 @@ def placement_group2_nodes_count(*, gpus_per_node, group_size, group_size_2, gro
     """Nodes a group over two dimensions of the rank order spans: its ranks over its ranks per node,
     rounded up.
 
-    Closed form::
-
-        ceiling(group_size*group_size_2/(Max(1, Min(group_size,
-        floor(gpus_per_node/group_stride)))*Max(1, Min(group_size_2,
-        floor(gpus_per_node/group_stride_2)))))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#placement_group2_nodes_count``.
     Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
     group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
     nodes: one NIC per GPU); Megatron-LM megatron/core/parallel_state.py
     (RankGenerator.get_ranks('dp-cp'): the gradients of a layout with context parallelism reduce
     over the data-parallel and context-parallel ranks together)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_size_2: ranks along the second dimension of a group spanning two dimensions of the
-            rank order (DP with CP) [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        group_stride_2: distance between consecutive ranks along that second dimension [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((gpus_per_node, group_size, group_size_2, group_stride, group_stride_2))
@@ -344,9 +242,7 @@ def placement_group2_nodes_count(*, gpus_per_node, group_size, group_size_2, gro
     call = _runtime.Call(
         "placement_group2_nodes_count",
         ("gpus_per_node", "group_size", "group_size_2", "group_stride", "group_stride_2"),
-        (gpus_per_node, group_size, group_size_2, group_stride, group_stride_2),
-        reals=3,
-        masks=0,
+        (gpus_per_node, group_size, group_size_2, group_stride, group_stride_2), reals=3, masks=0,
     )
     for block in call.blocks():
         _placement_group2_nodes_count_block(*block)
@@ -373,14 +269,9 @@ def _placement_group2_nodes_count_block(out, r0, r1, r2, gpus_per_node, group_si
 
 
 placement_group2_nodes_count.kernel = _runtime.Kernel(
-    _placement_group2_nodes_count_block,
-    reals=3,
-    masks=0,
+    _placement_group2_nodes_count_block, reals=3, masks=0,
     arguments=("gpus_per_node", "group_size", "group_size_2", "group_stride", "group_stride_2"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -388,30 +279,12 @@ def placement_group2_nics_used_count(*, gpus_per_node, group_size, group_size_2,
     """NICs of one node a group over two dimensions of the rank order drives at once (as for one
     dimension: one per member in the node on a rail-optimised node, at least one).
 
-    Closed form::
-
-        Max(1, nics_per_node*Max(1, Min(group_size, floor(gpus_per_node/group_stride)))*Max(1,
-        Min(group_size_2, floor(gpus_per_node/group_stride_2)))/gpus_per_node)
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#placement_group2_nics_used_count``.
     Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
     group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
     nodes: one NIC per GPU); Megatron-LM megatron/core/parallel_state.py
     (RankGenerator.get_ranks('dp-cp'): the gradients of a layout with context parallelism reduce
     over the data-parallel and context-parallel ranks together)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_size_2: ranks along the second dimension of a group spanning two dimensions of the
-            rank order (DP with CP) [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        group_stride_2: distance between consecutive ranks along that second dimension [ranks].
-        nics_per_node: scale-out NICs of one node [NICs].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((gpus_per_node, group_size, group_size_2, group_stride, group_stride_2, nics_per_node))
@@ -425,8 +298,7 @@ def placement_group2_nics_used_count(*, gpus_per_node, group_size, group_size_2,
         "placement_group2_nics_used_count",
         ("gpus_per_node", "group_size", "group_size_2", "group_stride", "group_stride_2", "nics_per_node", "inv0"),
         (gpus_per_node, group_size, group_size_2, group_stride, group_stride_2, nics_per_node, inv0),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _placement_group2_nics_used_count_block(*block)
@@ -462,12 +334,8 @@ def _placement_group2_nics_used_count_block(out, r0, gpus_per_node, group_size, 
 
 
 placement_group2_nics_used_count.kernel = _runtime.Kernel(
-    _placement_group2_nics_used_count_block,
-    reals=1,
-    masks=0,
+    _placement_group2_nics_used_count_block, reals=1, masks=0,
     arguments=("gpus_per_node", "group_size", "group_size_2", "group_stride", "group_stride_2", "nics_per_node"),
-    passed=("inv0",),
-    invariants=_placement_group2_nics_used_count_invariants,
-    widened=("gpus_per_node", "nics_per_node"),
-    quiet=False,
+    passed=("inv0",), invariants=_placement_group2_nics_used_count_invariants,
+    widened=("gpus_per_node", "nics_per_node"), quiet=False,
 )

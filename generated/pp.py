@@ -5,7 +5,9 @@
 """Evaluators of the pp formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -36,24 +38,8 @@ def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
     """Bytes of one PP send/recv: one micro-batch's activation (or its gradient) split over the TP
     group (Megatron's scatter/gather optimisation).
 
-    Closed form::
-
-        b*bytes_compute*h*s/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#pp_send_recv_msg_bytes``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 4.1
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -64,11 +50,8 @@ def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     (inv0,) = _pp_send_recv_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "pp_send_recv_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_msg_bytes_block(*block)
@@ -94,14 +77,9 @@ def _pp_send_recv_msg_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, inv0):
 
 
 pp_send_recv_msg_bytes.kernel = _runtime.Kernel(
-    _pp_send_recv_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=False,
+    _pp_send_recv_msg_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_pp_send_recv_msg_bytes_invariants, widened=("bytes_compute", "h", "s"), quiet=False,
 )
 
 
@@ -109,20 +87,8 @@ def pp_send_recv_calls_count(*, m, vp):
     """PP sends per rank per step: one activation forward and one gradient backward per micro-batch
     and virtual chunk (the first and last stage send half as many).
 
-    Closed form::
-
-        2*m*vp
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#pp_send_recv_calls_count``.
     Source: Narayanan et al. 2021 Sec. 2.2
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((m, vp))
@@ -131,13 +97,7 @@ def pp_send_recv_calls_count(*, m, vp):
         (m, vp) = _runtime.floats(xp, (m, vp))
         out = 2*m*vp
         return _runtime.broadcast(xp, out, (m, vp))
-    call = _runtime.Call(
-        "pp_send_recv_calls_count",
-        ("m", "vp"),
-        (m, vp),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("pp_send_recv_calls_count", ("m", "vp"), (m, vp), reals=0, masks=0)
     for block in call.blocks():
         _pp_send_recv_calls_count_block(*block)
     return call.out
@@ -151,40 +111,16 @@ def _pp_send_recv_calls_count_block(out, m, vp):
 
 
 pp_send_recv_calls_count.kernel = _runtime.Kernel(
-    _pp_send_recv_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m", "vp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _pp_send_recv_calls_count_block, reals=0, masks=0, arguments=("m", "vp"), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
 def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
     """Bytes one rank sends per step between pipeline stages.
 
-    Closed form::
-
-        2*b*bytes_compute*h*m*s*vp/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#pp_send_recv_step_bytes``.
     Source: calls x message
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, s, t, vp))
@@ -195,11 +131,8 @@ def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, m, s, t, vp))
     (inv0,) = _pp_send_recv_step_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "pp_send_recv_step_bytes",
-        ("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp", "inv0"),
-        (b, bytes_compute, cp, h, m, s, t, vp, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_step_bytes", ("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp", "inv0"),
+        (b, bytes_compute, cp, h, m, s, t, vp, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_step_bytes_block(*block)
@@ -227,13 +160,9 @@ def _pp_send_recv_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, s, t, vp
 
 
 pp_send_recv_step_bytes.kernel = _runtime.Kernel(
-    _pp_send_recv_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _pp_send_recv_step_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp"), passed=("inv0",),
+    invariants=_pp_send_recv_step_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -243,21 +172,8 @@ def pp_send_recv_stage_calls_count(*, m, p, vp):
     gradients (backward) to its neighbour stage (every stage counted with 2 m vp sends; none with
     one stage), for the pipeline stage.
 
-    Closed form::
-
-        2*m*vp*Piecewise((0, p < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#pp_send_recv_stage_calls_count``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((m, p, vp))
@@ -270,11 +186,7 @@ def pp_send_recv_stage_calls_count(*, m, p, vp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "pp_send_recv_stage_calls_count",
-            ("m", "p", "vp"),
-            (m, p, vp),
-            reals=0,
-            masks=1,
+            "pp_send_recv_stage_calls_count", ("m", "p", "vp"), (m, p, vp), reals=0, masks=1,
         )
         for block in call.blocks():
             _pp_send_recv_stage_calls_count_block(*block)
@@ -293,14 +205,8 @@ def _pp_send_recv_stage_calls_count_block(out, m0, m, p, vp):
 
 
 pp_send_recv_stage_calls_count.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_calls_count_block,
-    reals=0,
-    masks=1,
-    arguments=("m", "p", "vp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _pp_send_recv_stage_calls_count_block, reals=0, masks=1, arguments=("m", "p", "vp"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -309,24 +215,8 @@ def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
     their gradients (backward) to its neighbour stage (every stage counted with 2 m vp sends; none
     with one stage).
 
-    Closed form::
-
-        b*bytes_compute*h*s/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#pp_send_recv_stage_msg_bytes``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 5 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -337,11 +227,8 @@ def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     (inv0,) = _pp_send_recv_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "pp_send_recv_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_stage_msg_bytes_block(*block)
@@ -367,13 +254,9 @@ def _pp_send_recv_stage_msg_bytes_block(out, r0, b, bytes_compute, cp, h, s, t, 
 
 
 pp_send_recv_stage_msg_bytes.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_msg_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_stage_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _pp_send_recv_stage_msg_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -383,27 +266,8 @@ def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
     their gradients (backward) to its neighbour stage (every stage counted with 2 m vp sends; none
     with one stage), for the pipeline stage (calls x the collective's share of S).
 
-    Closed form::
-
-        2*b*bytes_compute*h*m*s*vp*Piecewise((0, p < 3/2), (1, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#pp_send_recv_stage_step_bytes``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 11 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, p, s, t, vp))
@@ -419,9 +283,7 @@ def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
         call = _runtime.Call(
             "pp_send_recv_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp", "inv0"),
-            (b, bytes_compute, cp, h, m, p, s, t, vp, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, h, m, p, s, t, vp, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _pp_send_recv_stage_step_bytes_block(*block)
@@ -453,13 +315,9 @@ def _pp_send_recv_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, m
 
 
 pp_send_recv_stage_step_bytes.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_stage_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _pp_send_recv_stage_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "p", "s", "t", "vp"), passed=("inv0",),
+    invariants=_pp_send_recv_stage_step_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=True,
 )
 
@@ -470,25 +328,11 @@ def pp_send_recv_stage_ranks_count():
     (the collective's n; seconds per step = calls x the time of one call of S bytes over these
     ranks, NCCL's pick: collective_send_recv_*_time_s).
 
-    Closed form::
-
-        2
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#pp_send_recv_stage_ranks_count``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "pp_send_recv_stage_ranks_count",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("pp_send_recv_stage_ranks_count", (), (), reals=0, masks=0)
     for block in call.blocks():
         _pp_send_recv_stage_ranks_count_block(*block)
     return call.out
@@ -501,14 +345,8 @@ def _pp_send_recv_stage_ranks_count_block(out,):
 
 
 pp_send_recv_stage_ranks_count.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _pp_send_recv_stage_ranks_count_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -517,21 +355,10 @@ def pp_send_recv_stage_calls_count__d_m(*, p, vp):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        2*vp*Piecewise((0, p < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#pp_send_recv_stage_calls_count__d_m``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
     symbolic.sensitivity
-
-    Args:
-        p: pipeline-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((p, vp))
@@ -544,11 +371,7 @@ def pp_send_recv_stage_calls_count__d_m(*, p, vp):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "pp_send_recv_stage_calls_count__d_m",
-            ("p", "vp"),
-            (p, vp),
-            reals=0,
-            masks=1,
+            "pp_send_recv_stage_calls_count__d_m", ("p", "vp"), (p, vp), reals=0, masks=1,
         )
         for block in call.blocks():
             _pp_send_recv_stage_calls_count__d_m_block(*block)
@@ -566,14 +389,8 @@ def _pp_send_recv_stage_calls_count__d_m_block(out, m0, p, vp):
 
 
 pp_send_recv_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_calls_count__d_m_block,
-    reals=0,
-    masks=1,
-    arguments=("p", "vp"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _pp_send_recv_stage_calls_count__d_m_block, reals=0, masks=1, arguments=("p", "vp"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -582,25 +399,10 @@ def pp_send_recv_stage_msg_bytes__d_t(*, b, bytes_compute, cp, h, s, t):
     t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*h*s/(cp*t**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#pp_send_recv_stage_msg_bytes__d_t``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
     symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -611,11 +413,8 @@ def pp_send_recv_stage_msg_bytes__d_t(*, b, bytes_compute, cp, h, s, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     (inv0,) = _pp_send_recv_stage_msg_bytes__d_t_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "pp_send_recv_stage_msg_bytes__d_t",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_stage_msg_bytes__d_t", ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_stage_msg_bytes__d_t_block(*block)
@@ -642,13 +441,9 @@ def _pp_send_recv_stage_msg_bytes__d_t_block(out, r0, b, bytes_compute, cp, h, s
 
 
 pp_send_recv_stage_msg_bytes__d_t.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_msg_bytes__d_t_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_stage_msg_bytes__d_t_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _pp_send_recv_stage_msg_bytes__d_t_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_t_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -658,25 +453,10 @@ def pp_send_recv_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s, t):
     cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*h*s/(cp**2*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#pp_send_recv_stage_msg_bytes__d_cp``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
     symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -687,11 +467,8 @@ def pp_send_recv_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s, t))
     (inv0,) = _pp_send_recv_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "pp_send_recv_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_stage_msg_bytes__d_cp_block(*block)
@@ -718,13 +495,9 @@ def _pp_send_recv_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h, 
 
 
 pp_send_recv_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_stage_msg_bytes__d_cp_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _pp_send_recv_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_cp_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -734,24 +507,10 @@ def pp_send_recv_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s, t):
     b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        bytes_compute*h*s/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#pp_send_recv_stage_msg_bytes__d_b``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
     symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((bytes_compute, cp, h, s, t))
@@ -762,11 +521,8 @@ def pp_send_recv_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s, t):
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s, t))
     (inv0,) = _pp_send_recv_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "pp_send_recv_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s", "t", "inv0"),
-        (bytes_compute, cp, h, s, t, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s", "t", "inv0"),
+        (bytes_compute, cp, h, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_stage_msg_bytes__d_b_block(*block)
@@ -791,13 +547,9 @@ def _pp_send_recv_stage_msg_bytes__d_b_block(out, r0, bytes_compute, cp, h, s, t
 
 
 pp_send_recv_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_msg_bytes__d_b_block,
-    reals=1,
-    masks=0,
-    arguments=("bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_stage_msg_bytes__d_b_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _pp_send_recv_stage_msg_bytes__d_b_block, reals=1, masks=0,
+    arguments=("bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_b_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -807,24 +559,10 @@ def pp_send_recv_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h, t):
     s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        b*bytes_compute*h/(cp*t)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#pp_send_recv_stage_msg_bytes__d_s``.
     Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
     symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, t))
@@ -835,11 +573,8 @@ def pp_send_recv_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h, t):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, t))
     (inv0,) = _pp_send_recv_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
-        "pp_send_recv_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h", "t", "inv0"),
-        (b, bytes_compute, cp, h, t, inv0),
-        reals=1,
-        masks=0,
+        "pp_send_recv_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h", "t", "inv0"),
+        (b, bytes_compute, cp, h, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _pp_send_recv_stage_msg_bytes__d_s_block(*block)
@@ -865,12 +600,8 @@ def _pp_send_recv_stage_msg_bytes__d_s_block(out, r0, b, bytes_compute, cp, h, t
 
 
 pp_send_recv_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _pp_send_recv_stage_msg_bytes__d_s_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "t"),
-    passed=("inv0",),
-    invariants=_pp_send_recv_stage_msg_bytes__d_s_invariants,
-    widened=("bytes_compute", "h"),
+    _pp_send_recv_stage_msg_bytes__d_s_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "t"), passed=("inv0",),
+    invariants=_pp_send_recv_stage_msg_bytes__d_s_invariants, widened=("bytes_compute", "h"),
     quiet=False,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the recompute formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -49,27 +51,10 @@ def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
     """TP volume a full-recompute dense layer moves again, priced at mb = 1: the plain layer's, in
     elements as tp_dense_layer_elements.
 
-    Closed form::
-
-        comm_t*(b*h*n_gather*s/4 + b*hff*n_gather*s/4)/cp
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#recompute_tp_dense_full_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
     tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, comm_t, cp, h, hff, n_gather, s))
@@ -82,9 +67,7 @@ def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
     call = _runtime.Call(
         "recompute_tp_dense_full_elements",
         ("b", "comm_t", "cp", "h", "hff", "n_gather", "s", "inv0"),
-        (b, comm_t, cp, h, hff, n_gather, s, inv0),
-        reals=0,
-        masks=0,
+        (b, comm_t, cp, h, hff, n_gather, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _recompute_tp_dense_full_elements_block(*block)
@@ -110,13 +93,9 @@ def _recompute_tp_dense_full_elements_block(out, b, comm_t, cp, h, hff, n_gather
 
 
 recompute_tp_dense_full_elements.kernel = _runtime.Kernel(
-    _recompute_tp_dense_full_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "comm_t", "cp", "h", "hff", "n_gather", "s"),
-    passed=("inv0",),
-    invariants=_recompute_tp_dense_full_elements_invariants,
-    widened=("h", "hff", "n_gather", "s"),
+    _recompute_tp_dense_full_elements_block, reals=0, masks=0,
+    arguments=("b", "comm_t", "cp", "h", "hff", "n_gather", "s"), passed=("inv0",),
+    invariants=_recompute_tp_dense_full_elements_invariants, widened=("h", "hff", "n_gather", "s"),
     quiet=False,
 )
 
@@ -125,28 +104,11 @@ def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_ga
     """TP volume a selective-recompute dense layer moves again, priced at mb = 1: the plain layer's
     less what its gather switch keeps, in elements as tp_dense_layer_elements.
 
-    Closed form::
-
-        comm_t*(1 - gather)*(b*h*n_gather*s/4 + b*hff*n_gather*s/4)/cp
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols:
+    ``docs/formulas.md#recompute_tp_dense_selective_elements``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
     tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, comm_t, cp, gather, h, hff, n_gather, s))
@@ -159,9 +121,7 @@ def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_ga
     call = _runtime.Call(
         "recompute_tp_dense_selective_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s", "inv0"),
-        (b, comm_t, cp, gather, h, hff, n_gather, s, inv0),
-        reals=0,
-        masks=0,
+        (b, comm_t, cp, gather, h, hff, n_gather, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _recompute_tp_dense_selective_elements_block(*block)
@@ -187,14 +147,10 @@ def _recompute_tp_dense_selective_elements_block(out, b, comm_t, cp, gather, h, 
 
 
 recompute_tp_dense_selective_elements.kernel = _runtime.Kernel(
-    _recompute_tp_dense_selective_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s"),
-    passed=("inv0",),
+    _recompute_tp_dense_selective_elements_block, reals=0, masks=0,
+    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "n_gather", "s"), passed=("inv0",),
     invariants=_recompute_tp_dense_selective_elements_invariants,
-    widened=("gather", "h", "hff", "n_gather", "s"),
-    quiet=False,
+    widened=("gather", "h", "hff", "n_gather", "s"), quiet=False,
 )
 
 
@@ -202,32 +158,10 @@ def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
     """TP volume a full-recompute moe layer moves again, priced at mb = 1: the plain layer's, in
     bytes as tp_moe_layer_bytes.
 
-    Closed form::
-
-        comm_t*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_tp_moe_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
     tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
@@ -242,8 +176,7 @@ def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
         "recompute_tp_moe_full_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
-        reals=0,
-        masks=0,
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _recompute_tp_moe_full_bytes_block(*block)
@@ -280,12 +213,9 @@ def _recompute_tp_moe_full_bytes_block(out, bytes_compute, comm_t, cp, ep, h, hf
 
 
 recompute_tp_moe_full_bytes.kernel = _runtime.Kernel(
-    _recompute_tp_moe_full_bytes_block,
-    reals=0,
-    masks=0,
+    _recompute_tp_moe_full_bytes_block, reals=0, masks=0,
     arguments=("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_recompute_tp_moe_full_bytes_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_recompute_tp_moe_full_bytes_invariants,
     widened=("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
     quiet=False,
 )
@@ -295,33 +225,10 @@ def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h
     """TP volume a selective-recompute moe layer moves again, priced at mb = 1: the plain layer's
     less what its gather switch keeps, in bytes as tp_moe_layer_bytes.
 
-    Closed form::
-
-        comm_t*(1 - gather)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_tp_moe_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
     tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 14 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
@@ -335,8 +242,7 @@ def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h
         "recompute_tp_moe_selective_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
-        reals=0,
-        masks=0,
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _recompute_tp_moe_selective_bytes_block(*block)
@@ -370,12 +276,9 @@ def _recompute_tp_moe_selective_bytes_block(out, bytes_compute, comm_t, cp, ep, 
 
 
 recompute_tp_moe_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_tp_moe_selective_bytes_block,
-    reals=0,
-    masks=0,
+    _recompute_tp_moe_selective_bytes_block, reals=0, masks=0,
     arguments=("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_recompute_tp_moe_selective_bytes_invariants,
+    passed=("inv0", "inv1", "inv2"), invariants=_recompute_tp_moe_selective_bytes_invariants,
     widened=("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"),
     quiet=False,
 )
@@ -384,29 +287,10 @@ recompute_tp_moe_selective_bytes.kernel = _runtime.Kernel(
 def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s):
     """EP bytes a full-recompute layer moves again, priced at mb = 1 as ep_balanced_layer_bytes.
 
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)), (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep -
-        1)/(cp*ep), True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_ep_balanced_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
     ep_comm_layer_balanced; comm_time.py lines 503, 605-607
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 12 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s))
@@ -422,9 +306,7 @@ def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_
         call = _runtime.Call(
             "recompute_ep_balanced_full_bytes",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s", "inv0"),
-            (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0),
-            reals=1,
-            masks=2,
+            (b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s, inv0), reals=1, masks=2,
         )
         for block in call.blocks():
             _recompute_ep_balanced_full_bytes_block(*block)
@@ -459,40 +341,20 @@ def _recompute_ep_balanced_full_bytes_block(out, r0, m0, m1, b, bytes_compute, c
 
 
 recompute_ep_balanced_full_bytes.kernel = _runtime.Kernel(
-    _recompute_ep_balanced_full_bytes_block,
-    reals=1,
-    masks=2,
+    _recompute_ep_balanced_full_bytes_block, reals=1, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "n_chosen_exp", "s"),
-    passed=("inv0",),
-    invariants=_recompute_ep_balanced_full_bytes_invariants,
-    widened=("bytes_compute", "h", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_recompute_ep_balanced_full_bytes_invariants,
+    widened=("bytes_compute", "h", "n_chosen_exp", "s"), quiet=True,
 )
 
 
 def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens):
     """EP bytes a full-recompute layer moves again, priced at mb = 1 as ep_imbalanced_layer_bytes.
 
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)), (2*bytes_compute*comm_ep*h*max_rank_tokens*(ep -
-        1)/ep, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_ep_imbalanced_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
     ep_comm_layer_imbalanced
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        max_rank_tokens: most tokens one EP rank's experts receive per micro-batch [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_compute, comm_ep, ep, h, max_rank_tokens))
@@ -508,9 +370,7 @@ def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_ran
         call = _runtime.Call(
             "recompute_ep_imbalanced_full_bytes",
             ("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens", "inv0"),
-            (bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0),
-            reals=0,
-            masks=2,
+            (bytes_compute, comm_ep, ep, h, max_rank_tokens, inv0), reals=0, masks=2,
         )
         for block in call.blocks():
             _recompute_ep_imbalanced_full_bytes_block(*block)
@@ -544,13 +404,9 @@ def _recompute_ep_imbalanced_full_bytes_block(out, m0, m1, bytes_compute, comm_e
 
 
 recompute_ep_imbalanced_full_bytes.kernel = _runtime.Kernel(
-    _recompute_ep_imbalanced_full_bytes_block,
-    reals=0,
-    masks=2,
-    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens"),
-    passed=("inv0",),
-    invariants=_recompute_ep_imbalanced_full_bytes_invariants,
-    widened=("bytes_compute", "h"),
+    _recompute_ep_imbalanced_full_bytes_block, reals=0, masks=2,
+    arguments=("bytes_compute", "comm_ep", "ep", "h", "max_rank_tokens"), passed=("inv0",),
+    invariants=_recompute_ep_imbalanced_full_bytes_invariants, widened=("bytes_compute", "h"),
     quiet=True,
 )
 
@@ -559,25 +415,11 @@ def recompute_ep_selective_bytes():
     """EP bytes a selective-recompute layer moves again: none, as EP does not depend on the node
     (§10 item 18).
 
-    Closed form::
-
-        0
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_ep_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "recompute_ep_selective_bytes",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("recompute_ep_selective_bytes", (), (), reals=0, masks=0)
     for block in call.blocks():
         _recompute_ep_selective_bytes_block(*block)
     return call.out
@@ -590,14 +432,8 @@ def _recompute_ep_selective_bytes_block(out,):
 
 
 recompute_ep_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_ep_selective_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _recompute_ep_selective_bytes_block, reals=0, masks=0, arguments=(), passed=(), invariants=None,
+    widened=(), quiet=False,
 )
 
 
@@ -605,25 +441,9 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ring_mha_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ring_mha_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s, t))
@@ -637,11 +457,8 @@ def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _recompute_cp_ring_mha_full_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
-            "recompute_cp_ring_mha_full_bytes",
-            ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
-            (b, bytes_compute, cp, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            "recompute_cp_ring_mha_full_bytes", ("b", "bytes_compute", "cp", "h", "s", "t", "inv0"),
+            (b, bytes_compute, cp, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_mha_full_bytes_block(*block)
@@ -673,13 +490,9 @@ def _recompute_cp_ring_mha_full_bytes_block(out, r0, m0, b, bytes_compute, cp, h
 
 
 recompute_cp_ring_mha_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_mha_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_recompute_cp_ring_mha_full_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _recompute_cp_ring_mha_full_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "s", "t"), passed=("inv0",),
+    invariants=_recompute_cp_ring_mha_full_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=True,
 )
 
@@ -688,26 +501,10 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ring_mha_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ring_mha_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, gather, h, s, t))
@@ -723,9 +520,7 @@ def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s,
         call = _runtime.Call(
             "recompute_cp_ring_mha_selective_bytes",
             ("b", "bytes_compute", "cp", "gather", "h", "s", "t", "inv0", "inv1"),
-            (b, bytes_compute, cp, gather, h, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, gather, h, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_mha_selective_bytes_block(*block)
@@ -759,14 +554,10 @@ def _recompute_cp_ring_mha_selective_bytes_block(out, r0, m0, b, bytes_compute, 
 
 
 recompute_cp_ring_mha_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_mha_selective_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "gather", "h", "s", "t"),
-    passed=("inv0", "inv1"),
+    _recompute_cp_ring_mha_selective_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "gather", "h", "s", "t"), passed=("inv0", "inv1"),
     invariants=_recompute_cp_ring_mha_selective_bytes_invariants,
-    widened=("bytes_compute", "gather", "h", "s"),
-    quiet=True,
+    widened=("bytes_compute", "gather", "h", "s"), quiet=True,
 )
 
 
@@ -774,24 +565,9 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_linear_state_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_linear_state_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, cp, dh, h, t))
@@ -805,11 +581,8 @@ def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _recompute_cp_linear_state_full_bytes_invariants(a, dh, h)
         call = _runtime.Call(
-            "recompute_cp_linear_state_full_bytes",
-            ("a", "cp", "dh", "h", "t", "inv0"),
-            (a, cp, dh, h, t, inv0),
-            reals=0,
-            masks=1,
+            "recompute_cp_linear_state_full_bytes", ("a", "cp", "dh", "h", "t", "inv0"),
+            (a, cp, dh, h, t, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_linear_state_full_bytes_block(*block)
@@ -836,13 +609,9 @@ def _recompute_cp_linear_state_full_bytes_block(out, m0, a, cp, dh, h, t, inv0):
 
 
 recompute_cp_linear_state_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_linear_state_full_bytes_block,
-    reals=0,
-    masks=1,
-    arguments=("a", "cp", "dh", "h", "t"),
-    passed=("inv0",),
-    invariants=_recompute_cp_linear_state_full_bytes_invariants,
-    widened=("a", "dh", "h"),
+    _recompute_cp_linear_state_full_bytes_block, reals=0, masks=1,
+    arguments=("a", "cp", "dh", "h", "t"), passed=("inv0",),
+    invariants=_recompute_cp_linear_state_full_bytes_invariants, widened=("a", "dh", "h"),
     quiet=True,
 )
 
@@ -851,26 +620,10 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_linear_state_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2,
-        True))/t, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_linear_state_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((a, cp, dh, gather, h, t))
@@ -886,9 +639,7 @@ def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
         call = _runtime.Call(
             "recompute_cp_linear_state_selective_bytes",
             ("a", "cp", "dh", "gather", "h", "t", "inv0", "inv1"),
-            (a, cp, dh, gather, h, t, inv0, inv1),
-            reals=0,
-            masks=1,
+            (a, cp, dh, gather, h, t, inv0, inv1), reals=0, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_linear_state_selective_bytes_block(*block)
@@ -917,14 +668,10 @@ def _recompute_cp_linear_state_selective_bytes_block(out, m0, a, cp, dh, gather,
 
 
 recompute_cp_linear_state_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_linear_state_selective_bytes_block,
-    reals=0,
-    masks=1,
-    arguments=("a", "cp", "dh", "gather", "h", "t"),
-    passed=("inv0", "inv1"),
+    _recompute_cp_linear_state_selective_bytes_block, reals=0, masks=1,
+    arguments=("a", "cp", "dh", "gather", "h", "t"), passed=("inv0", "inv1"),
     invariants=_recompute_cp_linear_state_selective_bytes_invariants,
-    widened=("a", "dh", "gather", "h"),
-    quiet=True,
+    widened=("a", "dh", "gather", "h"), quiet=True,
 )
 
 
@@ -932,28 +679,9 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ring_gqa_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ring_gqa_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, n_kv, s, t))
@@ -969,9 +697,7 @@ def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t)
         call = _runtime.Call(
             "recompute_cp_ring_gqa_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_gqa_full_bytes_block(*block)
@@ -1003,14 +729,10 @@ def _recompute_cp_ring_gqa_full_bytes_block(out, r0, m0, a, b, bytes_compute, cp
 
 
 recompute_cp_ring_gqa_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_gqa_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _recompute_cp_ring_gqa_full_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_recompute_cp_ring_gqa_full_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "n_kv", "s"), quiet=True,
 )
 
 
@@ -1018,29 +740,10 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ring_gqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a,
-        n_kv), n_kv > 0), (a, True))/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ring_gqa_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, n_kv, s, t))
@@ -1056,9 +759,7 @@ def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather
         call = _runtime.Call(
             "recompute_cp_ring_gqa_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t", "inv0", "inv1"),
-            (a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, gather, n_kv, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_gqa_selective_bytes_block(*block)
@@ -1092,14 +793,10 @@ def _recompute_cp_ring_gqa_selective_bytes_block(out, r0, m0, a, b, bytes_comput
 
 
 recompute_cp_ring_gqa_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_gqa_selective_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ring_gqa_selective_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_recompute_cp_ring_gqa_selective_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "gather", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_recompute_cp_ring_gqa_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "n_kv", "s"), quiet=True,
 )
 
 
@@ -1107,25 +804,9 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ring_mqa_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ring_mqa_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, s, t))
@@ -1141,9 +822,7 @@ def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
         call = _runtime.Call(
             "recompute_cp_ring_mqa_full_bytes",
             ("b", "bytes_compute", "cp", "dh", "s", "t", "inv0"),
-            (b, bytes_compute, cp, dh, s, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, dh, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_mqa_full_bytes_block(*block)
@@ -1175,13 +854,9 @@ def _recompute_cp_ring_mqa_full_bytes_block(out, r0, m0, b, bytes_compute, cp, d
 
 
 recompute_cp_ring_mqa_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_mqa_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"),
-    passed=("inv0",),
-    invariants=_recompute_cp_ring_mqa_full_bytes_invariants,
-    widened=("bytes_compute", "dh", "s"),
+    _recompute_cp_ring_mqa_full_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "s", "t"), passed=("inv0",),
+    invariants=_recompute_cp_ring_mqa_full_bytes_invariants, widened=("bytes_compute", "dh", "s"),
     quiet=True,
 )
 
@@ -1190,26 +865,10 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ring_mqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ring_mqa_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, s, t))
@@ -1225,9 +884,7 @@ def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s
         call = _runtime.Call(
             "recompute_cp_ring_mqa_selective_bytes",
             ("b", "bytes_compute", "cp", "dh", "gather", "s", "t", "inv0", "inv1"),
-            (b, bytes_compute, cp, dh, gather, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, dh, gather, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_mqa_selective_bytes_block(*block)
@@ -1261,14 +918,10 @@ def _recompute_cp_ring_mqa_selective_bytes_block(out, r0, m0, b, bytes_compute, 
 
 
 recompute_cp_ring_mqa_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_mqa_selective_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "dh", "gather", "s", "t"),
-    passed=("inv0", "inv1"),
+    _recompute_cp_ring_mqa_selective_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "gather", "s", "t"), passed=("inv0", "inv1"),
     invariants=_recompute_cp_ring_mqa_selective_bytes_invariants,
-    widened=("bytes_compute", "dh", "gather", "s"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "gather", "s"), quiet=True,
 )
 
 
@@ -1276,27 +929,9 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ring_mla_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ring_mla_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, n_kv, s, t))
@@ -1312,9 +947,7 @@ def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, 
         call = _runtime.Call(
             "recompute_cp_ring_mla_full_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t", "inv0"),
-            (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, dh, dhr, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_mla_full_bytes_block(*block)
@@ -1346,14 +979,10 @@ def _recompute_cp_ring_mla_full_bytes_block(out, r0, m0, b, bytes_compute, cp, d
 
 
 recompute_cp_ring_mla_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_mla_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _recompute_cp_ring_mla_full_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_recompute_cp_ring_mla_full_bytes_invariants,
-    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "dhr", "n_kv", "s"), quiet=True,
 )
 
 
@@ -1361,29 +990,10 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ring_mla_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t),
-        True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ring_mla_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t))
@@ -1399,9 +1009,7 @@ def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gath
         call = _runtime.Call(
             "recompute_cp_ring_mla_selective_bytes",
             ("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t", "inv0", "inv1"),
-            (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ring_mla_selective_bytes_block(*block)
@@ -1435,14 +1043,10 @@ def _recompute_cp_ring_mla_selective_bytes_block(out, r0, m0, b, bytes_compute, 
 
 
 recompute_cp_ring_mla_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ring_mla_selective_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ring_mla_selective_bytes_block, reals=1, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "dhr", "gather", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_recompute_cp_ring_mla_selective_bytes_invariants,
-    widened=("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_recompute_cp_ring_mla_selective_bytes_invariants,
+    widened=("bytes_compute", "dh", "dhr", "gather", "n_kv", "s"), quiet=True,
 )
 
 
@@ -1450,28 +1054,9 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_mha_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*h/t)/cp**2, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ulysses_mha_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -1487,9 +1072,7 @@ def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         call = _runtime.Call(
             "recompute_cp_ulysses_mha_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_mha_full_bytes_block(*block)
@@ -1522,14 +1105,10 @@ def _recompute_cp_ulysses_mha_full_bytes_block(out, r0, m0, a, b, bytes_compute,
 
 
 recompute_cp_ulysses_mha_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_mha_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _recompute_cp_ulysses_mha_full_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_recompute_cp_ulysses_mha_full_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -1537,29 +1116,10 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_mha_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ulysses_mha_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, s, t))
@@ -1575,9 +1135,7 @@ def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         call = _runtime.Call(
             "recompute_cp_ulysses_mha_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
-            (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_mha_selective_bytes_block(*block)
@@ -1612,14 +1170,10 @@ def _recompute_cp_ulysses_mha_selective_bytes_block(out, r0, m0, a, b, bytes_com
 
 
 recompute_cp_ulysses_mha_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_mha_selective_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ulysses_mha_selective_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_recompute_cp_ulysses_mha_selective_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "gather", "h", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_recompute_cp_ulysses_mha_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "s"), quiet=True,
 )
 
 
@@ -1627,29 +1181,9 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_gqa_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ulysses_gqa_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, n_kv, s, t))
@@ -1665,9 +1199,7 @@ def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv,
         call = _runtime.Call(
             "recompute_cp_ulysses_gqa_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, h, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_gqa_full_bytes_block(*block)
@@ -1700,14 +1232,10 @@ def _recompute_cp_ulysses_gqa_full_bytes_block(out, r0, m0, a, b, bytes_compute,
 
 
 recompute_cp_ulysses_gqa_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_gqa_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
+    _recompute_cp_ulysses_gqa_full_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"), passed=("inv0",),
     invariants=_recompute_cp_ulysses_gqa_full_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -1715,31 +1243,10 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_gqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2,
-        True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ulysses_gqa_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t))
@@ -1755,9 +1262,7 @@ def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         call = _runtime.Call(
             "recompute_cp_ulysses_gqa_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
-            (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_gqa_selective_bytes_block(*block)
@@ -1792,14 +1297,10 @@ def _recompute_cp_ulysses_gqa_selective_bytes_block(out, r0, m0, a, b, bytes_com
 
 
 recompute_cp_ulysses_gqa_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_gqa_selective_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ulysses_gqa_selective_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_recompute_cp_ulysses_gqa_selective_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_recompute_cp_ulysses_gqa_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -1807,28 +1308,9 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_mqa_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh/t)/cp**2, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ulysses_mqa_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, s, t))
@@ -1844,9 +1326,7 @@ def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t)
         call = _runtime.Call(
             "recompute_cp_ulysses_mqa_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, h, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, h, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_mqa_full_bytes_block(*block)
@@ -1879,14 +1359,10 @@ def _recompute_cp_ulysses_mqa_full_bytes_block(out, r0, m0, a, b, bytes_compute,
 
 
 recompute_cp_ulysses_mqa_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_mqa_full_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
-    passed=("inv0",),
+    _recompute_cp_ulysses_mqa_full_bytes_block, reals=1, masks=1,
+    arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"), passed=("inv0",),
     invariants=_recompute_cp_ulysses_mqa_full_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "s"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "s"), quiet=True,
 )
 
 
@@ -1894,29 +1370,10 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_mqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ulysses_mqa_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, s, t))
@@ -1932,9 +1389,7 @@ def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gat
         call = _runtime.Call(
             "recompute_cp_ulysses_mqa_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t", "inv0", "inv1"),
-            (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, gather, h, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_mqa_selective_bytes_block(*block)
@@ -1969,14 +1424,10 @@ def _recompute_cp_ulysses_mqa_selective_bytes_block(out, r0, m0, a, b, bytes_com
 
 
 recompute_cp_ulysses_mqa_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_mqa_selective_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ulysses_mqa_selective_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_recompute_cp_ulysses_mqa_selective_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "gather", "h", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_recompute_cp_ulysses_mqa_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "gather", "h", "s"), quiet=True,
 )
 
 
@@ -1984,31 +1435,9 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
     """CP bytes a full-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_mla_record_comm_volume_bytes, 0 at cp <= 1).
 
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2,
-        True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#recompute_cp_ulysses_mla_full_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t))
@@ -2025,9 +1454,7 @@ def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, 
         call = _runtime.Call(
             "recompute_cp_ulysses_mla_full_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t", "inv0"),
-            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_mla_full_bytes_block(*block)
@@ -2062,14 +1489,10 @@ def _recompute_cp_ulysses_mla_full_bytes_block(out, r0, m0, a, b, bytes_compute,
 
 
 recompute_cp_ulysses_mla_full_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_mla_full_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ulysses_mla_full_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "n_kv", "s", "t"),
-    passed=("inv0",),
-    invariants=_recompute_cp_ulysses_mla_full_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0",), invariants=_recompute_cp_ulysses_mla_full_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "n_kv", "s"), quiet=True,
 )
 
 
@@ -2077,32 +1500,10 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
     """CP bytes a selective-recompute layer moves again: half the record's comm_volume
     (cp_ulysses_mla_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
 
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh +
-        dhr)/t)/cp**2, True))/2
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#recompute_cp_ulysses_mla_selective_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
     HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t))
@@ -2119,9 +1520,7 @@ def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr
         call = _runtime.Call(
             "recompute_cp_ulysses_mla_selective_bytes",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t", "inv0", "inv1"),
-            (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            (a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t, inv0, inv1), reals=1, masks=1,
         )
         for block in call.blocks():
             _recompute_cp_ulysses_mla_selective_bytes_block(*block)
@@ -2158,12 +1557,8 @@ def _recompute_cp_ulysses_mla_selective_bytes_block(out, r0, m0, a, b, bytes_com
 
 
 recompute_cp_ulysses_mla_selective_bytes.kernel = _runtime.Kernel(
-    _recompute_cp_ulysses_mla_selective_bytes_block,
-    reals=1,
-    masks=1,
+    _recompute_cp_ulysses_mla_selective_bytes_block, reals=1, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "n_kv", "s", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_recompute_cp_ulysses_mla_selective_bytes_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_recompute_cp_ulysses_mla_selective_bytes_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "gather", "h", "n_kv", "s"), quiet=True,
 )

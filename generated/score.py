@@ -5,7 +5,9 @@
 """Evaluators of the score formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -28,24 +30,9 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
     overlapped times (ranks placed there − 1) times devices below over the level's GB/s; not a time
     (§10 item 12).
 
-    Closed form::
-
-        comm_volume*(1 - overlap)*(level_assign_0 - 1)/level_bw_0
-
-    Unit: score.
-
+    Unit: score. Closed form and symbols: ``docs/formulas.md#score_levels1_comm_score``.
     Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
     docs/model.md, 'Level score'
-
-    Args:
-        comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
-            [mixed].
-        level_assign_0: ranks of the scored dimension placed inside one level-0 group [ranks].
-        level_bw_0: bandwidth of hierarchy level 0 [GB/s].
-        overlap: fraction of the scored volume hidden behind compute [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((comm_volume, level_assign_0, level_bw_0, overlap))
@@ -58,9 +45,7 @@ def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap
     call = _runtime.Call(
         "score_levels1_comm_score",
         ("comm_volume", "level_assign_0", "level_bw_0", "overlap", "inv0"),
-        (comm_volume, level_assign_0, level_bw_0, overlap, inv0),
-        reals=1,
-        masks=0,
+        (comm_volume, level_assign_0, level_bw_0, overlap, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _score_levels1_comm_score_block(*block)
@@ -88,14 +73,9 @@ def _score_levels1_comm_score_block(out, r0, comm_volume, level_assign_0, level_
 
 
 score_levels1_comm_score.kernel = _runtime.Kernel(
-    _score_levels1_comm_score_block,
-    reals=1,
-    masks=0,
-    arguments=("comm_volume", "level_assign_0", "level_bw_0", "overlap"),
-    passed=("inv0",),
-    invariants=_score_levels1_comm_score_invariants,
-    widened=("level_bw_0",),
-    quiet=False,
+    _score_levels1_comm_score_block, reals=1, masks=0,
+    arguments=("comm_volume", "level_assign_0", "level_bw_0", "overlap"), passed=("inv0",),
+    invariants=_score_levels1_comm_score_invariants, widened=("level_bw_0",), quiet=False,
 )
 
 
@@ -104,28 +84,9 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
     overlapped times (ranks placed there − 1) times devices below over the level's GB/s; not a time
     (§10 item 12).
 
-    Closed form::
-
-        comm_volume*(1 - overlap)*(level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 -
-        1)/level_bw_0)
-
-    Unit: score.
-
+    Unit: score. Closed form and symbols: ``docs/formulas.md#score_levels2_comm_score``.
     Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
     docs/model.md, 'Level score'
-
-    Args:
-        comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
-            [mixed].
-        level_assign_0: ranks of the scored dimension placed inside one level-0 group [ranks].
-        level_assign_1: ranks of the scored dimension spread over level-1 groups [ranks].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        level_bw_0: bandwidth of hierarchy level 0 [GB/s].
-        level_bw_1: bandwidth of hierarchy level 1 [GB/s].
-        overlap: fraction of the scored volume hidden behind compute [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap))
@@ -139,8 +100,7 @@ def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         "score_levels2_comm_score",
         ("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap", "inv0", "inv1"),
         (comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap, inv0, inv1),
-        reals=2,
-        masks=0,
+        reals=2, masks=0,
     )
     for block in call.blocks():
         _score_levels2_comm_score_block(*block)
@@ -173,14 +133,10 @@ def _score_levels2_comm_score_block(out, r0, r1, comm_volume, level_assign_0, le
 
 
 score_levels2_comm_score.kernel = _runtime.Kernel(
-    _score_levels2_comm_score_block,
-    reals=2,
-    masks=0,
+    _score_levels2_comm_score_block, reals=2, masks=0,
     arguments=("comm_volume", "level_assign_0", "level_assign_1", "level_bound_0", "level_bw_0", "level_bw_1", "overlap"),
-    passed=("inv0", "inv1"),
-    invariants=_score_levels2_comm_score_invariants,
-    widened=("level_bound_0", "level_bw_0", "level_bw_1"),
-    quiet=False,
+    passed=("inv0", "inv1"), invariants=_score_levels2_comm_score_invariants,
+    widened=("level_bound_0", "level_bw_0", "level_bw_1"), quiet=False,
 )
 
 
@@ -189,31 +145,9 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
     overlapped times (ranks placed there − 1) times devices below over the level's GB/s; not a time
     (§10 item 12).
 
-    Closed form::
-
-        comm_volume*(1 - overlap)*(level_bound_0*level_bound_1*(level_assign_2 - 1)/level_bw_2 +
-        level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
-
-    Unit: score.
-
+    Unit: score. Closed form and symbols: ``docs/formulas.md#score_levels3_comm_score``.
     Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
     docs/model.md, 'Level score'
-
-    Args:
-        comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
-            [mixed].
-        level_assign_0: ranks of the scored dimension placed inside one level-0 group [ranks].
-        level_assign_1: ranks of the scored dimension spread over level-1 groups [ranks].
-        level_assign_2: ranks of the scored dimension spread over level-2 groups [ranks].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        level_bound_1: level-0 groups in one level-1 group [groups].
-        level_bw_0: bandwidth of hierarchy level 0 [GB/s].
-        level_bw_1: bandwidth of hierarchy level 1 [GB/s].
-        level_bw_2: bandwidth of hierarchy level 2 [GB/s].
-        overlap: fraction of the scored volume hidden behind compute [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap))
@@ -227,8 +161,7 @@ def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, lev
         "score_levels3_comm_score",
         ("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap", "inv0", "inv1", "inv2"),
         (comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap, inv0, inv1, inv2),
-        reals=2,
-        masks=0,
+        reals=2, masks=0,
     )
     for block in call.blocks():
         _score_levels3_comm_score_block(*block)
@@ -267,12 +200,9 @@ def _score_levels3_comm_score_block(out, r0, r1, comm_volume, level_assign_0, le
 
 
 score_levels3_comm_score.kernel = _runtime.Kernel(
-    _score_levels3_comm_score_block,
-    reals=2,
-    masks=0,
+    _score_levels3_comm_score_block, reals=2, masks=0,
     arguments=("comm_volume", "level_assign_0", "level_assign_1", "level_assign_2", "level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2", "overlap"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_score_levels3_comm_score_invariants,
+    passed=("inv0", "inv1", "inv2"), invariants=_score_levels3_comm_score_invariants,
     widened=("level_bound_0", "level_bound_1", "level_bw_0", "level_bw_1", "level_bw_2"),
     quiet=False,
 )

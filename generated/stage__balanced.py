@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``balanced``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -26,32 +28,9 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
     """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -68,8 +47,7 @@ def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound
             "stage_ep_balanced_layer",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_layer_block(*block)
@@ -112,14 +90,10 @@ def _stage_ep_balanced_layer_block(out, r0, r1, m0, m1, b, bytes_compute, comm_e
 
 
 stage_ep_balanced_layer.kernel = _runtime.Kernel(
-    _stage_ep_balanced_layer_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_layer_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_layer_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_layer_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -127,32 +101,9 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     """EP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -169,8 +120,7 @@ def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             "stage_ep_balanced_full_again",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_full_again_block(*block)
@@ -213,12 +163,8 @@ def _stage_ep_balanced_full_again_block(out, r0, r1, m0, m1, b, bytes_compute, c
 
 
 stage_ep_balanced_full_again.kernel = _runtime.Kernel(
-    _stage_ep_balanced_full_again_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_full_again_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_full_again_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_full_again_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )

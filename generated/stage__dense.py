@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``dense``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -29,33 +31,9 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
     bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -69,8 +47,7 @@ def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_
         "stage_tp_dense_layer",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_layer_block(*block)
@@ -103,12 +80,9 @@ def _stage_tp_dense_layer_block(out, r0, b, comm_t, comm_tp_overlap, cp, h, hff,
 
 
 stage_tp_dense_layer.kernel = _runtime.Kernel(
-    _stage_tp_dense_layer_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_layer_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_layer_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_layer_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -118,34 +92,9 @@ def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h,
     """TP volume that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -159,8 +108,7 @@ def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         "stage_tp_dense_selective_layer",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_layer_block(*block)
@@ -193,12 +141,9 @@ def _stage_tp_dense_selective_layer_block(out, r0, b, comm_t, comm_tp_overlap, c
 
 
 stage_tp_dense_selective_layer.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_layer_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_layer_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_layer_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_layer_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -209,33 +154,9 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
     bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -249,8 +170,7 @@ def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         "stage_tp_dense_full_again",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_full_again_block(*block)
@@ -283,12 +203,9 @@ def _stage_tp_dense_full_again_block(out, r0, b, comm_t, comm_tp_overlap, cp, h,
 
 
 stage_tp_dense_full_again.kernel = _runtime.Kernel(
-    _stage_tp_dense_full_again_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_full_again_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_full_again_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_full_again_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -299,34 +216,9 @@ def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h,
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense)
     or bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(b*h*n_gather*s/4
-        + b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -340,8 +232,7 @@ def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h,
         "stage_tp_dense_selective_again",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_again_block(*block)
@@ -374,12 +265,9 @@ def _stage_tp_dense_selective_again_block(out, r0, b, comm_t, comm_tp_overlap, c
 
 
 stage_tp_dense_selective_again.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_again_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_again_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_again_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_again_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``fsdp``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,39 +29,9 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
     """DP volume that the output layer's table adds to its pipeline stage per micro-batch, converted
     as _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad +
-        bytes_p*(reshards + (1 - reshards)/m))*(h*v + v)*(Max(1, shard_p_os_non_exp_partial/t) -
-        1)/(t*Max(1, shard_p_os_non_exp_partial/t)))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -78,8 +50,7 @@ def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, r
             "stage_dp_fsdp_output",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
             (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_output_block(*block)
@@ -140,12 +111,9 @@ def _stage_dp_fsdp_output_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, bytes_p
 
 
 stage_dp_fsdp_output.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_output_block,
-    reals=5,
-    masks=1,
+    _stage_dp_fsdp_output_block, reals=5, masks=1,
     arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_dp_fsdp_output_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_dp_fsdp_output_invariants,
     widened=("bytes_grad", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
     quiet=True,
 )
@@ -155,34 +123,9 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
     """DP volume that the output layer's table adds to its pipeline stage per micro-batch, before
     _stage_comm_time converts it.
 
-    Closed form::
-
-        bytes_grad*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(h*v + v)*(Max(1,
-        shard_p_os_non_exp_partial/t) - 1)/(t*Max(1, shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#stage_dp_unconverted_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
@@ -201,8 +144,7 @@ def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshar
             "stage_dp_unconverted_fsdp_output",
             ("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1", "inv2", "inv3"),
             (bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1, inv2, inv3),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _stage_dp_unconverted_fsdp_output_block(*block)
@@ -262,14 +204,11 @@ def _stage_dp_unconverted_fsdp_output_block(out, r0, r1, r2, r3, r4, m0, bytes_g
 
 
 stage_dp_unconverted_fsdp_output.kernel = _runtime.Kernel(
-    _stage_dp_unconverted_fsdp_output_block,
-    reals=5,
-    masks=1,
+    _stage_dp_unconverted_fsdp_output_block, reals=5, masks=1,
     arguments=("bytes_grad", "bytes_p", "cp", "d", "h", "m", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
     passed=("inv0", "inv1", "inv2", "inv3"),
     invariants=_stage_dp_unconverted_fsdp_output_invariants,
-    widened=("bytes_grad", "h", "reshards", "shard_spans_cp", "v"),
-    quiet=True,
+    widened=("bytes_grad", "h", "reshards", "shard_spans_cp", "v"), quiet=True,
 )
 
 
@@ -277,30 +216,9 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
     """FSDP all-reduce bytes that the output layer's table adds to its pipeline stage per
     micro-batch, the part of the FSDP traffic copies of a shard spend all-reducing it.
 
-    Closed form::
-
-        bytes_grad*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#stage_dp_reduced_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v))
@@ -318,8 +236,7 @@ def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_
             "stage_dp_reduced_fsdp_output",
             ("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v", "inv0", "inv1"),
             (bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_dp_reduced_fsdp_output_block(*block)
@@ -365,12 +282,8 @@ def _stage_dp_reduced_fsdp_output_block(out, r0, r1, r2, m0, bytes_grad, cp, d, 
 
 
 stage_dp_reduced_fsdp_output.kernel = _runtime.Kernel(
-    _stage_dp_reduced_fsdp_output_block,
-    reals=3,
-    masks=1,
+    _stage_dp_reduced_fsdp_output_block, reals=3, masks=1,
     arguments=("bytes_grad", "cp", "d", "h", "m", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_reduced_fsdp_output_invariants,
-    widened=("bytes_grad", "h", "shard_spans_cp", "v"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_dp_reduced_fsdp_output_invariants,
+    widened=("bytes_grad", "h", "shard_spans_cp", "v"), quiet=True,
 )

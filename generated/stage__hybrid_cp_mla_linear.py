@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``hybrid_cp_mla_linear``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,29 +29,9 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_cp_hybrid_cp_mla_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -66,8 +48,7 @@ def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_fa
             "stage_cp_hybrid_cp_mla_linear_layer",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mla_linear_layer_block(*block)
@@ -102,14 +83,10 @@ def _stage_cp_hybrid_cp_mla_linear_layer_block(out, r0, m0, a, cp, dh, h, level_
 
 
 stage_cp_hybrid_cp_mla_linear_layer.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mla_linear_layer_block,
-    reals=1,
-    masks=1,
+    _stage_cp_hybrid_cp_mla_linear_layer_block, reals=1, masks=1,
     arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_hybrid_cp_mla_linear_layer_invariants,
-    widened=("a", "dh", "h", "level_bound_0"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_hybrid_cp_mla_linear_layer_invariants,
+    widened=("a", "dh", "h", "level_bound_0"), quiet=True,
 )
 
 
@@ -117,29 +94,10 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mla_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -156,8 +114,7 @@ def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, sco
             "stage_cp_hybrid_cp_mla_linear_full_again",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mla_linear_full_again_block(*block)
@@ -194,14 +151,11 @@ def _stage_cp_hybrid_cp_mla_linear_full_again_block(out, r0, m0, a, cp, dh, h, l
 
 
 stage_cp_hybrid_cp_mla_linear_full_again.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mla_linear_full_again_block,
-    reals=1,
-    masks=1,
+    _stage_cp_hybrid_cp_mla_linear_full_again_block, reals=1, masks=1,
     arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mla_linear_full_again_invariants,
-    widened=("a", "dh", "h", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "dh", "h", "level_bound_0", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -209,30 +163,10 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mla_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -249,8 +183,7 @@ def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level
             "stage_cp_hybrid_cp_mla_linear_selective_again",
             ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mla_linear_selective_again_block(*block)
@@ -287,12 +220,9 @@ def _stage_cp_hybrid_cp_mla_linear_selective_again_block(out, r0, m0, a, cp, dh,
 
 
 stage_cp_hybrid_cp_mla_linear_selective_again.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mla_linear_selective_again_block,
-    reals=1,
-    masks=1,
+    _stage_cp_hybrid_cp_mla_linear_selective_again_block, reals=1, masks=1,
     arguments=("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mla_linear_selective_again_invariants,
-    widened=("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``hybrid_cp_mqa_softmax``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,30 +29,9 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -67,8 +48,7 @@ def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_boun
             "stage_cp_hybrid_cp_mqa_softmax_layer",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_layer_block(*block)
@@ -108,14 +88,10 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer_block(out, r0, r1, m0, b, bytes_comput
 
 
 stage_cp_hybrid_cp_mqa_softmax_layer.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_layer_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_layer_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_hybrid_cp_mqa_softmax_layer_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_hybrid_cp_mqa_softmax_layer_invariants,
+    widened=("bytes_compute", "dh", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -123,30 +99,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -163,8 +119,7 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level
             "stage_cp_hybrid_cp_mqa_softmax_full_again",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_full_again_block(*block)
@@ -206,14 +161,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again_block(out, r0, r1, m0, b, bytes_c
 
 
 stage_cp_hybrid_cp_mqa_softmax_full_again.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_full_again_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_full_again_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_full_again_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -221,31 +173,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -262,8 +193,7 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, 
             "stage_cp_hybrid_cp_mqa_softmax_selective_again",
             ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_selective_again_block(*block)
@@ -305,12 +235,9 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again_block(out, r0, r1, m0, b, by
 
 
 stage_cp_hybrid_cp_mqa_softmax_selective_again.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_selective_again_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_selective_again_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_selective_again_invariants,
-    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``mla_q_direct_dense_fsdp``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -28,62 +30,10 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
     without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_direct_dense_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 70 (SymPy count_ops of the CSE form below); NumPy calls per block: 28.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
@@ -104,8 +54,7 @@ def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_ov
             "stage_dp_mla_q_direct_dense_fsdp_layer",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_direct_dense_fsdp_layer_block(*block)
@@ -172,9 +121,7 @@ def _stage_dp_mla_q_direct_dense_fsdp_layer_block(out, r0, r1, r2, r3, r4, m0, a
 
 
 stage_dp_mla_q_direct_dense_fsdp_layer.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_direct_dense_fsdp_layer_block,
-    reals=5,
-    masks=1,
+    _stage_dp_mla_q_direct_dense_fsdp_layer_block, reals=5, masks=1,
     arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_stage_dp_mla_q_direct_dense_fsdp_layer_invariants,
@@ -187,57 +134,10 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
 
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*Max(1,
-        shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_unconverted_mla_q_direct_dense_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t))
@@ -258,8 +158,7 @@ def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p
             "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
             ("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1, inv2, inv3, inv4),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_block(*block)
@@ -325,9 +224,7 @@ def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_block(out, r0, r1, r2, r
 
 
 stage_dp_unconverted_mla_q_direct_dense_fsdp_layer.kernel = _runtime.Kernel(
-    _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_block,
-    reals=5,
-    masks=1,
+    _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_block, reals=5, masks=1,
     arguments=("a", "bytes_grad", "bytes_p", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_invariants,
@@ -341,48 +238,10 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
     its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
     all-reducing it.
 
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_reduced_mla_q_direct_dense_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 19.
     xp = _runtime.namespace((a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t))
@@ -402,8 +261,7 @@ def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_k
             "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
             ("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t", "inv0", "inv1"),
             (a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_block(*block)
@@ -453,12 +311,9 @@ def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_block(out, r0, r1, r2, m0, a
 
 
 stage_dp_reduced_mla_q_direct_dense_fsdp_layer.kernel = _runtime.Kernel(
-    _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_block,
-    reals=3,
-    masks=1,
+    _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_block, reals=3, masks=1,
     arguments=("a", "bytes_grad", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_non_exp_partial", "shard_spans_cp", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_reduced_mla_q_direct_dense_fsdp_layer_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_reduced_mla_q_direct_dense_fsdp_layer_invariants,
     widened=("a", "bytes_grad", "dc_kv", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_spans_cp"),
     quiet=True,
 )

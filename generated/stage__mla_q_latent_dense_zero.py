@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``mla_q_latent_dense_zero``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,82 +29,10 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
     without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) +
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) +
-        2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_latent_dense_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
@@ -132,8 +62,7 @@ def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_
             "stage_dp_mla_q_latent_dense_zero_layer",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
             (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_latent_dense_zero_layer_block(*block)
@@ -197,12 +126,9 @@ def _stage_dp_mla_q_latent_dense_zero_layer_block(out, r0, r1, r2, m0, a, comm_d
 
 
 stage_dp_mla_q_latent_dense_zero_layer.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_latent_dense_zero_layer_block,
-    reals=3,
-    masks=1,
+    _stage_dp_mla_q_latent_dense_zero_layer_block, reals=3, masks=1,
     arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_mla_q_latent_dense_zero_layer_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_mla_q_latent_dense_zero_layer_invariants,
     widened=("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"),
     quiet=True,
 )
@@ -212,78 +138,10 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
 
-    Closed form::
-
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t, Eq(zero3_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) +
-        2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1)
-        & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t +
-        (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1)
-        & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) +
-        a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t
-        + (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) +
-        2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1)), (0, True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_unconverted_mla_q_latent_dense_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 11.
     xp = _runtime.namespace((a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp))
@@ -313,8 +171,7 @@ def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh
             "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
             ("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp", "inv0"),
             (a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp, inv0),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block(*block)
@@ -374,12 +231,9 @@ def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block(out, r0, r1, r2, m
 
 
 stage_dp_unconverted_mla_q_latent_dense_zero_layer.kernel = _runtime.Kernel(
-    _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block,
-    reals=3,
-    masks=1,
+    _stage_dp_unconverted_mla_q_latent_dense_zero_layer_block, reals=3, masks=1,
     arguments=("a", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0",),
-    invariants=_stage_dp_unconverted_mla_q_latent_dense_zero_layer_invariants,
+    passed=("inv0",), invariants=_stage_dp_unconverted_mla_q_latent_dense_zero_layer_invariants,
     widened=("a", "dc_kv", "dc_q", "dh", "dhr", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim"),
     quiet=True,
 )

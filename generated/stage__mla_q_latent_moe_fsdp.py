@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``mla_q_latent_moe_fsdp``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -28,84 +30,9 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
     without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)))/(t*Max(1, shard_p_os_non_exp_partial/t)) + n_exp*(bytes_grad +
-        bytes_p*(2*reshards + (1 - reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp)))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_dp_mla_q_latent_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 120 (SymPy count_ops of the CSE form below); NumPy calls per block: 75.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
@@ -139,8 +66,7 @@ def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_over
             "stage_dp_mla_q_latent_moe_fsdp_layer",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
             (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4, inv5),
-            reals=14,
-            masks=1,
+            reals=14, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_latent_moe_fsdp_layer_block(*block)
@@ -272,9 +198,7 @@ def _stage_dp_mla_q_latent_moe_fsdp_layer_block(out, r0, r1, r2, r3, r4, r5, r6,
 
 
 stage_dp_mla_q_latent_moe_fsdp_layer.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_latent_moe_fsdp_layer_block,
-    reals=14,
-    masks=1,
+    _stage_dp_mla_q_latent_moe_fsdp_layer_block, reals=14, masks=1,
     arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
     passed=("inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4", "inv5"),
     invariants=_stage_dp_mla_q_latent_moe_fsdp_layer_invariants,
@@ -287,79 +211,10 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
 
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)))/(t*Max(1, shard_p_os_non_exp_partial/t)) + n_exp*(bytes_grad +
-        bytes_p*(2*reshards + (1 - reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_unconverted_mla_q_latent_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 116 (SymPy count_ops of the CSE form below); NumPy calls per block: 73.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
@@ -393,8 +248,7 @@ def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, 
             "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
             ("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
             (a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, inv0, inv1, tmp5, tmp6, inv2, inv3, inv4),
-            reals=14,
-            masks=1,
+            reals=14, masks=1,
         )
         for block in call.blocks():
             _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block(*block)
@@ -521,9 +375,7 @@ def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block(out, r0, r1, r2, r3,
 
 
 stage_dp_unconverted_mla_q_latent_moe_fsdp_layer.kernel = _runtime.Kernel(
-    _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block,
-    reals=14,
-    masks=1,
+    _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_block, reals=14, masks=1,
     arguments=("a", "bytes_grad", "bytes_p", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
     passed=("inv0", "inv1", "tmp5", "tmp6", "inv2", "inv3", "inv4"),
     invariants=_stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_invariants,
@@ -537,65 +389,10 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
     its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
     all-reducing it.
 
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_reduced_mla_q_latent_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 97 (SymPy count_ops of the CSE form below); NumPy calls per block: 52.
     xp = _runtime.namespace((a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp))
@@ -620,8 +417,7 @@ def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp,
             "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
             ("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp", "tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
             (a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp, tmp3, tmp4, inv0, inv1, inv2, inv3),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block(*block)
@@ -719,9 +515,7 @@ def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block(out, r0, r1, r2, r3, r4,
 
 
 stage_dp_reduced_mla_q_latent_moe_fsdp_layer.kernel = _runtime.Kernel(
-    _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block,
-    reals=6,
-    masks=1,
+    _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_block, reals=6, masks=1,
     arguments=("a", "bytes_grad", "cp", "d", "d_exp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "t", "t_exp"),
     passed=("tmp3", "tmp4", "inv0", "inv1", "inv2", "inv3"),
     invariants=_stage_dp_reduced_mla_q_latent_moe_fsdp_layer_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``moe``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -29,39 +31,9 @@ def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
     bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -75,8 +47,7 @@ def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff
         "stage_tp_moe_layer",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_layer_block(*block)
@@ -118,12 +89,9 @@ def _stage_tp_moe_layer_block(out, r0, bytes_compute, comm_t, comm_tp_overlap, c
 
 
 stage_tp_moe_layer.kernel = _runtime.Kernel(
-    _stage_tp_moe_layer_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_layer_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_tp_moe_layer_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_tp_moe_layer_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -133,40 +101,9 @@ def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
     """TP volume that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*gather*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -180,8 +117,7 @@ def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         "stage_tp_moe_selective_layer",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_selective_layer_block(*block)
@@ -223,12 +159,9 @@ def _stage_tp_moe_selective_layer_block(out, r0, bytes_compute, comm_t, comm_tp_
 
 
 stage_tp_moe_selective_layer.kernel = _runtime.Kernel(
-    _stage_tp_moe_selective_layer_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_selective_layer_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_tp_moe_selective_layer_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_tp_moe_selective_layer_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -239,39 +172,9 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
     bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -285,8 +188,7 @@ def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h
         "stage_tp_moe_full_again",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_full_again_block(*block)
@@ -328,12 +230,9 @@ def _stage_tp_moe_full_again_block(out, r0, bytes_compute, comm_t, comm_tp_overl
 
 
 stage_tp_moe_full_again.kernel = _runtime.Kernel(
-    _stage_tp_moe_full_again_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_full_again_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_tp_moe_full_again_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_tp_moe_full_again_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -344,40 +243,9 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense)
     or bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 -
-        gather)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -391,8 +259,7 @@ def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, 
         "stage_tp_moe_selective_again",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_selective_again_block(*block)
@@ -434,12 +301,9 @@ def _stage_tp_moe_selective_again_block(out, r0, bytes_compute, comm_t, comm_tp_
 
 
 stage_tp_moe_selective_again.kernel = _runtime.Kernel(
-    _stage_tp_moe_selective_again_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_selective_again_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_tp_moe_selective_again_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_tp_moe_selective_again_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )

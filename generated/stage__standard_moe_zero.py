@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``standard_moe_zero``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,94 +29,9 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
     pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
     without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise(((attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4)/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0,
-        True)) + Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp
-        + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 +
-        n_attMM*(a*dh*h*(attn_output_gate + 1) + a*dh*qkv_bias*(attn_output_gate + 1))/4)/t +
-        (attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate +
-        1) + a*dh*qkv_bias*(attn_output_gate + 1))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/t + (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)),
-        (0, True)) + Piecewise((0, Eq(zero2_exp, 1) & ITE(Ne(n_shared_exp, 0),
-        Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0,
-        Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)),
-        ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero3_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols: ``docs/formulas.md#stage_dp_standard_moe_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 91 (SymPy count_ops of the CSE form below); NumPy calls per block: 50.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
@@ -153,8 +70,7 @@ def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_
             "stage_dp_standard_moe_zero_layer",
             ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2", "inv3"),
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2, inv3),
-            reals=8,
-            masks=5,
+            reals=8, masks=5,
         )
         for block in call.blocks():
             _stage_dp_standard_moe_zero_layer_block(*block)
@@ -273,9 +189,7 @@ def _stage_dp_standard_moe_zero_layer_block(out, r0, r1, r2, r3, r4, r5, r6, r7,
 
 
 stage_dp_standard_moe_zero_layer.kernel = _runtime.Kernel(
-    _stage_dp_standard_moe_zero_layer_block,
-    reals=8,
-    masks=5,
+    _stage_dp_standard_moe_zero_layer_block, reals=8, masks=5,
     arguments=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
     passed=("inv0", "tmp13", "tmp14", "inv1", "inv2", "inv3"),
     invariants=_stage_dp_standard_moe_zero_layer_invariants,
@@ -288,90 +202,10 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
     """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
     pipeline stage per micro-batch, before _stage_comm_time converts it.
 
-    Closed form::
-
-        Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 +
-        n_attMM*(a*dh*h*(attn_output_gate + 1) + a*dh*qkv_bias*(attn_output_gate + 1))/4)/t,
-        Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        + n_attMM*(h**2 + h*o_bias)/4 + n_attMM*(h**2*(attn_output_gate + 1) +
-        h*qkv_bias*(attn_output_gate + 1))/4 + n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 +
-        2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4)/t + (attn_extra_p + 2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv
-        + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/t + (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)),
-        (0, True)) + Piecewise((0, Eq(zero2_exp, 1) & ITE(Ne(n_shared_exp, 0),
-        Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0,
-        Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)),
-        ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero3_exp, 1)), (0, True))
-
-    Unit: params.
-
+    Unit: params. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_unconverted_standard_moe_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 87 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp))
@@ -410,8 +244,7 @@ def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output
             "stage_dp_unconverted_standard_moe_zero_layer",
             ("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp", "inv0", "tmp13", "tmp14", "inv1", "inv2"),
             (a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp, inv0, tmp13, tmp14, inv1, inv2),
-            reals=8,
-            masks=5,
+            reals=8, masks=5,
         )
         for block in call.blocks():
             _stage_dp_unconverted_standard_moe_zero_layer_block(*block)
@@ -526,9 +359,7 @@ def _stage_dp_unconverted_standard_moe_zero_layer_block(out, r0, r1, r2, r3, r4,
 
 
 stage_dp_unconverted_standard_moe_zero_layer.kernel = _runtime.Kernel(
-    _stage_dp_unconverted_standard_moe_zero_layer_block,
-    reals=8,
-    masks=5,
+    _stage_dp_unconverted_standard_moe_zero_layer_block, reals=8, masks=5,
     arguments=("a", "attn_extra_p", "attn_output_gate", "cp", "dh", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "shared_expert_gate", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "zero3_non_exp"),
     passed=("inv0", "tmp13", "tmp14", "inv1", "inv2"),
     invariants=_stage_dp_unconverted_standard_moe_zero_layer_invariants,

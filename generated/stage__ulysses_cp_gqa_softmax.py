@@ -5,7 +5,9 @@
 """Evaluators of the stage formulas of variant ``ulysses_cp_gqa_softmax``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,34 +29,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
     """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -71,8 +49,7 @@ def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, lev
             "stage_cp_ulysses_cp_gqa_softmax_layer",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_layer_block(*block)
@@ -113,14 +90,10 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer_block(out, r0, r1, m0, a, b, bytes_co
 
 
 stage_cp_ulysses_cp_gqa_softmax_layer.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_layer_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_layer_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_gqa_softmax_layer_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_gqa_softmax_layer_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -128,34 +101,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
     """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -172,8 +121,7 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h
             "stage_cp_ulysses_cp_gqa_softmax_full_again",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_full_again_block(*block)
@@ -216,9 +164,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again_block(out, r0, r1, m0, a, b, byt
 
 
 stage_cp_ulysses_cp_gqa_softmax_full_again.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_full_again_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_full_again_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_full_again_invariants,
@@ -231,36 +177,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
     """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
+    Unit: mixed. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -277,8 +197,7 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, 
             "stage_cp_ulysses_cp_gqa_softmax_selective_again",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_selective_again_block(*block)
@@ -321,9 +240,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again_block(out, r0, r1, m0, a, b
 
 
 stage_cp_ulysses_cp_gqa_softmax_selective_again.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_selective_again_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_selective_again_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_selective_again_invariants,

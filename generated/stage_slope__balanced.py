@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``balanced``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -33,32 +35,9 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (-2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp**2*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -75,8 +54,7 @@ def stage_ep_balanced_layer__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, level
             "stage_ep_balanced_layer__d_cp",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_layer__d_cp_block(*block)
@@ -120,14 +98,10 @@ def _stage_ep_balanced_layer__d_cp_block(out, r0, r1, m0, m1, b, bytes_compute, 
 
 
 stage_ep_balanced_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_ep_balanced_layer__d_cp_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_layer__d_cp_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_layer__d_cp_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_layer__d_cp_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -136,33 +110,9 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s/(cp*ep) -
-        2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep**2), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -179,8 +129,7 @@ def stage_ep_balanced_layer__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, level
             "stage_ep_balanced_layer__d_ep",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_layer__d_ep_block(*block)
@@ -225,14 +174,10 @@ def _stage_ep_balanced_layer__d_ep_block(out, r0, r1, m0, m1, b, bytes_compute, 
 
 
 stage_ep_balanced_layer__d_ep.kernel = _runtime.Kernel(
-    _stage_ep_balanced_layer__d_ep_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_layer__d_ep_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_layer__d_ep_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_layer__d_ep_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -241,31 +186,9 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -282,8 +205,7 @@ def stage_ep_balanced_layer__d_b(*, bytes_compute, comm_ep, cp, ep, h, level_bou
             "stage_ep_balanced_layer__d_b",
             ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_layer__d_b_block(*block)
@@ -325,14 +247,10 @@ def _stage_ep_balanced_layer__d_b_block(out, r0, r1, m0, m1, bytes_compute, comm
 
 
 stage_ep_balanced_layer__d_b.kernel = _runtime.Kernel(
-    _stage_ep_balanced_layer__d_b_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_layer__d_b_block, reals=2, masks=2,
     arguments=("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_layer__d_b_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_layer__d_b_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -341,31 +259,9 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
@@ -382,8 +278,7 @@ def stage_ep_balanced_layer__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, level_
             "stage_ep_balanced_layer__d_s",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_layer__d_s_block(*block)
@@ -426,14 +321,10 @@ def _stage_ep_balanced_layer__d_s_block(out, r0, r1, m0, m1, b, bytes_compute, c
 
 
 stage_ep_balanced_layer__d_s.kernel = _runtime.Kernel(
-    _stage_ep_balanced_layer__d_s_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_layer__d_s_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_layer__d_s_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_layer__d_s_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), quiet=True,
 )
 
 
@@ -442,32 +333,9 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (-2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp**2*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 16.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -484,8 +352,7 @@ def stage_ep_balanced_full_again__d_cp(*, b, bytes_compute, comm_ep, cp, ep, h, 
             "stage_ep_balanced_full_again__d_cp",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_full_again__d_cp_block(*block)
@@ -529,14 +396,10 @@ def _stage_ep_balanced_full_again__d_cp_block(out, r0, r1, m0, m1, b, bytes_comp
 
 
 stage_ep_balanced_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_ep_balanced_full_again__d_cp_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_full_again__d_cp_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_full_again__d_cp_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_full_again__d_cp_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -545,33 +408,9 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s/(cp*ep) -
-        2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep**2), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -588,8 +427,7 @@ def stage_ep_balanced_full_again__d_ep(*, b, bytes_compute, comm_ep, cp, ep, h, 
             "stage_ep_balanced_full_again__d_ep",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_full_again__d_ep_block(*block)
@@ -634,14 +472,10 @@ def _stage_ep_balanced_full_again__d_ep_block(out, r0, r1, m0, m1, b, bytes_comp
 
 
 stage_ep_balanced_full_again__d_ep.kernel = _runtime.Kernel(
-    _stage_ep_balanced_full_again__d_ep_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_full_again__d_ep_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_full_again__d_ep_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_full_again__d_ep_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -650,31 +484,9 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale))
@@ -691,8 +503,7 @@ def stage_ep_balanced_full_again__d_b(*, bytes_compute, comm_ep, cp, ep, h, leve
             "stage_ep_balanced_full_again__d_b",
             ("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale", "inv0", "inv1"),
             (bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_full_again__d_b_block(*block)
@@ -734,14 +545,10 @@ def _stage_ep_balanced_full_again__d_b_block(out, r0, r1, m0, m1, bytes_compute,
 
 
 stage_ep_balanced_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_ep_balanced_full_again__d_b_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_full_again__d_b_block, reals=2, masks=2,
     arguments=("bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "s", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_full_again__d_b_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_full_again__d_b_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp", "s"), quiet=True,
 )
 
 
@@ -750,31 +557,9 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_ep_balanced_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale))
@@ -791,8 +576,7 @@ def stage_ep_balanced_full_again__d_s(*, b, bytes_compute, comm_ep, cp, ep, h, l
             "stage_ep_balanced_full_again__d_s",
             ("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale", "inv0", "inv1"),
             (b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, stage_cost_scale, inv0, inv1),
-            reals=2,
-            masks=2,
+            reals=2, masks=2,
         )
         for block in call.blocks():
             _stage_ep_balanced_full_again__d_s_block(*block)
@@ -835,12 +619,8 @@ def _stage_ep_balanced_full_again__d_s_block(out, r0, r1, m0, m1, b, bytes_compu
 
 
 stage_ep_balanced_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_ep_balanced_full_again__d_s_block,
-    reals=2,
-    masks=2,
+    _stage_ep_balanced_full_again__d_s_block, reals=2, masks=2,
     arguments=("b", "bytes_compute", "comm_ep", "cp", "ep", "h", "level_bound_0", "n_chosen_exp", "stage_cost_scale"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_ep_balanced_full_again__d_s_invariants,
-    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_ep_balanced_full_again__d_s_invariants,
+    widened=("bytes_compute", "h", "level_bound_0", "n_chosen_exp"), quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``colossalai_cp_gqa_linear``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -28,29 +30,10 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (-8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -67,8 +50,7 @@ def stage_cp_colossalai_cp_gqa_linear_layer__d_t(*, a, cp, dh, h, level_bound_0,
             "stage_cp_colossalai_cp_gqa_linear_layer__d_t",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_linear_layer__d_t_block(*block)
@@ -104,14 +86,10 @@ def _stage_cp_colossalai_cp_gqa_linear_layer__d_t_block(out, r0, m0, a, cp, dh, 
 
 
 stage_cp_colossalai_cp_gqa_linear_layer__d_t.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_linear_layer__d_t_block,
-    reals=1,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_linear_layer__d_t_block, reals=1, masks=1,
     arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_colossalai_cp_gqa_linear_layer__d_t_invariants,
-    widened=("a", "dh", "h", "level_bound_0"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_colossalai_cp_gqa_linear_layer__d_t_invariants,
+    widened=("a", "dh", "h", "level_bound_0"), quiet=True,
 )
 
 
@@ -120,29 +98,10 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
     held): cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (-8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -159,8 +118,7 @@ def stage_cp_colossalai_cp_gqa_linear_full_again__d_t(*, a, cp, dh, h, level_bou
             "stage_cp_colossalai_cp_gqa_linear_full_again__d_t",
             ("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_linear_full_again__d_t_block(*block)
@@ -198,14 +156,11 @@ def _stage_cp_colossalai_cp_gqa_linear_full_again__d_t_block(out, r0, m0, a, cp,
 
 
 stage_cp_colossalai_cp_gqa_linear_full_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_linear_full_again__d_t_block,
-    reals=1,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_linear_full_again__d_t_block, reals=1, masks=1,
     arguments=("a", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_linear_full_again__d_t_invariants,
-    widened=("a", "dh", "h", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "dh", "h", "level_bound_0", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -214,31 +169,10 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (-8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -255,8 +189,7 @@ def stage_cp_colossalai_cp_gqa_linear_selective_again__d_t(*, a, cp, dh, gather,
             "stage_cp_colossalai_cp_gqa_linear_selective_again__d_t",
             ("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_linear_selective_again__d_t_block(*block)
@@ -294,12 +227,9 @@ def _stage_cp_colossalai_cp_gqa_linear_selective_again__d_t_block(out, r0, m0, a
 
 
 stage_cp_colossalai_cp_gqa_linear_selective_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_linear_selective_again__d_t_block,
-    reals=1,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_linear_selective_again__d_t_block, reals=1, masks=1,
     arguments=("a", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_linear_selective_again__d_t_invariants,
-    widened=("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "dh", "gather", "h", "level_bound_0", "stage_cost_scale"), quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``colossalai_cp_gqa_softmax``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -37,33 +39,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (-4*b*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t**2), True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -80,8 +59,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block(*block)
@@ -122,14 +100,10 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block(out, r0, r1, m0, a, b, 
 
 
 stage_cp_colossalai_cp_gqa_softmax_layer__d_t.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_t_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -138,34 +112,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
     cP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
     stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t) -
-        4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp**2*t),
-        True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -182,8 +132,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, d
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block(*block)
@@ -225,14 +174,10 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block(out, r0, r1, m0, a, b,
 
 
 stage_cp_colossalai_cp_gqa_softmax_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -241,32 +186,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -283,8 +206,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, l
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block(*block)
@@ -323,14 +245,10 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block(out, r0, r1, m0, a, byt
 
 
 stage_cp_colossalai_cp_gqa_softmax_layer__d_b.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -339,32 +257,10 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -381,8 +277,7 @@ def stage_cp_colossalai_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh
             "stage_cp_colossalai_cp_gqa_softmax_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block(*block)
@@ -422,14 +317,10 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block(out, r0, r1, m0, a, b, 
 
 
 stage_cp_colossalai_cp_gqa_softmax_layer__d_s.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_layer__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_colossalai_cp_gqa_softmax_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv"), quiet=True,
 )
 
 
@@ -438,33 +329,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
     held): cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (-4*b*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t**2), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -481,8 +349,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, c
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block(*block)
@@ -525,9 +392,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block(out, r0, r1, m0, a
 
 
 stage_cp_colossalai_cp_gqa_softmax_full_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_t_invariants,
@@ -541,34 +406,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
     held): cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t) -
-        4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp**2*t),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -585,8 +426,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, 
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block(*block)
@@ -630,9 +470,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block(out, r0, r1, m0, 
 
 
 stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_cp_invariants,
@@ -646,32 +484,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
     held): cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -688,8 +504,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, 
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block(*block)
@@ -730,9 +545,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block(out, r0, r1, m0, a
 
 
 stage_cp_colossalai_cp_gqa_softmax_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_b_invariants,
@@ -746,32 +559,10 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
     held): cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to
     its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -788,8 +579,7 @@ def stage_cp_colossalai_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, c
             "stage_cp_colossalai_cp_gqa_softmax_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block(*block)
@@ -831,14 +621,11 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block(out, r0, r1, m0, a
 
 
 stage_cp_colossalai_cp_gqa_softmax_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_full_again__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "level_bound_0", "n_kv", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -847,34 +634,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (-4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t**2),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -891,8 +654,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compu
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block(*block)
@@ -935,9 +697,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block(out, r0, r1, 
 
 
 stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_t_invariants,
@@ -951,35 +711,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
     fields held): cP bytes that what one selectively recomputed layer adds again (the with_recomp
     sum) adds to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t) -
-        4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp**2*t),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -996,8 +731,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_comp
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block(*block)
@@ -1041,9 +775,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block(out, r0, r1,
 
 
 stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_cp_invariants,
@@ -1057,33 +789,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -1100,8 +809,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute,
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block(*block)
@@ -1142,9 +850,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block(out, r0, r1, 
 
 
 stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_b_invariants,
@@ -1158,33 +864,10 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_colossalai_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -1201,8 +884,7 @@ def stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compu
             "stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block(*block)
@@ -1244,9 +926,7 @@ def _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block(out, r0, r1, 
 
 
 stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_colossalai_cp_gqa_softmax_selective_again__d_s_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``dense``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -37,33 +39,9 @@ def stage_tp_dense_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -77,8 +55,7 @@ def stage_tp_dense_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_
         "stage_tp_dense_layer__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_layer__d_cp_block(*block)
@@ -112,12 +89,9 @@ def _stage_tp_dense_layer__d_cp_block(out, r0, b, comm_t, comm_tp_overlap, cp, h
 
 
 stage_tp_dense_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_dense_layer__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_layer__d_cp_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_layer__d_cp_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_layer__d_cp_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -128,32 +102,9 @@ def stage_tp_dense_layer__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_boun
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_gather*s/4 +
-        hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -167,8 +118,7 @@ def stage_tp_dense_layer__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level_boun
         "stage_tp_dense_layer__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_layer__d_b_block(*block)
@@ -200,12 +150,9 @@ def _stage_tp_dense_layer__d_b_block(out, r0, comm_t, comm_tp_overlap, cp, h, hf
 
 
 stage_tp_dense_layer__d_b.kernel = _runtime.Kernel(
-    _stage_tp_dense_layer__d_b_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_layer__d_b_block, reals=1, masks=0,
     arguments=("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_layer__d_b_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_layer__d_b_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -216,32 +163,9 @@ def stage_tp_dense_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather/4 +
-        b*hff*n_gather/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -255,8 +179,7 @@ def stage_tp_dense_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_b
         "stage_tp_dense_layer__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_layer__d_s_block(*block)
@@ -289,12 +212,9 @@ def _stage_tp_dense_layer__d_s_block(out, r0, b, comm_t, comm_tp_overlap, cp, h,
 
 
 stage_tp_dense_layer__d_s.kernel = _runtime.Kernel(
-    _stage_tp_dense_layer__d_s_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_layer__d_s_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_layer__d_s_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_layer__d_s_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -305,34 +225,9 @@ def stage_tp_dense_selective_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
     that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per micro-batch,
     converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -comm_t*gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -346,8 +241,7 @@ def stage_tp_dense_selective_layer__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         "stage_tp_dense_selective_layer__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_layer__d_cp_block(*block)
@@ -381,12 +275,9 @@ def _stage_tp_dense_selective_layer__d_cp_block(out, r0, b, comm_t, comm_tp_over
 
 
 stage_tp_dense_selective_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_layer__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_layer__d_cp_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_layer__d_cp_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_layer__d_cp_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -397,33 +288,9 @@ def stage_tp_dense_selective_layer__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
     that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per micro-batch,
     converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_gather*s/4 +
-        hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -437,8 +304,7 @@ def stage_tp_dense_selective_layer__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         "stage_tp_dense_selective_layer__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_layer__d_b_block(*block)
@@ -470,12 +336,9 @@ def _stage_tp_dense_selective_layer__d_b_block(out, r0, comm_t, comm_tp_overlap,
 
 
 stage_tp_dense_selective_layer__d_b.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_layer__d_b_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_layer__d_b_block, reals=1, masks=0,
     arguments=("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_layer__d_b_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_layer__d_b_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -486,33 +349,9 @@ def stage_tp_dense_selective_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
     that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per micro-batch,
     converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather/4 +
-        b*hff*n_gather/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -526,8 +365,7 @@ def stage_tp_dense_selective_layer__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         "stage_tp_dense_selective_layer__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_layer__d_s_block(*block)
@@ -560,12 +398,9 @@ def _stage_tp_dense_selective_layer__d_s_block(out, r0, b, comm_t, comm_tp_overl
 
 
 stage_tp_dense_selective_layer__d_s.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_layer__d_s_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_layer__d_s_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_layer__d_s_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_layer__d_s_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -576,33 +411,9 @@ def stage_tp_dense_full_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, l
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -616,8 +427,7 @@ def stage_tp_dense_full_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, h, hff, l
         "stage_tp_dense_full_again__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_full_again__d_cp_block(*block)
@@ -651,12 +461,9 @@ def _stage_tp_dense_full_again__d_cp_block(out, r0, b, comm_t, comm_tp_overlap, 
 
 
 stage_tp_dense_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_dense_full_again__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_full_again__d_cp_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_full_again__d_cp_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_full_again__d_cp_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -667,32 +474,9 @@ def stage_tp_dense_full_again__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(h*n_gather*s/4 +
-        hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -706,8 +490,7 @@ def stage_tp_dense_full_again__d_b(*, comm_t, comm_tp_overlap, cp, h, hff, level
         "stage_tp_dense_full_again__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_full_again__d_b_block(*block)
@@ -739,12 +522,9 @@ def _stage_tp_dense_full_again__d_b_block(out, r0, comm_t, comm_tp_overlap, cp, 
 
 
 stage_tp_dense_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_tp_dense_full_again__d_b_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_full_again__d_b_block, reals=1, masks=0,
     arguments=("comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_full_again__d_b_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_full_again__d_b_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -755,32 +535,9 @@ def stage_tp_dense_full_again__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, le
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather/4 +
-        b*hff*n_gather/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -794,8 +551,7 @@ def stage_tp_dense_full_again__d_s(*, b, comm_t, comm_tp_overlap, cp, h, hff, le
         "stage_tp_dense_full_again__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_full_again__d_s_block(*block)
@@ -828,12 +584,9 @@ def _stage_tp_dense_full_again__d_s_block(out, r0, b, comm_t, comm_tp_overlap, c
 
 
 stage_tp_dense_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_tp_dense_full_again__d_s_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_full_again__d_s_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_full_again__d_s_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_full_again__d_s_invariants,
     widened=("comm_tp_overlap", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -845,34 +598,9 @@ def stage_tp_dense_selective_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
     stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes
     (MoE).
 
-    Closed form::
-
-        -comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 -
-        gather)*(b*h*n_gather*s/4 + b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -886,8 +614,7 @@ def stage_tp_dense_selective_again__d_cp(*, b, comm_t, comm_tp_overlap, cp, gath
         "stage_tp_dense_selective_again__d_cp",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_again__d_cp_block(*block)
@@ -921,12 +648,9 @@ def _stage_tp_dense_selective_again__d_cp_block(out, r0, b, comm_t, comm_tp_over
 
 
 stage_tp_dense_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_again__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_again__d_cp_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_again__d_cp_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_again__d_cp_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -938,33 +662,9 @@ def stage_tp_dense_selective_again__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
     stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes
     (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(h*n_gather*s/4 +
-        hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t))
@@ -978,8 +678,7 @@ def stage_tp_dense_selective_again__d_b(*, comm_t, comm_tp_overlap, cp, gather, 
         "stage_tp_dense_selective_again__d_b",
         ("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_again__d_b_block(*block)
@@ -1011,12 +710,9 @@ def _stage_tp_dense_selective_again__d_b_block(out, r0, comm_t, comm_tp_overlap,
 
 
 stage_tp_dense_selective_again__d_b.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_again__d_b_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_again__d_b_block, reals=1, masks=0,
     arguments=("comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_again__d_b_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_again__d_b_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "s", "stage_cost_scale"),
     quiet=False,
 )
@@ -1028,33 +724,9 @@ def stage_tp_dense_selective_again__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
     stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes
     (MoE).
 
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(b*h*n_gather/4 +
-        b*hff*n_gather/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_dense_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 17 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -1068,8 +740,7 @@ def stage_tp_dense_selective_again__d_s(*, b, comm_t, comm_tp_overlap, cp, gathe
         "stage_tp_dense_selective_again__d_s",
         ("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_dense_selective_again__d_s_block(*block)
@@ -1102,12 +773,9 @@ def _stage_tp_dense_selective_again__d_s_block(out, r0, b, comm_t, comm_tp_overl
 
 
 stage_tp_dense_selective_again__d_s.kernel = _runtime.Kernel(
-    _stage_tp_dense_selective_again__d_s_block,
-    reals=1,
-    masks=0,
+    _stage_tp_dense_selective_again__d_s_block, reals=1, masks=0,
     arguments=("b", "comm_t", "comm_tp_overlap", "cp", "gather", "h", "hff", "level_bound_0", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_dense_selective_again__d_s_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_dense_selective_again__d_s_invariants,
     widened=("comm_tp_overlap", "gather", "h", "hff", "level_bound_0", "n_gather", "stage_cost_scale"),
     quiet=False,
 )

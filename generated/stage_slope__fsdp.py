@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``fsdp``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -29,57 +31,9 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
     output layer's table adds to its pipeline stage per micro-batch, converted as _stage_comm_time
     converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(-bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((0, shard_p_os_non_exp_partial/t < 1),
-        (-shard_p_os_non_exp_partial/t**2, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)**2*Max(1, cp*d*t/shard_p_os_non_exp_partial)) -
-        bytes_grad*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((0,
-        cp*d*t/shard_p_os_non_exp_partial < 1), (cp*d/shard_p_os_non_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)**2) + 2*bytes_grad*(h*v + v)*Piecewise((0,
-        cp*d*t/shard_p_os_non_exp_partial < 1), (cp*d/shard_p_os_non_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) - bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t**2*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) - (bytes_grad +
-        bytes_p*(reshards + (1 - reshards)/m))*(h*v + v)*(Max(1, shard_p_os_non_exp_partial/t) -
-        1)*Piecewise((0, shard_p_os_non_exp_partial/t < 1), (-shard_p_os_non_exp_partial/t**2,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)**2) + (bytes_grad + bytes_p*(reshards + (1 -
-        reshards)/m))*(h*v + v)*Piecewise((0, shard_p_os_non_exp_partial/t < 1),
-        (-shard_p_os_non_exp_partial/t**2, True))/(t*Max(1, shard_p_os_non_exp_partial/t)) -
-        (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(h*v + v)*(Max(1,
-        shard_p_os_non_exp_partial/t) - 1)/(t**2*Max(1, shard_p_os_non_exp_partial/t)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 63 (SymPy count_ops of the CSE form below); NumPy calls per block: 57.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -108,8 +62,7 @@ def stage_dp_fsdp_output__d_t(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             "stage_dp_fsdp_output__d_t",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
             (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4, inv5),
-            reals=11,
-            masks=1,
+            reals=11, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_output__d_t_block(*block)
@@ -213,9 +166,7 @@ def _stage_dp_fsdp_output__d_t_block(out, r0, r1, r2, r3, r4, r5, r6, r7, r8, r9
 
 
 stage_dp_fsdp_output__d_t.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_output__d_t_block,
-    reals=11,
-    masks=1,
+    _stage_dp_fsdp_output__d_t_block, reals=11, masks=1,
     arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
     invariants=_stage_dp_fsdp_output__d_t_invariants,
@@ -229,40 +180,9 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
     output layer's table adds to its pipeline stage per micro-batch, converted as _stage_comm_time
     converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(-bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial <
-        1), (d*t/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)**2) +
-        2*bytes_grad*(h*v + v)*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial < 1),
-        (d*t/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -282,8 +202,7 @@ def stage_dp_fsdp_output__d_cp(*, bytes_grad, comm_dp_overlap, cp, d, h, m, scor
             "stage_dp_fsdp_output__d_cp",
             ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
             (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_output__d_cp_block(*block)
@@ -339,12 +258,9 @@ def _stage_dp_fsdp_output__d_cp_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, c
 
 
 stage_dp_fsdp_output__d_cp.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_output__d_cp_block,
-    reals=5,
-    masks=1,
+    _stage_dp_fsdp_output__d_cp_block, reals=5, masks=1,
     arguments=("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_fsdp_output__d_cp_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_fsdp_output__d_cp_invariants,
     widened=("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"),
     quiet=True,
 )
@@ -355,40 +271,9 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
     output layer's table adds to its pipeline stage per micro-batch, converted as _stage_comm_time
     converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(-bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial <
-        1), (cp*t/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)**2) +
-        2*bytes_grad*(h*v + v)*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial < 1),
-        (cp*t/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -408,8 +293,7 @@ def stage_dp_fsdp_output__d_d(*, bytes_grad, comm_dp_overlap, cp, d, h, m, score
             "stage_dp_fsdp_output__d_d",
             ("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1"),
             (bytes_grad, comm_dp_overlap, cp, d, h, m, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1),
-            reals=5,
-            masks=1,
+            reals=5, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_output__d_d_block(*block)
@@ -465,12 +349,9 @@ def _stage_dp_fsdp_output__d_d_block(out, r0, r1, r2, r3, r4, m0, bytes_grad, co
 
 
 stage_dp_fsdp_output__d_d.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_output__d_d_block,
-    reals=5,
-    masks=1,
+    _stage_dp_fsdp_output__d_d_block, reals=5, masks=1,
     arguments=("bytes_grad", "comm_dp_overlap", "cp", "d", "h", "m", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_fsdp_output__d_d_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_fsdp_output__d_d_invariants,
     widened=("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"),
     quiet=True,
 )
@@ -481,39 +362,9 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
     output layer's table adds to its pipeline stage per micro-batch, converted as _stage_comm_time
     converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((-1/m**2, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (0, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) - bytes_p*(1 -
-        reshards)*(h*v + v)*(Max(1, shard_p_os_non_exp_partial/t) - 1)/(m**2*t*Max(1,
-        shard_p_os_non_exp_partial/t)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_output``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 35 (SymPy count_ops of the CSE form below); NumPy calls per block: 27.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -533,8 +384,7 @@ def stage_dp_fsdp_output__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h,
             "stage_dp_fsdp_output__d_m",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3"),
             (bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3),
-            reals=6,
-            masks=1,
+            reals=6, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_output__d_m_block(*block)
@@ -595,12 +445,9 @@ def _stage_dp_fsdp_output__d_m_block(out, r0, r1, r2, r3, r4, r5, m0, bytes_grad
 
 
 stage_dp_fsdp_output__d_m.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_output__d_m_block,
-    reals=6,
-    masks=1,
+    _stage_dp_fsdp_output__d_m_block, reals=6, masks=1,
     arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "h", "m", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_dp_fsdp_output__d_m_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_dp_fsdp_output__d_m_invariants,
     widened=("bytes_grad", "bytes_p", "comm_dp_overlap", "h", "reshards", "shard_spans_cp", "stage_cost_scale", "v"),
     quiet=True,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``fsdp_tied``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -27,44 +29,9 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
     the embedding table adds to its pipeline stage per micro-batch, converted as _stage_comm_time
     converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(-bytes_grad*(2*Max(1, d/Max(1,
-        gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v, True))*Piecewise((0, d/Max(1, gather_embed)
-        < 1), (1/Max(1, gather_embed), True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1
-        - shard_spans_cp) + shard_spans_cp)), (1, True))/(Max(1, d/Max(1, gather_embed))**2*Max(1,
-        shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1,
-        gather_embed)))) + 2*bytes_grad*Piecewise((0, p <= 1), (h*v, True))*Piecewise((0, d/Max(1,
-        gather_embed) < 1), (1/Max(1, gather_embed), True))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_tied_embedding``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 34 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
     xp = _runtime.namespace((bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -86,8 +53,7 @@ def stage_dp_fsdp_tied_embedding__d_d(*, bytes_grad, comm_dp_overlap, cp, d, gat
             "stage_dp_fsdp_tied_embedding__d_d",
             ("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2"),
             (bytes_grad, comm_dp_overlap, cp, d, gather_embed, h, m, p, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2),
-            reals=7,
-            masks=1,
+            reals=7, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_tied_embedding__d_d_block(*block)
@@ -156,12 +122,9 @@ def _stage_dp_fsdp_tied_embedding__d_d_block(out, r0, r1, r2, r3, r4, r5, r6, m0
 
 
 stage_dp_fsdp_tied_embedding__d_d.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_tied_embedding__d_d_block,
-    reals=7,
-    masks=1,
+    _stage_dp_fsdp_tied_embedding__d_d_block, reals=7, masks=1,
     arguments=("bytes_grad", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_stage_dp_fsdp_tied_embedding__d_d_invariants,
+    passed=("inv0", "inv1", "inv2"), invariants=_stage_dp_fsdp_tied_embedding__d_d_invariants,
     widened=("bytes_grad", "comm_dp_overlap", "h", "shard_spans_cp", "stage_cost_scale", "v"),
     quiet=True,
 )
@@ -172,44 +135,9 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
     the embedding table adds to its pipeline stage per micro-batch, converted as _stage_comm_time
     converts it; parameter counts without FSDP, bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(2*Max(1, d/Max(1,
-        gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v, True))*Piecewise((-1/m**2,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (0,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) - bytes_p*(1 - reshards)*(Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))) - 1)*Piecewise((0, p <= 1), (h*v,
-        True))/(m**2*Max(1, shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        shard_embed/Max(1, gather_embed)))))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_dp_fsdp_tied_embedding``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 38 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v))
@@ -231,8 +159,7 @@ def stage_dp_fsdp_tied_embedding__d_m(*, bytes_grad, bytes_p, comm_dp_overlap, c
             "stage_dp_fsdp_tied_embedding__d_m",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v, inv0, inv1, inv2, inv3, inv4),
-            reals=7,
-            masks=1,
+            reals=7, masks=1,
         )
         for block in call.blocks():
             _stage_dp_fsdp_tied_embedding__d_m_block(*block)
@@ -304,9 +231,7 @@ def _stage_dp_fsdp_tied_embedding__d_m_block(out, r0, r1, r2, r3, r4, r5, r6, m0
 
 
 stage_dp_fsdp_tied_embedding__d_m.kernel = _runtime.Kernel(
-    _stage_dp_fsdp_tied_embedding__d_m_block,
-    reals=7,
-    masks=1,
+    _stage_dp_fsdp_tied_embedding__d_m_block, reals=7, masks=1,
     arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "gather_embed", "h", "m", "p", "reshards", "score_factor_dp", "shard_embed", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "v"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_stage_dp_fsdp_tied_embedding__d_m_invariants,

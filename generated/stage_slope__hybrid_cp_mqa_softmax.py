@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``hybrid_cp_mqa_softmax``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -37,30 +39,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (-4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t**2), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -77,8 +59,7 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_t(*, b, bytes_compute, cp, dh, level
             "stage_cp_hybrid_cp_mqa_softmax_layer__d_t",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_layer__d_t_block(*block)
@@ -119,14 +100,10 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer__d_t_block(out, r0, r1, m0, b, bytes_c
 
 
 stage_cp_hybrid_cp_mqa_softmax_layer__d_t.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_layer__d_t_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_layer__d_t_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_t_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_t_invariants,
+    widened=("bytes_compute", "dh", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -135,30 +112,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s/(cp*t) -
-        4*b*bytes_compute*dh*s*(cp - 1)/(cp**2*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -175,8 +132,7 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_cp(*, b, bytes_compute, cp, dh, leve
             "stage_cp_hybrid_cp_mqa_softmax_layer__d_cp",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_layer__d_cp_block(*block)
@@ -218,14 +174,10 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer__d_cp_block(out, r0, r1, m0, b, bytes_
 
 
 stage_cp_hybrid_cp_mqa_softmax_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_layer__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_layer__d_cp_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_cp_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_cp_invariants,
+    widened=("bytes_compute", "dh", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -234,29 +186,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -273,8 +206,7 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_b(*, bytes_compute, cp, dh, level_bo
             "stage_cp_hybrid_cp_mqa_softmax_layer__d_b",
             ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_layer__d_b_block(*block)
@@ -313,14 +245,10 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer__d_b_block(out, r0, r1, m0, bytes_comp
 
 
 stage_cp_hybrid_cp_mqa_softmax_layer__d_b.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_layer__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_layer__d_b_block, reals=2, masks=1,
     arguments=("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_b_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_b_invariants,
+    widened=("bytes_compute", "dh", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -329,29 +257,10 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -368,8 +277,7 @@ def stage_cp_hybrid_cp_mqa_softmax_layer__d_s(*, b, bytes_compute, cp, dh, level
             "stage_cp_hybrid_cp_mqa_softmax_layer__d_s",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_layer__d_s_block(*block)
@@ -409,14 +317,10 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer__d_s_block(out, r0, r1, m0, b, bytes_c
 
 
 stage_cp_hybrid_cp_mqa_softmax_layer__d_s.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_layer__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_layer__d_s_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_s_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_hybrid_cp_mqa_softmax_layer__d_s_invariants,
+    widened=("bytes_compute", "dh", "level_bound_0"), quiet=True,
 )
 
 
@@ -425,30 +329,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (-4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t**2), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -465,8 +349,7 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_t(*, b, bytes_compute, cp, dh, 
             "stage_cp_hybrid_cp_mqa_softmax_full_again__d_t",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_full_again__d_t_block(*block)
@@ -509,14 +392,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again__d_t_block(out, r0, r1, m0, b, by
 
 
 stage_cp_hybrid_cp_mqa_softmax_full_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_t_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_t_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_full_again__d_t_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -525,30 +405,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s/(cp*t) -
-        4*b*bytes_compute*dh*s*(cp - 1)/(cp**2*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 19 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -565,8 +425,7 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp(*, b, bytes_compute, cp, dh,
             "stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp_block(*block)
@@ -610,14 +469,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp_block(out, r0, r1, m0, b, b
 
 
 stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_full_again__d_cp_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -626,29 +482,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -665,8 +502,7 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_b(*, bytes_compute, cp, dh, lev
             "stage_cp_hybrid_cp_mqa_softmax_full_again__d_b",
             ("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_full_again__d_b_block(*block)
@@ -707,14 +543,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again__d_b_block(out, r0, r1, m0, bytes
 
 
 stage_cp_hybrid_cp_mqa_softmax_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_b_block, reals=2, masks=1,
     arguments=("bytes_compute", "cp", "dh", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_full_again__d_b_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -723,29 +556,10 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -762,8 +576,7 @@ def stage_cp_hybrid_cp_mqa_softmax_full_again__d_s(*, b, bytes_compute, cp, dh, 
             "stage_cp_hybrid_cp_mqa_softmax_full_again__d_s",
             ("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_full_again__d_s_block(*block)
@@ -805,14 +618,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again__d_s_block(out, r0, r1, m0, b, by
 
 
 stage_cp_hybrid_cp_mqa_softmax_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_full_again__d_s_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_full_again__d_s_invariants,
-    widened=("bytes_compute", "dh", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "level_bound_0", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -821,31 +631,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (-4*b*bytes_compute*dh*s*(cp - 1)/(cp*t**2), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -862,8 +651,7 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t(*, b, bytes_compute, cp,
             "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t",
             ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t_block(*block)
@@ -906,14 +694,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t_block(out, r0, r1, m0, 
 
 
 stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_selective_again__d_t_invariants,
-    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -922,32 +707,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s/(cp*t) - 4*b*bytes_compute*dh*s*(cp - 1)/(cp**2*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -964,8 +727,7 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp(*, b, bytes_compute, cp
             "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp",
             ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp_block(*block)
@@ -1009,14 +771,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp_block(out, r0, r1, m0,
 
 
 stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_selective_again__d_cp_invariants,
-    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -1025,30 +784,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*bytes_compute*dh*s*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 12.
     xp = _runtime.namespace((bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -1065,8 +804,7 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b(*, bytes_compute, cp, dh
             "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b",
             ("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b_block(*block)
@@ -1107,14 +845,11 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b_block(out, r0, r1, m0, 
 
 
 stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b_block, reals=2, masks=1,
     arguments=("bytes_compute", "cp", "dh", "gather", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_selective_again__d_b_invariants,
-    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "gather", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -1123,30 +858,10 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_hybrid_cp_mqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 18 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -1163,8 +878,7 @@ def stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s(*, b, bytes_compute, cp,
             "stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s",
             ("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (b, bytes_compute, cp, dh, gather, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s_block(*block)
@@ -1206,12 +920,9 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s_block(out, r0, r1, m0, 
 
 
 stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s_block, reals=2, masks=1,
     arguments=("b", "bytes_compute", "cp", "dh", "gather", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_hybrid_cp_mqa_softmax_selective_again__d_s_invariants,
-    widened=("bytes_compute", "dh", "gather", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("bytes_compute", "dh", "gather", "level_bound_0", "stage_cost_scale"), quiet=True,
 )

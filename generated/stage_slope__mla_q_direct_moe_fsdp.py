@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``mla_q_direct_moe_fsdp``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -31,92 +33,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(-bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, shard_p_os_non_exp_partial/t < 1), (-shard_p_os_non_exp_partial/t**2,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)**2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) - bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial < 1),
-        (cp*d/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)**2) +
-        2*bytes_grad*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        cp*d*t/shard_p_os_non_exp_partial < 1), (cp*d/shard_p_os_non_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) - bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t**2*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) - (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, shard_p_os_non_exp_partial/t < 1), (-shard_p_os_non_exp_partial/t**2,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)**2) + (bytes_grad + bytes_p*(2*reshards + (1
-        - reshards)/m))*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        shard_p_os_non_exp_partial/t < 1), (-shard_p_os_non_exp_partial/t**2, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)) - (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/(t**2*Max(1, shard_p_os_non_exp_partial/t)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_direct_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 90 (SymPy count_ops of the CSE form below); NumPy calls per block: 57.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t))
@@ -148,8 +68,7 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_t(*, a, bytes_grad, bytes_p, comm_dp
             "stage_dp_mla_q_direct_moe_fsdp_layer__d_t",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, layer_norms, m, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-            reals=11,
-            masks=1,
+            reals=11, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_direct_moe_fsdp_layer__d_t_block(*block)
@@ -261,9 +180,7 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer__d_t_block(out, r0, r1, r2, r3, r4, r5
 
 
 stage_dp_mla_q_direct_moe_fsdp_layer__d_t.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_direct_moe_fsdp_layer__d_t_block,
-    reals=11,
-    masks=1,
+    _stage_dp_mla_q_direct_moe_fsdp_layer__d_t_block, reals=11, masks=1,
     arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "layer_norms", "m", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_stage_dp_mla_q_direct_moe_fsdp_layer__d_t_invariants,
@@ -278,90 +195,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(-bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))*(2*Max(1, cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((0,
-        cp*d*t_exp/shard_p_os_exp_partial < 1), (d*t_exp/shard_p_os_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t_exp*Max(1, shard_p_os_exp_partial/t_exp)*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial)**2) + 2*bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*Piecewise((0, cp*d*t_exp/shard_p_os_exp_partial < 1),
-        (d*t_exp/shard_p_os_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) -
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial < 1),
-        (d*t/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)**2) +
-        2*bytes_grad*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        cp*d*t/shard_p_os_non_exp_partial < 1), (d*t/shard_p_os_non_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) - bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((0, cp*d_exp*t_exp/shard_p_os_exp < 1), (d_exp*t_exp/shard_p_os_exp,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)**2) + 2*bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*Piecewise((0, cp*d_exp*t_exp/shard_p_os_exp
-        < 1), (d_exp*t_exp/shard_p_os_exp, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_direct_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 132 (SymPy count_ops of the CSE form below); NumPy calls per block: 92.
     xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
@@ -405,8 +242,7 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_cp(*, a, bytes_grad, comm_dp_overlap
             "stage_dp_mla_q_direct_moe_fsdp_layer__d_cp",
             ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
             (a, bytes_grad, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, tmp7, tmp8, inv0, inv1, inv2, inv3, inv4, inv5),
-            reals=15,
-            masks=1,
+            reals=15, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_direct_moe_fsdp_layer__d_cp_block(*block)
@@ -570,9 +406,7 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer__d_cp_block(out, r0, r1, r2, r3, r4, r
 
 
 stage_dp_mla_q_direct_moe_fsdp_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_direct_moe_fsdp_layer__d_cp_block,
-    reals=15,
-    masks=1,
+    _stage_dp_mla_q_direct_moe_fsdp_layer__d_cp_block, reals=15, masks=1,
     arguments=("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
     passed=("tmp6", "tmp7", "tmp8", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5"),
     invariants=_stage_dp_mla_q_direct_moe_fsdp_layer__d_cp_invariants,
@@ -587,48 +421,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(-bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep**2*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) - n_exp*(bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep**2*t_exp*Max(1, shard_p_os_exp/t_exp)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_direct_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 46 (SymPy count_ops of the CSE form below); NumPy calls per block: 38.
     xp = _runtime.namespace((bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp))
@@ -648,8 +444,7 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_ep(*, bytes_grad, bytes_p, comm_dp_o
             "stage_dp_mla_q_direct_moe_fsdp_layer__d_ep",
             ("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp", "inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
             (bytes_grad, bytes_p, comm_dp_overlap, cp, d_exp, ep, etp, h, hff_exp, m, mlp_bias, n_exp, n_ffMM, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, t_exp, inv0, inv1, inv2, inv3, inv4, inv5, inv6),
-            reals=7,
-            masks=1,
+            reals=7, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_direct_moe_fsdp_layer__d_ep_block(*block)
@@ -727,9 +522,7 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer__d_ep_block(out, r0, r1, r2, r3, r4, r
 
 
 stage_dp_mla_q_direct_moe_fsdp_layer__d_ep.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_direct_moe_fsdp_layer__d_ep_block,
-    reals=7,
-    masks=1,
+    _stage_dp_mla_q_direct_moe_fsdp_layer__d_ep_block, reals=7, masks=1,
     arguments=("bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d_exp", "ep", "etp", "h", "hff_exp", "m", "mlp_bias", "n_exp", "n_ffMM", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_non_exp_partial", "shard_spans_cp", "stage_cost_scale", "t", "t_exp"),
     passed=("inv0", "inv1", "inv2", "inv3", "inv4", "inv5", "inv6"),
     invariants=_stage_dp_mla_q_direct_moe_fsdp_layer__d_ep_invariants,
@@ -744,77 +537,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(-bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))*(2*Max(1, cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((0,
-        cp*d*t_exp/shard_p_os_exp_partial < 1), (cp*t_exp/shard_p_os_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t_exp*Max(1, shard_p_os_exp_partial/t_exp)*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial)**2) + 2*bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*Piecewise((0, cp*d*t_exp/shard_p_os_exp_partial < 1),
-        (cp*t_exp/shard_p_os_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) -
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((0, cp*d*t/shard_p_os_non_exp_partial < 1),
-        (cp*t/shard_p_os_non_exp_partial, True))*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)**2) +
-        2*bytes_grad*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))*Piecewise((0,
-        cp*d*t/shard_p_os_non_exp_partial < 1), (cp*t/shard_p_os_non_exp_partial,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_direct_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 98 (SymPy count_ops of the CSE form below); NumPy calls per block: 57.
     xp = _runtime.namespace((a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
@@ -848,8 +574,7 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_d(*, a, bytes_grad, comm_dp_overlap,
             "stage_dp_mla_q_direct_moe_fsdp_layer__d_d",
             ("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, bytes_grad, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp6, inv0, inv1, inv2, inv3, inv4),
-            reals=10,
-            masks=1,
+            reals=10, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_direct_moe_fsdp_layer__d_d_block(*block)
@@ -962,9 +687,7 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer__d_d_block(out, r0, r1, r2, r3, r4, r5
 
 
 stage_dp_mla_q_direct_moe_fsdp_layer__d_d.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_direct_moe_fsdp_layer__d_d_block,
-    reals=10,
-    masks=1,
+    _stage_dp_mla_q_direct_moe_fsdp_layer__d_d_block, reals=10, masks=1,
     arguments=("a", "bytes_grad", "comm_dp_overlap", "cp", "d", "dc_kv", "dh", "dhr", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
     passed=("tmp6", "inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_stage_dp_mla_q_direct_moe_fsdp_layer__d_d_invariants,
@@ -979,81 +702,10 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((-1/m**2, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (0, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((-1/m**2, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (0, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((-1/m**2, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (0, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) - bytes_p*(1 - reshards)*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(m**2*t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)) - bytes_p*(1 - reshards)*(Max(1,
-        shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/(m**2*t*Max(1, shard_p_os_non_exp_partial/t)) - bytes_p*n_exp*(1 -
-        reshards)*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*m**2*t_exp*Max(1, shard_p_os_exp/t_exp)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_direct_moe_fsdp_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 115 (SymPy count_ops of the CSE form below); NumPy calls per block: 74.
     xp = _runtime.namespace((a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp))
@@ -1089,8 +741,7 @@ def stage_dp_mla_q_direct_moe_fsdp_layer__d_m(*, a, bytes_grad, bytes_p, comm_dp
             "stage_dp_mla_q_direct_moe_fsdp_layer__d_m",
             ("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
             (a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp, tmp2, tmp3, inv0, inv1, inv2, inv3, inv4),
-            reals=14,
-            masks=1,
+            reals=14, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_direct_moe_fsdp_layer__d_m_block(*block)
@@ -1222,9 +873,7 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer__d_m_block(out, r0, r1, r2, r3, r4, r5
 
 
 stage_dp_mla_q_direct_moe_fsdp_layer__d_m.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_direct_moe_fsdp_layer__d_m_block,
-    reals=14,
-    masks=1,
+    _stage_dp_mla_q_direct_moe_fsdp_layer__d_m_block, reals=14, masks=1,
     arguments=("a", "bytes_grad", "bytes_p", "comm_dp_overlap", "cp", "d", "d_exp", "dc_kv", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "m", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "reshards", "score_factor_dp", "shard_p_os_exp", "shard_p_os_exp_partial", "shard_p_os_non_exp_partial", "shard_spans_cp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp"),
     passed=("tmp2", "tmp3", "inv0", "inv1", "inv2", "inv3", "inv4"),
     invariants=_stage_dp_mla_q_direct_moe_fsdp_layer__d_m_invariants,

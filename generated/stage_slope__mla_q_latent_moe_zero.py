@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``mla_q_latent_moe_zero``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -29,70 +31,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise((-(2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t**2,
-        Eq(zero3_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), (-(2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t**2, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0)), (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t**2, Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t**2,
-        Eq(zero3_non_exp, 1)), (0, True)) + Piecewise((-(2*dh*n_qknorm + h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh +
-        qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t**2 - (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4)/(cp*t**2), Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)),
-        (-(2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) +
-        a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t**2 - (2*dh*n_qknorm
-        + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/(cp*t**2), Eq(zero2_non_exp,
-        1) & Ne(dh, 0)), (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t**2 - (h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/(cp*t**2), Eq(zero2_non_exp, 1)
-        & Ne(qk_nope_head_dim, 0)), (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh
-        + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/t**2 - (h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr)
-        + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/(cp*t**2), Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_latent_moe_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 61 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
@@ -122,8 +64,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_t(*, a, comm_dp_overlap, cp, dc_kv, 
             "stage_dp_mla_q_latent_moe_zero_layer__d_t",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
             (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_dp_mla_q_latent_moe_zero_layer__d_t_block(*block)
@@ -188,12 +129,9 @@ def _stage_dp_mla_q_latent_moe_zero_layer__d_t_block(out, r0, r1, r2, m0, a, com
 
 
 stage_dp_mla_q_latent_moe_zero_layer__d_t.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_latent_moe_zero_layer__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_dp_mla_q_latent_moe_zero_layer__d_t_block, reals=3, masks=1,
     arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_mla_q_latent_moe_zero_layer__d_t_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_mla_q_latent_moe_zero_layer__d_t_invariants,
     widened=("a", "comm_dp_overlap", "dc_kv", "dc_q", "dh", "dhr", "h", "layer_norms", "n_attMM", "n_exp", "n_kv", "n_qknorm", "norm_bias", "qk_nope_head_dim", "stage_cost_scale"),
     quiet=True,
 )
@@ -205,81 +143,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise((0, Eq(zero2_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), (-(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp**2*ep*t_exp),
-        Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)), (-(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp**2*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) +
-        Piecewise((0, Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        (-(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp**2*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)),
-        (-(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp**2*ep*t_exp),
-        Eq(zero3_exp, 1)), (0, True)) + Piecewise((-(2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh +
-        qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/(cp**2*t), Eq(zero2_non_exp,
-        1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), (-(2*dh*n_qknorm + h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4)/(cp**2*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) +
-        a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/(cp**2*t), Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        (-(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/(cp**2*t),
-        Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_latent_moe_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 98 (SymPy count_ops of the CSE form below); NumPy calls per block: 43.
     xp = _runtime.namespace((a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp))
@@ -321,8 +188,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_cp(*, a, comm_dp_overlap, cp, dc_kv,
             "stage_dp_mla_q_latent_moe_zero_layer__d_cp",
             ("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp", "tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
             (a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, tmp15, tmp16, inv0, inv1, inv2, inv3),
-            reals=5,
-            masks=5,
+            reals=5, masks=5,
         )
         for block in call.blocks():
             _stage_dp_mla_q_latent_moe_zero_layer__d_cp_block(*block)
@@ -439,9 +305,7 @@ def _stage_dp_mla_q_latent_moe_zero_layer__d_cp_block(out, r0, r1, r2, r3, r4, m
 
 
 stage_dp_mla_q_latent_moe_zero_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_latent_moe_zero_layer__d_cp_block,
-    reals=5,
-    masks=5,
+    _stage_dp_mla_q_latent_moe_zero_layer__d_cp_block, reals=5, masks=5,
     arguments=("a", "comm_dp_overlap", "cp", "dc_kv", "dc_q", "dh", "dhr", "ep", "etp", "h", "hff_exp", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "qk_nope_head_dim", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t", "t_exp", "zero2_exp", "zero2_non_exp", "zero3_exp"),
     passed=("tmp15", "tmp16", "inv0", "inv1", "inv2", "inv3"),
     invariants=_stage_dp_mla_q_latent_moe_zero_layer__d_cp_invariants,
@@ -456,62 +320,10 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise((0, Eq(zero2_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), (-(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))*Piecewise((1, ep >
-        t_exp), (0, True))/Max(ep, t_exp)**2 - (h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep**2*t_exp),
-        Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)), (-(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))*Piecewise((1, ep > t_exp), (0, True))/Max(ep,
-        t_exp)**2 - (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep**2*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0, Eq(zero3_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), (-(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep**2*t_exp),
-        Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)), (-(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep**2*t_exp), Eq(zero3_exp, 1)), (0, True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_mla_q_latent_moe_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 54 (SymPy count_ops of the CSE form below); NumPy calls per block: 48.
     xp = _runtime.namespace((comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp))
@@ -539,8 +351,7 @@ def stage_dp_mla_q_latent_moe_zero_layer__d_ep(*, comm_dp_overlap, cp, ep, etp, 
             "stage_dp_mla_q_latent_moe_zero_layer__d_ep",
             ("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp", "tmp2", "tmp3", "inv0", "inv1", "inv2"),
             (comm_dp_overlap, cp, ep, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM, n_shared_exp, score_factor_dp, shared_expert_gate, stage_cost_scale, t_exp, zero2_exp, zero3_exp, tmp2, tmp3, inv0, inv1, inv2),
-            reals=6,
-            masks=5,
+            reals=6, masks=5,
         )
         for block in call.blocks():
             _stage_dp_mla_q_latent_moe_zero_layer__d_ep_block(*block)
@@ -635,9 +446,7 @@ def _stage_dp_mla_q_latent_moe_zero_layer__d_ep_block(out, r0, r1, r2, r3, r4, r
 
 
 stage_dp_mla_q_latent_moe_zero_layer__d_ep.kernel = _runtime.Kernel(
-    _stage_dp_mla_q_latent_moe_zero_layer__d_ep_block,
-    reals=6,
-    masks=5,
+    _stage_dp_mla_q_latent_moe_zero_layer__d_ep_block, reals=6, masks=5,
     arguments=("comm_dp_overlap", "cp", "ep", "etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM", "n_shared_exp", "score_factor_dp", "shared_expert_gate", "stage_cost_scale", "t_exp", "zero2_exp", "zero3_exp"),
     passed=("tmp2", "tmp3", "inv0", "inv1", "inv2"),
     invariants=_stage_dp_mla_q_latent_moe_zero_layer__d_ep_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``moe``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -33,39 +35,9 @@ def stage_tp_moe_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -comm_t*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -79,8 +51,7 @@ def stage_tp_moe_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         "stage_tp_moe_layer__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_layer__d_cp_block(*block)
@@ -123,12 +94,9 @@ def _stage_tp_moe_layer__d_cp_block(out, r0, bytes_compute, comm_t, comm_tp_over
 
 
 stage_tp_moe_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_moe_layer__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_layer__d_cp_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_tp_moe_layer__d_cp_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_tp_moe_layer__d_cp_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -139,35 +107,9 @@ def stage_tp_moe_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
     layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*Max(1, floor(t/level_bound_0))/(4*cp*ep**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -181,8 +123,7 @@ def stage_tp_moe_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
         "stage_tp_moe_layer__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_layer__d_ep_block(*block)
@@ -216,12 +157,9 @@ def _stage_tp_moe_layer__d_ep_block(out, r0, bytes_compute, comm_t, comm_tp_over
 
 
 stage_tp_moe_layer__d_ep.kernel = _runtime.Kernel(
-    _stage_tp_moe_layer__d_ep_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_layer__d_ep_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_moe_layer__d_ep_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_moe_layer__d_ep_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -232,40 +170,9 @@ def stage_tp_moe_selective_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
     that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per micro-batch,
     converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -comm_t*gather*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -279,8 +186,7 @@ def stage_tp_moe_selective_layer__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         "stage_tp_moe_selective_layer__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_selective_layer__d_cp_block(*block)
@@ -323,9 +229,7 @@ def _stage_tp_moe_selective_layer__d_cp_block(out, r0, bytes_compute, comm_t, co
 
 
 stage_tp_moe_selective_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_moe_selective_layer__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_selective_layer__d_cp_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2", "inv3"),
     invariants=_stage_tp_moe_selective_layer__d_cp_invariants,
@@ -339,36 +243,9 @@ def stage_tp_moe_selective_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
     that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per micro-batch,
     converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -bytes_compute*comm_t*gather*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1
-        - comm_tp_overlap)*Max(1, floor(t/level_bound_0))/(4*cp*ep**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_selective_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -382,8 +259,7 @@ def stage_tp_moe_selective_layer__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         "stage_tp_moe_selective_layer__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_selective_layer__d_ep_block(*block)
@@ -417,12 +293,9 @@ def _stage_tp_moe_selective_layer__d_ep_block(out, r0, bytes_compute, comm_t, co
 
 
 stage_tp_moe_selective_layer__d_ep.kernel = _runtime.Kernel(
-    _stage_tp_moe_selective_layer__d_ep_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_selective_layer__d_ep_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_moe_selective_layer__d_ep_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_moe_selective_layer__d_ep_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -433,39 +306,9 @@ def stage_tp_moe_full_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp,
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -comm_t*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -479,8 +322,7 @@ def stage_tp_moe_full_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         "stage_tp_moe_full_again__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_full_again__d_cp_block(*block)
@@ -523,12 +365,9 @@ def _stage_tp_moe_full_again__d_cp_block(out, r0, bytes_compute, comm_t, comm_tp
 
 
 stage_tp_moe_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_moe_full_again__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_full_again__d_cp_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_stage_tp_moe_full_again__d_cp_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_stage_tp_moe_full_again__d_cp_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_attMM", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -539,35 +378,9 @@ def stage_tp_moe_full_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp,
     what one fully recomputed layer adds again (the with_recomp sum) adds to its pipeline stage per
     micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
 
-    Closed form::
-
-        -bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*Max(1, floor(t/level_bound_0))/(4*cp*ep**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -581,8 +394,7 @@ def stage_tp_moe_full_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap, cp,
         "stage_tp_moe_full_again__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_full_again__d_ep_block(*block)
@@ -616,12 +428,9 @@ def _stage_tp_moe_full_again__d_ep_block(out, r0, bytes_compute, comm_t, comm_tp
 
 
 stage_tp_moe_full_again__d_ep.kernel = _runtime.Kernel(
-    _stage_tp_moe_full_again__d_ep_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_full_again__d_ep_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_moe_full_again__d_ep_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_moe_full_again__d_ep_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )
@@ -633,40 +442,9 @@ def stage_tp_moe_selective_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
     stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes
     (MoE).
 
-    Closed form::
-
-        -comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 -
-        gather)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t))
@@ -680,8 +458,7 @@ def stage_tp_moe_selective_again__d_cp(*, bytes_compute, comm_t, comm_tp_overlap
         "stage_tp_moe_selective_again__d_cp",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t, inv0, inv1, inv2, inv3),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_selective_again__d_cp_block(*block)
@@ -724,9 +501,7 @@ def _stage_tp_moe_selective_again__d_cp_block(out, r0, bytes_compute, comm_t, co
 
 
 stage_tp_moe_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_tp_moe_selective_again__d_cp_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_selective_again__d_cp_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "score_factor_tp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2", "inv3"),
     invariants=_stage_tp_moe_selective_again__d_cp_invariants,
@@ -741,36 +516,9 @@ def stage_tp_moe_selective_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
     stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes
     (MoE).
 
-    Closed form::
-
-        -bytes_compute*comm_t*h*hff_exp*n_exp*n_ffMM*n_gather*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(1 - gather)*Max(1, floor(t/level_bound_0))/(4*cp*ep**2)
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols: ``docs/formulas.md#stage_tp_moe_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 22 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t))
@@ -784,8 +532,7 @@ def stage_tp_moe_selective_again__d_ep(*, bytes_compute, comm_t, comm_tp_overlap
         "stage_tp_moe_selective_again__d_ep",
         ("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t", "inv0", "inv1"),
         (bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_exp, n_ffMM, n_gather, score_factor_tp, stage_cost_scale, t, inv0, inv1),
-        reals=1,
-        masks=0,
+        reals=1, masks=0,
     )
     for block in call.blocks():
         _stage_tp_moe_selective_again__d_ep_block(*block)
@@ -819,12 +566,9 @@ def _stage_tp_moe_selective_again__d_ep_block(out, r0, bytes_compute, comm_t, co
 
 
 stage_tp_moe_selective_again__d_ep.kernel = _runtime.Kernel(
-    _stage_tp_moe_selective_again__d_ep_block,
-    reals=1,
-    masks=0,
+    _stage_tp_moe_selective_again__d_ep_block, reals=1, masks=0,
     arguments=("bytes_compute", "comm_t", "comm_tp_overlap", "cp", "ep", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "score_factor_tp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_tp_moe_selective_again__d_ep_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_tp_moe_selective_again__d_ep_invariants,
     widened=("bytes_compute", "comm_tp_overlap", "gather", "h", "hff_exp", "level_bound_0", "n_exp", "n_ffMM", "n_gather", "stage_cost_scale"),
     quiet=False,
 )

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``standard_dense_zero``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -28,69 +30,10 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise((-(attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h
-        + hff*(n_ffMM - 1))))/t**2, Eq(zero3_non_exp, 1) & Ne(dh, 0)), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t**2, Eq(zero3_non_exp, 1)), (0, True)) +
-        Piecewise((-(attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h
-        + h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate
-        + 1) + a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t**2 - (attn_extra_p + 2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv +
-        dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h
-        + hff*(n_ffMM - 1))))/(cp*t**2), Eq(zero2_non_exp, 1) & Ne(dh, 0)), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t**2 - (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t**2), Eq(zero2_non_exp, 1)), (0,
-        True)))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_standard_dense_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 59 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp))
@@ -117,8 +60,7 @@ def stage_dp_standard_dense_zero_layer__d_t(*, a, attn_extra_p, attn_output_gate
             "stage_dp_standard_dense_zero_layer__d_t",
             ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp", "inv0", "inv1"),
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_dp_standard_dense_zero_layer__d_t_block(*block)
@@ -177,12 +119,9 @@ def _stage_dp_standard_dense_zero_layer__d_t_block(out, r0, r1, r2, m0, a, attn_
 
 
 stage_dp_standard_dense_zero_layer__d_t.kernel = _runtime.Kernel(
-    _stage_dp_standard_dense_zero_layer__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_dp_standard_dense_zero_layer__d_t_block, reals=3, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "zero3_non_exp"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_standard_dense_zero_layer__d_t_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_standard_dense_zero_layer__d_t_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"),
     quiet=True,
 )
@@ -194,52 +133,10 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
     stage per micro-batch, converted as _stage_comm_time converts it; parameter counts without FSDP,
     bytes with it.
 
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*Piecewise((-(attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h
-        + hff*(n_ffMM - 1))))/(cp**2*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)), (-(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp**2*t), Eq(zero2_non_exp, 1)), (0,
-        True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_dp_standard_dense_zero_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 55 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp))
@@ -265,8 +162,7 @@ def stage_dp_standard_dense_zero_layer__d_cp(*, a, attn_extra_p, attn_output_gat
             "stage_dp_standard_dense_zero_layer__d_cp",
             ("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp", "inv0", "inv1"),
             (a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, inv0, inv1),
-            reals=1,
-            masks=1,
+            reals=1, masks=1,
         )
         for block in call.blocks():
             _stage_dp_standard_dense_zero_layer__d_cp_block(*block)
@@ -317,12 +213,9 @@ def _stage_dp_standard_dense_zero_layer__d_cp_block(out, r0, m0, a, attn_extra_p
 
 
 stage_dp_standard_dense_zero_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_dp_standard_dense_zero_layer__d_cp_block,
-    reals=1,
-    masks=1,
+    _stage_dp_standard_dense_zero_layer__d_cp_block, reals=1, masks=1,
     arguments=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "cp", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "score_factor_dp", "stage_cost_scale", "t", "zero2_non_exp"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_dp_standard_dense_zero_layer__d_cp_invariants,
+    passed=("inv0", "inv1"), invariants=_stage_dp_standard_dense_zero_layer__d_cp_invariants,
     widened=("a", "attn_extra_p", "attn_output_gate", "comm_dp_overlap", "dh", "h", "hff", "layer_norms", "mlp_bias", "n_attMM", "n_exp", "n_ffMM", "n_kv", "n_qknorm", "n_shared_exp", "norm_bias", "o_bias", "qkv_bias", "stage_cost_scale"),
     quiet=True,
 )

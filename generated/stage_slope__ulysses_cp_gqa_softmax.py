@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``ulysses_cp_gqa_softmax``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -37,34 +39,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(-2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - 2*dh*Piecewise((Min(a, n_kv), n_kv >
-        0), (a, True))/t**2)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -81,8 +59,7 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_t(*, a, b, bytes_compute, cp, dh, h
             "stage_cp_ulysses_cp_gqa_softmax_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_layer__d_t_block(*block)
@@ -124,14 +101,10 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer__d_t_block(out, r0, r1, r2, m0, a, b,
 
 
 stage_cp_ulysses_cp_gqa_softmax_layer__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_layer__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_layer__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -140,36 +113,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a,
-        n_kv), n_kv > 0), (a, True))/t)/cp**2 - 4*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**3,
-        True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -186,8 +133,7 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_cp(*, a, b, bytes_compute, cp, dh, 
             "stage_cp_ulysses_cp_gqa_softmax_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_layer__d_cp_block(*block)
@@ -231,14 +177,10 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer__d_cp_block(out, r0, r1, m0, a, b, by
 
 
 stage_cp_ulysses_cp_gqa_softmax_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_layer__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_layer__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -247,33 +189,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -290,8 +209,7 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_b(*, a, bytes_compute, cp, dh, h, l
             "stage_cp_ulysses_cp_gqa_softmax_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_layer__d_b_block(*block)
@@ -331,14 +249,10 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer__d_b_block(out, r0, r1, m0, a, bytes_
 
 
 stage_cp_ulysses_cp_gqa_softmax_layer__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_layer__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_layer__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -347,33 +261,10 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -390,8 +281,7 @@ def stage_cp_ulysses_cp_gqa_softmax_layer__d_s(*, a, b, bytes_compute, cp, dh, h
             "stage_cp_ulysses_cp_gqa_softmax_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_layer__d_s_block(*block)
@@ -432,14 +322,10 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer__d_s_block(out, r0, r1, m0, a, b, byt
 
 
 stage_cp_ulysses_cp_gqa_softmax_layer__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_layer__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_layer__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_gqa_softmax_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "n_kv"), quiet=True,
 )
 
 
@@ -448,34 +334,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(-2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - 2*dh*Piecewise((Min(a, n_kv), n_kv >
-        0), (a, True))/t**2)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -492,8 +354,7 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_t(*, a, b, bytes_compute, cp, 
             "stage_cp_ulysses_cp_gqa_softmax_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_full_again__d_t_block(*block)
@@ -537,9 +398,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again__d_t_block(out, r0, r1, r2, m0, 
 
 
 stage_cp_ulysses_cp_gqa_softmax_full_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_full_again__d_t_invariants,
@@ -553,36 +412,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a,
-        n_kv), n_kv > 0), (a, True))/t)/cp**2 - 4*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**3,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 28 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -599,8 +432,7 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp(*, a, b, bytes_compute, cp,
             "stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp_block(*block)
@@ -646,9 +478,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp_block(out, r0, r1, m0, a, 
 
 
 stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_full_again__d_cp_invariants,
@@ -662,33 +492,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -705,8 +512,7 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_b(*, a, bytes_compute, cp, dh,
             "stage_cp_ulysses_cp_gqa_softmax_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_full_again__d_b_block(*block)
@@ -748,9 +554,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again__d_b_block(out, r0, r1, m0, a, b
 
 
 stage_cp_ulysses_cp_gqa_softmax_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_full_again__d_b_invariants,
@@ -764,33 +568,10 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -807,8 +588,7 @@ def stage_cp_ulysses_cp_gqa_softmax_full_again__d_s(*, a, b, bytes_compute, cp, 
             "stage_cp_ulysses_cp_gqa_softmax_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_full_again__d_s_block(*block)
@@ -851,9 +631,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again__d_s_block(out, r0, r1, m0, a, b
 
 
 stage_cp_ulysses_cp_gqa_softmax_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_full_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_full_again__d_s_invariants,
@@ -867,36 +645,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(-2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t**2)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -913,8 +665,7 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t(*, a, b, bytes_compute,
             "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t_block(*block)
@@ -958,9 +709,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t_block(out, r0, r1, r2,
 
 
 stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_selective_again__d_t_invariants,
@@ -974,37 +723,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a,
-        n_kv), n_kv > 0), (a, True))/t)/cp**2 - 4*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**3,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -1021,8 +743,7 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp(*, a, b, bytes_compute
             "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp_block(*block)
@@ -1068,9 +789,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp_block(out, r0, r1, m0
 
 
 stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_selective_again__d_cp_invariants,
@@ -1084,34 +803,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp
-        - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv >
-        0), (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -1128,8 +823,7 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b(*, a, bytes_compute, cp
             "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b_block(*block)
@@ -1171,9 +865,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b_block(out, r0, r1, m0,
 
 
 stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_selective_again__d_b_invariants,
@@ -1187,34 +879,10 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp
-        - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv >
-        0), (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_gqa_softmax_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -1231,8 +899,7 @@ def stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s(*, a, b, bytes_compute,
             "stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s_block(*block)
@@ -1275,9 +942,7 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s_block(out, r0, r1, m0,
 
 
 stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_gqa_softmax_selective_again__d_s_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``ulysses_cp_mha_linear``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -37,33 +39,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(-2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - 2*h/t**2)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -80,8 +59,7 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, h,
             "stage_cp_ulysses_cp_mha_linear_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_layer__d_t_block(*block)
@@ -123,14 +101,10 @@ def _stage_cp_ulysses_cp_mha_linear_layer__d_t_block(out, r0, r1, r2, m0, a, b, 
 
 
 stage_cp_ulysses_cp_mha_linear_layer__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_layer__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_layer__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -139,34 +113,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2 -
-        4*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**3,
-        True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -183,8 +133,7 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, h
             "stage_cp_ulysses_cp_mha_linear_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_layer__d_cp_block(*block)
@@ -228,14 +177,10 @@ def _stage_cp_ulysses_cp_mha_linear_layer__d_cp_block(out, r0, r1, m0, a, b, byt
 
 
 stage_cp_ulysses_cp_mha_linear_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_layer__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_layer__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -244,32 +189,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -286,8 +209,7 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_b(*, a, bytes_compute, cp, dh, h, le
             "stage_cp_ulysses_cp_mha_linear_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_layer__d_b_block(*block)
@@ -327,14 +249,10 @@ def _stage_cp_ulysses_cp_mha_linear_layer__d_b_block(out, r0, r1, m0, a, bytes_c
 
 
 stage_cp_ulysses_cp_mha_linear_layer__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_layer__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_layer__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s"), quiet=True,
 )
 
 
@@ -343,32 +261,10 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 20 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -385,8 +281,7 @@ def stage_cp_ulysses_cp_mha_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, h,
             "stage_cp_ulysses_cp_mha_linear_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_layer__d_s_block(*block)
@@ -427,14 +322,10 @@ def _stage_cp_ulysses_cp_mha_linear_layer__d_s_block(out, r0, r1, m0, a, b, byte
 
 
 stage_cp_ulysses_cp_mha_linear_layer__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_layer__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_layer__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mha_linear_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0"), quiet=True,
 )
 
 
@@ -443,33 +334,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(-2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - 2*h/t**2)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 24 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -486,8 +354,7 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             "stage_cp_ulysses_cp_mha_linear_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_full_again__d_t_block(*block)
@@ -531,14 +398,11 @@ def _stage_cp_ulysses_cp_mha_linear_full_again__d_t_block(out, r0, r1, r2, m0, a
 
 
 stage_cp_ulysses_cp_mha_linear_full_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_full_again__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_full_again__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_full_again__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -547,34 +411,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2 -
-        4*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**3,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 25 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -591,8 +431,7 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             "stage_cp_ulysses_cp_mha_linear_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_full_again__d_cp_block(*block)
@@ -638,14 +477,11 @@ def _stage_cp_ulysses_cp_mha_linear_full_again__d_cp_block(out, r0, r1, m0, a, b
 
 
 stage_cp_ulysses_cp_mha_linear_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_full_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_full_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_full_again__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -654,32 +490,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -696,8 +510,7 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             "stage_cp_ulysses_cp_mha_linear_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_full_again__d_b_block(*block)
@@ -739,14 +552,11 @@ def _stage_cp_ulysses_cp_mha_linear_full_again__d_b_block(out, r0, r1, m0, a, by
 
 
 stage_cp_ulysses_cp_mha_linear_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_full_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_full_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_full_again__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "s", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -755,32 +565,10 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 21 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -797,8 +585,7 @@ def stage_cp_ulysses_cp_mha_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             "stage_cp_ulysses_cp_mha_linear_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_full_again__d_s_block(*block)
@@ -841,14 +628,11 @@ def _stage_cp_ulysses_cp_mha_linear_full_again__d_s_block(out, r0, r1, m0, a, b,
 
 
 stage_cp_ulysses_cp_mha_linear_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_full_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_full_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_full_again__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "stage_cost_scale"),
-    quiet=True,
+    widened=("a", "bytes_compute", "dh", "h", "level_bound_0", "stage_cost_scale"), quiet=True,
 )
 
 
@@ -857,34 +641,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(-2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 -
-        2*h/t**2)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -901,8 +661,7 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_t(*, a, b, bytes_compute, 
             "stage_cp_ulysses_cp_mha_linear_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_selective_again__d_t_block(*block)
@@ -946,9 +705,7 @@ def _stage_cp_ulysses_cp_mha_linear_selective_again__d_t_block(out, r0, r1, r2, 
 
 
 stage_cp_ulysses_cp_mha_linear_selective_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_selective_again__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_selective_again__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_selective_again__d_t_invariants,
@@ -962,35 +719,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2 -
-        4*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**3,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -1007,8 +739,7 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_cp(*, a, b, bytes_compute,
             "stage_cp_ulysses_cp_mha_linear_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_selective_again__d_cp_block(*block)
@@ -1054,9 +785,7 @@ def _stage_cp_ulysses_cp_mha_linear_selective_again__d_cp_block(out, r0, r1, m0,
 
 
 stage_cp_ulysses_cp_mha_linear_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_selective_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_selective_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_selective_again__d_cp_invariants,
@@ -1070,33 +799,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp
-        - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t))
@@ -1113,8 +819,7 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_b(*, a, bytes_compute, cp,
             "stage_cp_ulysses_cp_mha_linear_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_selective_again__d_b_block(*block)
@@ -1156,9 +861,7 @@ def _stage_cp_ulysses_cp_mha_linear_selective_again__d_b_block(out, r0, r1, m0, 
 
 
 stage_cp_ulysses_cp_mha_linear_selective_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_selective_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_selective_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_selective_again__d_b_invariants,
@@ -1172,33 +875,10 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp
-        - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mha_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 23 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t))
@@ -1215,8 +895,7 @@ def stage_cp_ulysses_cp_mha_linear_selective_again__d_s(*, a, b, bytes_compute, 
             "stage_cp_ulysses_cp_mha_linear_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mha_linear_selective_again__d_s_block(*block)
@@ -1259,9 +938,7 @@ def _stage_cp_ulysses_cp_mha_linear_selective_again__d_s_block(out, r0, r1, m0, 
 
 
 stage_cp_ulysses_cp_mha_linear_selective_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mha_linear_selective_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mha_linear_selective_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "gather", "h", "level_bound_0", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mha_linear_selective_again__d_s_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the stage_slope formulas of variant ``ulysses_cp_mla_linear``, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -37,35 +39,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(-a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2 - a*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/t**2 - n_kv*(2*dh + dhr)/t**2)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -83,8 +60,7 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_t(*, a, b, bytes_compute, cp, dh, dh
             "stage_cp_ulysses_cp_mla_linear_layer__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_layer__d_t_block(*block)
@@ -128,14 +104,10 @@ def _stage_cp_ulysses_cp_mla_linear_layer__d_t_block(out, r0, r1, r2, m0, a, b, 
 
 
 stage_cp_ulysses_cp_mla_linear_layer__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_layer__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_layer__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_t_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_t_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -144,37 +116,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(a*(dhr +
-        Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        n_kv*(2*dh + dhr)/t)/cp**2 - 4*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh,
-        0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh +
-        dhr)/t)/cp**3, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -192,8 +137,7 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_cp(*, a, b, bytes_compute, cp, dh, d
             "stage_cp_ulysses_cp_mla_linear_layer__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_layer__d_cp_block(*block)
@@ -239,14 +183,10 @@ def _stage_cp_ulysses_cp_mla_linear_layer__d_cp_block(out, r0, r1, m0, a, b, byt
 
 
 stage_cp_ulysses_cp_mla_linear_layer__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_layer__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_layer__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_cp_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_cp_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -255,34 +195,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp - 1)*(a*(dhr
-        + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -300,8 +216,7 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_b(*, a, bytes_compute, cp, dh, dhr, 
             "stage_cp_ulysses_cp_mla_linear_layer__d_b",
             ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_layer__d_b_block(*block)
@@ -343,14 +258,10 @@ def _stage_cp_ulysses_cp_mla_linear_layer__d_b_block(out, r0, r1, m0, a, bytes_c
 
 
 stage_cp_ulysses_cp_mla_linear_layer__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_layer__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_layer__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_b_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_b_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv", "s"), quiet=True,
 )
 
 
@@ -359,34 +270,10 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
     bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline stage
     per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp - 1)*(a*(dhr
-        + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_layer``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 26 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -404,8 +291,7 @@ def stage_cp_ulysses_cp_mla_linear_layer__d_s(*, a, b, bytes_compute, cp, dh, dh
             "stage_cp_ulysses_cp_mla_linear_layer__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1"),
             (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_layer__d_s_block(*block)
@@ -448,14 +334,10 @@ def _stage_cp_ulysses_cp_mla_linear_layer__d_s_block(out, r0, r1, m0, a, b, byte
 
 
 stage_cp_ulysses_cp_mla_linear_layer__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_layer__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_layer__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
-    passed=("inv0", "inv1"),
-    invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_s_invariants,
-    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv"),
-    quiet=True,
+    passed=("inv0", "inv1"), invariants=_stage_cp_ulysses_cp_mla_linear_layer__d_s_invariants,
+    widened=("a", "bytes_compute", "dh", "dhr", "h", "level_bound_0", "n_kv"), quiet=True,
 )
 
 
@@ -464,35 +346,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(-a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2 - a*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/t**2 - n_kv*(2*dh + dhr)/t**2)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 30 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -510,8 +367,7 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_t(*, a, b, bytes_compute, cp, d
             "stage_cp_ulysses_cp_mla_linear_full_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_full_again__d_t_block(*block)
@@ -557,9 +413,7 @@ def _stage_cp_ulysses_cp_mla_linear_full_again__d_t_block(out, r0, r1, r2, m0, a
 
 
 stage_cp_ulysses_cp_mla_linear_full_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_full_again__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_full_again__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_full_again__d_t_invariants,
@@ -573,37 +427,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(a*(dhr +
-        Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        n_kv*(2*dh + dhr)/t)/cp**2 - 4*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh,
-        0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh +
-        dhr)/t)/cp**3, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 31 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -621,8 +448,7 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_cp(*, a, b, bytes_compute, cp, 
             "stage_cp_ulysses_cp_mla_linear_full_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_full_again__d_cp_block(*block)
@@ -670,9 +496,7 @@ def _stage_cp_ulysses_cp_mla_linear_full_again__d_cp_block(out, r0, r1, m0, a, b
 
 
 stage_cp_ulysses_cp_mla_linear_full_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_full_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_full_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_full_again__d_cp_invariants,
@@ -686,34 +510,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp - 1)*(a*(dhr
-        + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -731,8 +531,7 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_b(*, a, bytes_compute, cp, dh, 
             "stage_cp_ulysses_cp_mla_linear_full_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_full_again__d_b_block(*block)
@@ -776,9 +575,7 @@ def _stage_cp_ulysses_cp_mla_linear_full_again__d_b_block(out, r0, r1, m0, a, by
 
 
 stage_cp_ulysses_cp_mla_linear_full_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_full_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_full_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_full_again__d_b_invariants,
@@ -792,34 +589,10 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
     cP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
     pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp - 1)*(a*(dhr
-        + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_full_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 27 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -837,8 +610,7 @@ def stage_cp_ulysses_cp_mla_linear_full_again__d_s(*, a, b, bytes_compute, cp, d
             "stage_cp_ulysses_cp_mla_linear_full_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_full_again__d_s_block(*block)
@@ -883,9 +655,7 @@ def _stage_cp_ulysses_cp_mla_linear_full_again__d_s_block(out, r0, r1, m0, a, b,
 
 
 stage_cp_ulysses_cp_mla_linear_full_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_full_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_full_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_full_again__d_s_invariants,
@@ -899,37 +669,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(-a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t**2 -
-        a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t**2 - n_kv*(2*dh + dhr)/t**2)/cp**2,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 32 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -947,8 +690,7 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_t(*, a, b, bytes_compute, 
             "stage_cp_ulysses_cp_mla_linear_selective_again__d_t",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=3,
-            masks=1,
+            reals=3, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_selective_again__d_t_block(*block)
@@ -994,9 +736,7 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again__d_t_block(out, r0, r1, r2, 
 
 
 stage_cp_ulysses_cp_mla_linear_selective_again__d_t.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_selective_again__d_t_block,
-    reals=3,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_selective_again__d_t_block, reals=3, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_selective_again__d_t_invariants,
@@ -1010,38 +750,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2 - 4*b*bytes_compute*s*(cp -
-        1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + n_kv*(2*dh + dhr)/t)/cp**3, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 33 (SymPy count_ops of the CSE form below); NumPy calls per block: 17.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -1059,8 +771,7 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_cp(*, a, b, bytes_compute,
             "stage_cp_ulysses_cp_mla_linear_selective_again__d_cp",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_selective_again__d_cp_block(*block)
@@ -1108,9 +819,7 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again__d_cp_block(out, r0, r1, m0,
 
 
 stage_cp_ulysses_cp_mla_linear_selective_again__d_cp.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_selective_again__d_cp_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_selective_again__d_cp_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_selective_again__d_cp_invariants,
@@ -1124,35 +833,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (2*bytes_compute*s*(cp
-        - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 13.
     xp = _runtime.namespace((a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t))
@@ -1170,8 +854,7 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_b(*, a, bytes_compute, cp,
             "stage_cp_ulysses_cp_mla_linear_selective_again__d_b",
             ("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_selective_again__d_b_block(*block)
@@ -1215,9 +898,7 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again__d_b_block(out, r0, r1, m0, 
 
 
 stage_cp_ulysses_cp_mla_linear_selective_again__d_b.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_selective_again__d_b_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_selective_again__d_b_block, reals=2, masks=1,
     arguments=("a", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "s", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_selective_again__d_b_invariants,
@@ -1231,35 +912,10 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
     held): cP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds
     to its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
 
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*(cp
-        - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#stage_cp_ulysses_cp_mla_linear_selective_again``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
     (estimate_from_mem_comm); differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 29 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t))
@@ -1277,8 +933,7 @@ def stage_cp_ulysses_cp_mla_linear_selective_again__d_s(*, a, b, bytes_compute, 
             "stage_cp_ulysses_cp_mla_linear_selective_again__d_s",
             ("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t", "inv0", "inv1", "inv2"),
             (a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, score_factor_cp, stage_cost_scale, t, inv0, inv1, inv2),
-            reals=2,
-            masks=1,
+            reals=2, masks=1,
         )
         for block in call.blocks():
             _stage_cp_ulysses_cp_mla_linear_selective_again__d_s_block(*block)
@@ -1323,9 +978,7 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again__d_s_block(out, r0, r1, m0, 
 
 
 stage_cp_ulysses_cp_mla_linear_selective_again__d_s.kernel = _runtime.Kernel(
-    _stage_cp_ulysses_cp_mla_linear_selective_again__d_s_block,
-    reals=2,
-    masks=1,
+    _stage_cp_ulysses_cp_mla_linear_selective_again__d_s_block, reals=2, masks=1,
     arguments=("a", "b", "bytes_compute", "cp", "dh", "dhr", "gather", "h", "level_bound_0", "n_kv", "score_factor_cp", "stage_cost_scale", "t"),
     passed=("inv0", "inv1", "inv2"),
     invariants=_stage_cp_ulysses_cp_mla_linear_selective_again__d_s_invariants,

@@ -5,7 +5,9 @@
 """Evaluators of the tp formulas, one function per registered formula (NumPy only).
 
 Each function takes keyword-only arguments, numbers or arrays that broadcast
-together, and returns a float64 array of their broadcast shape. The comment
+together, and returns a float64 array of their broadcast shape. Its docstring
+says what it counts, its unit and source; ``docs/formulas.md`` gives its closed
+form and the meaning and unit of each argument (the anchor it names). The comment
 above each group of statements is the CSE temporary (or the result) they
 compute, as one NumPy expression. Arrays of another array-API library (JAX,
 CuPy, …) take the plain path above the blocks instead and come back as that
@@ -64,27 +66,9 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
     """TP gather volume of one dense layer for mb micro-batches at any layer but a
     selective-recompute one, in elements, no bytes (§10 item 11).
 
-    Closed form::
-
-        comm_t*(b*h*mb*n_gather*s/4 + b*hff*mb*n_gather*s/4)/cp
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#tp_dense_layer_elements``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, comm_t, cp, h, hff, mb, n_gather, s))
@@ -95,11 +79,8 @@ def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
         return _runtime.broadcast(xp, out, (b, comm_t, cp, h, hff, mb, n_gather, s))
     (inv0,) = _tp_dense_layer_elements_invariants(h, hff, n_gather, s)
     call = _runtime.Call(
-        "tp_dense_layer_elements",
-        ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s", "inv0"),
-        (b, comm_t, cp, h, hff, mb, n_gather, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_dense_layer_elements", ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s", "inv0"),
+        (b, comm_t, cp, h, hff, mb, n_gather, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_dense_layer_elements_block(*block)
@@ -126,13 +107,9 @@ def _tp_dense_layer_elements_block(out, b, comm_t, cp, h, hff, mb, n_gather, s, 
 
 
 tp_dense_layer_elements.kernel = _runtime.Kernel(
-    _tp_dense_layer_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
-    passed=("inv0",),
-    invariants=_tp_dense_layer_elements_invariants,
-    widened=("h", "hff", "n_gather", "s"),
+    _tp_dense_layer_elements_block, reals=0, masks=0,
+    arguments=("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"), passed=("inv0",),
+    invariants=_tp_dense_layer_elements_invariants, widened=("h", "hff", "n_gather", "s"),
     quiet=False,
 )
 
@@ -141,28 +118,9 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
     """TP gather volume of one dense layer for mb micro-batches at a selective-recompute layer, kept
     only where rec_op.gather is 1, in elements, no bytes (§10 item 11).
 
-    Closed form::
-
-        comm_t*gather*(b*h*mb*n_gather*s/4 + b*hff*mb*n_gather*s/4)/cp
-
-    Unit: elements.
-
+    Unit: elements. Closed form and symbols: ``docs/formulas.md#tp_dense_selective_layer_elements``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 9 (SymPy count_ops of the CSE form below); NumPy calls per block: 4.
     xp = _runtime.namespace((b, comm_t, cp, gather, h, hff, mb, n_gather, s))
@@ -175,9 +133,7 @@ def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_ga
     call = _runtime.Call(
         "tp_dense_selective_layer_elements",
         ("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s", "inv0"),
-        (b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0),
-        reals=0,
-        masks=0,
+        (b, comm_t, cp, gather, h, hff, mb, n_gather, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_dense_selective_layer_elements_block(*block)
@@ -204,14 +160,10 @@ def _tp_dense_selective_layer_elements_block(out, b, comm_t, cp, gather, h, hff,
 
 
 tp_dense_selective_layer_elements.kernel = _runtime.Kernel(
-    _tp_dense_selective_layer_elements_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s"),
-    passed=("inv0",),
+    _tp_dense_selective_layer_elements_block, reals=0, masks=0,
+    arguments=("b", "comm_t", "cp", "gather", "h", "hff", "mb", "n_gather", "s"), passed=("inv0",),
     invariants=_tp_dense_selective_layer_elements_invariants,
-    widened=("gather", "h", "hff", "n_gather", "s"),
-    quiet=False,
+    widened=("gather", "h", "hff", "n_gather", "s"), quiet=False,
 )
 
 
@@ -219,31 +171,9 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
     """TP gather volume of one moe layer per call, whatever mb at any layer but a
     selective-recompute one, in bytes of a parameter-like size, no s, b or mb (§10 item 11).
 
-    Closed form::
-
-        comm_t*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_moe_layer_bytes``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 6.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
@@ -258,8 +188,7 @@ def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_
         "tp_moe_layer_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2", "inv3"),
         (bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2, inv3),
-        reals=0,
-        masks=0,
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_moe_layer_bytes_block(*block)
@@ -296,12 +225,9 @@ def _tp_moe_layer_bytes_block(out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_
 
 
 tp_moe_layer_bytes.kernel = _runtime.Kernel(
-    _tp_moe_layer_bytes_block,
-    reals=0,
-    masks=0,
+    _tp_moe_layer_bytes_block, reals=0, masks=0,
     arguments=("bytes_compute", "comm_t", "cp", "ep", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-    passed=("inv0", "inv1", "inv2", "inv3"),
-    invariants=_tp_moe_layer_bytes_invariants,
+    passed=("inv0", "inv1", "inv2", "inv3"), invariants=_tp_moe_layer_bytes_invariants,
     widened=("bytes_compute", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
     quiet=False,
 )
@@ -311,32 +237,9 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
     """TP gather volume of one moe layer per call, whatever mb at a selective-recompute layer, kept
     only where rec_op.gather is 1, in bytes of a parameter-like size, no s, b or mb (§10 item 11).
 
-    Closed form::
-
-        comm_t*gather*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_moe_selective_layer_bytes``.
     Source: published version of memory_estimation/evaluators/comm.py:
     EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 13 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp))
@@ -350,8 +253,7 @@ def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hf
         "tp_moe_selective_layer_bytes",
         ("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp", "inv0", "inv1", "inv2"),
         (bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, inv0, inv1, inv2),
-        reals=0,
-        masks=0,
+        reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_moe_selective_layer_bytes_block(*block)
@@ -385,12 +287,9 @@ def _tp_moe_selective_layer_bytes_block(out, bytes_compute, comm_t, cp, ep, gath
 
 
 tp_moe_selective_layer_bytes.kernel = _runtime.Kernel(
-    _tp_moe_selective_layer_bytes_block,
-    reals=0,
-    masks=0,
+    _tp_moe_selective_layer_bytes_block, reals=0, masks=0,
     arguments=("bytes_compute", "comm_t", "cp", "ep", "gather", "h", "hff_exp", "n_attMM", "n_exp", "n_ffMM", "n_gather", "n_shared_exp"),
-    passed=("inv0", "inv1", "inv2"),
-    invariants=_tp_moe_selective_layer_bytes_invariants,
+    passed=("inv0", "inv1", "inv2"), invariants=_tp_moe_selective_layer_bytes_invariants,
     widened=("bytes_compute", "gather", "h", "hff_exp", "n_attMM", "n_ffMM", "n_gather"),
     quiet=False,
 )
@@ -400,23 +299,8 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
     """fill_tp_table n_gather: bytes of one s x b x h activation gather, scaled by 11/16 at t >= 8
     (the original's 'Fix this' bias, §10 item 5).
 
-    Closed form::
-
-        b*bytes_compute*h*s*Piecewise((11/16, t >= 8), (1, True))
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_legacy_gather_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 240-247
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 5.
     xp = _runtime.namespace((b, bytes_compute, h, s, t))
@@ -430,11 +314,8 @@ def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
     with numpy.errstate(divide="ignore", invalid="ignore"):
         (inv0,) = _tp_legacy_gather_bytes_invariants(bytes_compute, h, s)
         call = _runtime.Call(
-            "tp_legacy_gather_bytes",
-            ("b", "bytes_compute", "h", "s", "t", "inv0"),
-            (b, bytes_compute, h, s, t, inv0),
-            reals=0,
-            masks=1,
+            "tp_legacy_gather_bytes", ("b", "bytes_compute", "h", "s", "t", "inv0"),
+            (b, bytes_compute, h, s, t, inv0), reals=0, masks=1,
         )
         for block in call.blocks():
             _tp_legacy_gather_bytes_block(*block)
@@ -462,38 +343,17 @@ def _tp_legacy_gather_bytes_block(out, m0, b, bytes_compute, h, s, t, inv0):
 
 
 tp_legacy_gather_bytes.kernel = _runtime.Kernel(
-    _tp_legacy_gather_bytes_block,
-    reals=0,
-    masks=1,
-    arguments=("b", "bytes_compute", "h", "s", "t"),
-    passed=("inv0",),
-    invariants=_tp_legacy_gather_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=True,
+    _tp_legacy_gather_bytes_block, reals=0, masks=1,
+    arguments=("b", "bytes_compute", "h", "s", "t"), passed=("inv0",),
+    invariants=_tp_legacy_gather_bytes_invariants, widened=("bytes_compute", "h", "s"), quiet=True,
 )
 
 
 def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
     """fill_tp_table exp_tp n_gather: 1.5 activation gathers scaled by ep/d (§10 item 5).
 
-    Closed form::
-
-        3*b*bytes_compute*ep*h*s/(2*d)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_legacy_exp_gather_bytes``.
     Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 249-254
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, d, ep, h, s))
@@ -504,11 +364,8 @@ def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, d, ep, h, s))
     (inv0,) = _tp_legacy_exp_gather_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_legacy_exp_gather_bytes",
-        ("b", "bytes_compute", "d", "ep", "h", "s", "inv0"),
-        (b, bytes_compute, d, ep, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_legacy_exp_gather_bytes", ("b", "bytes_compute", "d", "ep", "h", "s", "inv0"),
+        (b, bytes_compute, d, ep, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_legacy_exp_gather_bytes_block(*block)
@@ -534,13 +391,9 @@ def _tp_legacy_exp_gather_bytes_block(out, b, bytes_compute, d, ep, h, s, inv0):
 
 
 tp_legacy_exp_gather_bytes.kernel = _runtime.Kernel(
-    _tp_legacy_exp_gather_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "d", "ep", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_legacy_exp_gather_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_legacy_exp_gather_bytes_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "d", "ep", "h", "s"), passed=("inv0",),
+    invariants=_tp_legacy_exp_gather_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -549,24 +402,9 @@ def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
     """nccl-tests size S of one SP all-gather (gathered buffer) or reduce-scatter (input buffer)
     over the TP group: one micro-batch's activation, s b h / cp elements.
 
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_sp_collective_msg_bytes``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
     2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -577,11 +415,8 @@ def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_sp_collective_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_sp_collective_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_sp_collective_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_sp_collective_msg_bytes_block(*block)
@@ -606,13 +441,9 @@ def _tp_sp_collective_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
 
 
 tp_sp_collective_msg_bytes.kernel = _runtime.Kernel(
-    _tp_sp_collective_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_sp_collective_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_sp_collective_msg_bytes_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_sp_collective_msg_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -621,21 +452,9 @@ def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
     """SP all-gathers per rank per step: 2 per layer forward, 2 backward (the gradients of the
     reduce-scatters), for every micro-batch.
 
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_sp_all_gather_calls_count``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
     2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((m, n_layers_stage))
@@ -645,10 +464,7 @@ def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
         out = 4*m*n_layers_stage
         return _runtime.broadcast(xp, out, (m, n_layers_stage))
     call = _runtime.Call(
-        "tp_sp_all_gather_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
-        reals=0,
+        "tp_sp_all_gather_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -664,35 +480,17 @@ def _tp_sp_all_gather_calls_count_block(out, m, n_layers_stage):
 
 
 tp_sp_all_gather_calls_count.kernel = _runtime.Kernel(
-    _tp_sp_all_gather_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m", "n_layers_stage"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_sp_all_gather_calls_count_block, reals=0, masks=0, arguments=("m", "n_layers_stage"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
     """SP reduce-scatters per rank per step: 2 per layer forward, 2 backward, for every micro-batch.
 
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_sp_reduce_scatter_calls_count``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
     2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((m, n_layers_stage))
@@ -702,10 +500,7 @@ def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
         out = 4*m*n_layers_stage
         return _runtime.broadcast(xp, out, (m, n_layers_stage))
     call = _runtime.Call(
-        "tp_sp_reduce_scatter_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
-        reals=0,
+        "tp_sp_reduce_scatter_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage), reals=0,
         masks=0,
     )
     for block in call.blocks():
@@ -721,14 +516,8 @@ def _tp_sp_reduce_scatter_calls_count_block(out, m, n_layers_stage):
 
 
 tp_sp_reduce_scatter_calls_count.kernel = _runtime.Kernel(
-    _tp_sp_reduce_scatter_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m", "n_layers_stage"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_sp_reduce_scatter_calls_count_block, reals=0, masks=0, arguments=("m", "n_layers_stage"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
@@ -736,27 +525,9 @@ def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
     """Bytes one rank sends per step for SP's all-gathers and reduce-scatters (ring: (t - 1)/t of S
     per call).
 
-    Closed form::
-
-        8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_sp_step_bytes``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
     2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, n_layers_stage, s, t))
@@ -769,9 +540,7 @@ def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
     call = _runtime.Call(
         "tp_sp_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _tp_sp_step_bytes_block(*block)
@@ -801,38 +570,18 @@ def _tp_sp_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, n_layers_stage,
 
 
 tp_sp_step_bytes.kernel = _runtime.Kernel(
-    _tp_sp_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
-    passed=("inv0",),
-    invariants=_tp_sp_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=False,
+    _tp_sp_step_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"), passed=("inv0",),
+    invariants=_tp_sp_step_bytes_invariants, widened=("bytes_compute", "h", "s"), quiet=False,
 )
 
 
 def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
     """nccl-tests size S of one TP all-reduce without SP: one micro-batch's activation.
 
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_msg_bytes``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward (g), 2
     backward (f)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -843,11 +592,8 @@ def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_all_reduce_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_reduce_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_reduce_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_msg_bytes_block(*block)
@@ -872,13 +618,9 @@ def _tp_all_reduce_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
 
 
 tp_all_reduce_msg_bytes.kernel = _runtime.Kernel(
-    _tp_all_reduce_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_reduce_msg_bytes_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_reduce_msg_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -887,20 +629,8 @@ def tp_all_reduce_calls_count(*, m, n_layers_stage):
     """TP all-reduces per rank per step without SP: 2 per layer forward, 2 backward, per
     micro-batch.
 
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_calls_count``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 2 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((m, n_layers_stage))
@@ -910,11 +640,7 @@ def tp_all_reduce_calls_count(*, m, n_layers_stage):
         out = 4*m*n_layers_stage
         return _runtime.broadcast(xp, out, (m, n_layers_stage))
     call = _runtime.Call(
-        "tp_all_reduce_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
-        reals=0,
-        masks=0,
+        "tp_all_reduce_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_calls_count_block(*block)
@@ -929,40 +655,16 @@ def _tp_all_reduce_calls_count_block(out, m, n_layers_stage):
 
 
 tp_all_reduce_calls_count.kernel = _runtime.Kernel(
-    _tp_all_reduce_calls_count_block,
-    reals=0,
-    masks=0,
-    arguments=("m", "n_layers_stage"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_all_reduce_calls_count_block, reals=0, masks=0, arguments=("m", "n_layers_stage"),
+    passed=(), invariants=None, widened=(), quiet=False,
 )
 
 
 def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
     """Bytes one rank sends per step for TP all-reduces without SP (ring: 2(t - 1)/t of S per call).
 
-    Closed form::
-
-        8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_step_bytes``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 10 (SymPy count_ops of the CSE form below); NumPy calls per block: 7.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, n_layers_stage, s, t))
@@ -975,9 +677,7 @@ def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t
     call = _runtime.Call(
         "tp_all_reduce_step_bytes",
         ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t", "inv0"),
-        (b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0),
-        reals=1,
-        masks=0,
+        (b, bytes_compute, cp, h, m, n_layers_stage, s, t, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_step_bytes_block(*block)
@@ -1007,13 +707,9 @@ def _tp_all_reduce_step_bytes_block(out, r0, b, bytes_compute, cp, h, m, n_layer
 
 
 tp_all_reduce_step_bytes.kernel = _runtime.Kernel(
-    _tp_all_reduce_step_bytes_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_reduce_step_bytes_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"), passed=("inv0",),
+    invariants=_tp_all_reduce_step_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -1022,22 +718,9 @@ def tp_all_gather_stage_calls_count(*, m, sp, t):
     """Calls per rank per step of SP all-gathers of one transformer layer over the TP group, for one
     transformer layer.
 
-    Closed form::
-
-        4*m*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_all_gather_stage_calls_count``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((m, sp, t))
@@ -1050,11 +733,7 @@ def tp_all_gather_stage_calls_count(*, m, sp, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "tp_all_gather_stage_calls_count",
-            ("m", "sp", "t"),
-            (m, sp, t),
-            reals=1,
-            masks=1,
+            "tp_all_gather_stage_calls_count", ("m", "sp", "t"), (m, sp, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_all_gather_stage_calls_count_block(*block)
@@ -1076,38 +755,17 @@ def _tp_all_gather_stage_calls_count_block(out, r0, m0, m, sp, t):
 
 
 tp_all_gather_stage_calls_count.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_calls_count_block,
-    reals=1,
-    masks=1,
-    arguments=("m", "sp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _tp_all_gather_stage_calls_count_block, reals=1, masks=1, arguments=("m", "sp", "t"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
 def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
     """nccl-tests size S of one call of SP all-gathers of one transformer layer over the TP group.
 
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_all_gather_stage_msg_bytes``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -1118,11 +776,8 @@ def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_all_gather_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_gather_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_gather_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_gather_stage_msg_bytes_block(*block)
@@ -1147,13 +802,9 @@ def _tp_all_gather_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
 
 
 tp_all_gather_stage_msg_bytes.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_gather_stage_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_gather_stage_msg_bytes_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -1162,28 +813,9 @@ def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
     """Bytes one rank sends per step for SP all-gathers of one transformer layer over the TP group,
     for one transformer layer (calls x the collective's share of S).
 
-    Closed form::
-
-        4*b*bytes_compute*h*m*s*(t - 1)*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2),
-        (1, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_all_gather_stage_step_bytes``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, s, sp, t))
@@ -1199,9 +831,7 @@ def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         call = _runtime.Call(
             "tp_all_gather_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
-            (b, bytes_compute, cp, h, m, s, sp, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, h, m, s, sp, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_all_gather_stage_step_bytes_block(*block)
@@ -1239,13 +869,9 @@ def _tp_all_gather_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, 
 
 
 tp_all_gather_stage_step_bytes.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
-    passed=("inv0",),
-    invariants=_tp_all_gather_stage_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_gather_stage_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"), passed=("inv0",),
+    invariants=_tp_all_gather_stage_step_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=True,
 )
 
@@ -1255,20 +881,9 @@ def tp_all_gather_stage_ranks_count(*, t):
     collective's n; seconds per step = calls x the time of one call of S bytes over these ranks,
     NCCL's pick: collective_all_gather_*_time_s).
 
-    Closed form::
-
-        t
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_all_gather_stage_ranks_count``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((t,))
@@ -1277,13 +892,7 @@ def tp_all_gather_stage_ranks_count(*, t):
         (t,) = _runtime.floats(xp, (t,))
         out = t
         return _runtime.broadcast(xp, out, (t,))
-    call = _runtime.Call(
-        "tp_all_gather_stage_ranks_count",
-        ("t",),
-        (t,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("tp_all_gather_stage_ranks_count", ("t",), (t,), reals=0, masks=0)
     for block in call.blocks():
         _tp_all_gather_stage_ranks_count_block(*block)
     return call.out
@@ -1296,14 +905,8 @@ def _tp_all_gather_stage_ranks_count_block(out, t):
 
 
 tp_all_gather_stage_ranks_count.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("t",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_all_gather_stage_ranks_count_block, reals=0, masks=0, arguments=("t",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1311,22 +914,9 @@ def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
     """Calls per rank per step of SP reduce-scatters of one transformer layer over the TP group, for
     one transformer layer.
 
-    Closed form::
-
-        4*m*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_reduce_scatter_stage_calls_count``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((m, sp, t))
@@ -1339,11 +929,7 @@ def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "tp_reduce_scatter_stage_calls_count",
-            ("m", "sp", "t"),
-            (m, sp, t),
-            reals=1,
-            masks=1,
+            "tp_reduce_scatter_stage_calls_count", ("m", "sp", "t"), (m, sp, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_reduce_scatter_stage_calls_count_block(*block)
@@ -1365,14 +951,8 @@ def _tp_reduce_scatter_stage_calls_count_block(out, r0, m0, m, sp, t):
 
 
 tp_reduce_scatter_stage_calls_count.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_calls_count_block,
-    reals=1,
-    masks=1,
-    arguments=("m", "sp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _tp_reduce_scatter_stage_calls_count_block, reals=1, masks=1, arguments=("m", "sp", "t"),
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -1380,24 +960,9 @@ def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
     """nccl-tests size S of one call of SP reduce-scatters of one transformer layer over the TP
     group.
 
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_reduce_scatter_stage_msg_bytes``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -1408,11 +973,8 @@ def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_reduce_scatter_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_reduce_scatter_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_reduce_scatter_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_reduce_scatter_stage_msg_bytes_block(*block)
@@ -1437,13 +999,9 @@ def _tp_reduce_scatter_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, in
 
 
 tp_reduce_scatter_stage_msg_bytes.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_reduce_scatter_stage_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_reduce_scatter_stage_msg_bytes_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -1452,28 +1010,9 @@ def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
     """Bytes one rank sends per step for SP reduce-scatters of one transformer layer over the TP
     group, for one transformer layer (calls x the collective's share of S).
 
-    Closed form::
-
-        4*b*bytes_compute*h*m*s*(t - 1)*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2),
-        (1, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_reduce_scatter_stage_step_bytes``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 15 (SymPy count_ops of the CSE form below); NumPy calls per block: 14.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, s, sp, t))
@@ -1489,9 +1028,7 @@ def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         call = _runtime.Call(
             "tp_reduce_scatter_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
-            (b, bytes_compute, cp, h, m, s, sp, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, h, m, s, sp, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_reduce_scatter_stage_step_bytes_block(*block)
@@ -1529,13 +1066,9 @@ def _tp_reduce_scatter_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp,
 
 
 tp_reduce_scatter_stage_step_bytes.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
-    passed=("inv0",),
-    invariants=_tp_reduce_scatter_stage_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_reduce_scatter_stage_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"), passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_step_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=True,
 )
 
@@ -1545,20 +1078,9 @@ def tp_reduce_scatter_stage_ranks_count(*, t):
     collective's n; seconds per step = calls x the time of one call of S bytes over these ranks,
     NCCL's pick: collective_reduce_scatter_*_time_s).
 
-    Closed form::
-
-        t
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_reduce_scatter_stage_ranks_count``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((t,))
@@ -1567,13 +1089,7 @@ def tp_reduce_scatter_stage_ranks_count(*, t):
         (t,) = _runtime.floats(xp, (t,))
         out = t
         return _runtime.broadcast(xp, out, (t,))
-    call = _runtime.Call(
-        "tp_reduce_scatter_stage_ranks_count",
-        ("t",),
-        (t,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("tp_reduce_scatter_stage_ranks_count", ("t",), (t,), reals=0, masks=0)
     for block in call.blocks():
         _tp_reduce_scatter_stage_ranks_count_block(*block)
     return call.out
@@ -1586,14 +1102,8 @@ def _tp_reduce_scatter_stage_ranks_count_block(out, t):
 
 
 tp_reduce_scatter_stage_ranks_count.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("t",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_reduce_scatter_stage_ranks_count_block, reals=0, masks=0, arguments=("t",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1601,22 +1111,9 @@ def tp_all_reduce_stage_calls_count(*, m, sp, t):
     """Calls per rank per step of TP all-reduces of one transformer layer without SP, for one
     transformer layer.
 
-    Closed form::
-
-        4*m*(1 - Piecewise((0, sp < 3/2), (1, True)))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_stage_calls_count``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 8 (SymPy count_ops of the CSE form below); NumPy calls per block: 10.
     xp = _runtime.namespace((m, sp, t))
@@ -1629,11 +1126,7 @@ def tp_all_reduce_stage_calls_count(*, m, sp, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "tp_all_reduce_stage_calls_count",
-            ("m", "sp", "t"),
-            (m, sp, t),
-            reals=1,
-            masks=1,
+            "tp_all_reduce_stage_calls_count", ("m", "sp", "t"), (m, sp, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_all_reduce_stage_calls_count_block(*block)
@@ -1656,38 +1149,17 @@ def _tp_all_reduce_stage_calls_count_block(out, r0, m0, m, sp, t):
 
 
 tp_all_reduce_stage_calls_count.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_calls_count_block,
-    reals=1,
-    masks=1,
-    arguments=("m", "sp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _tp_all_reduce_stage_calls_count_block, reals=1, masks=1, arguments=("m", "sp", "t"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
 def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
     """nccl-tests size S of one call of TP all-reduces of one transformer layer without SP.
 
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_stage_msg_bytes``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 4 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -1698,11 +1170,8 @@ def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_all_reduce_stage_msg_bytes_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_reduce_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_reduce_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_stage_msg_bytes_block(*block)
@@ -1727,13 +1196,9 @@ def _tp_all_reduce_stage_msg_bytes_block(out, b, bytes_compute, cp, h, s, inv0):
 
 
 tp_all_reduce_stage_msg_bytes.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_msg_bytes_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_stage_msg_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_reduce_stage_msg_bytes_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -1742,28 +1207,9 @@ def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
     """Bytes one rank sends per step for TP all-reduces of one transformer layer without SP, for one
     transformer layer (calls x the collective's share of S).
 
-    Closed form::
-
-        8*b*bytes_compute*h*m*s*(1 - Piecewise((0, sp < 3/2), (1, True)))*(t - 1)*Piecewise((0, t <
-        3/2), (1, True))/(cp*t)
-
-    Unit: bytes.
-
+    Unit: bytes. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_stage_step_bytes``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 16 (SymPy count_ops of the CSE form below); NumPy calls per block: 15.
     xp = _runtime.namespace((b, bytes_compute, cp, h, m, s, sp, t))
@@ -1779,9 +1225,7 @@ def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
         call = _runtime.Call(
             "tp_all_reduce_stage_step_bytes",
             ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t", "inv0"),
-            (b, bytes_compute, cp, h, m, s, sp, t, inv0),
-            reals=1,
-            masks=1,
+            (b, bytes_compute, cp, h, m, s, sp, t, inv0), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_all_reduce_stage_step_bytes_block(*block)
@@ -1820,13 +1264,9 @@ def _tp_all_reduce_stage_step_bytes_block(out, r0, m0, b, bytes_compute, cp, h, 
 
 
 tp_all_reduce_stage_step_bytes.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_step_bytes_block,
-    reals=1,
-    masks=1,
-    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_stage_step_bytes_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_reduce_stage_step_bytes_block, reals=1, masks=1,
+    arguments=("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"), passed=("inv0",),
+    invariants=_tp_all_reduce_stage_step_bytes_invariants, widened=("bytes_compute", "h", "s"),
     quiet=True,
 )
 
@@ -1836,20 +1276,9 @@ def tp_all_reduce_stage_ranks_count(*, t):
     seconds per step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
     collective_all_reduce_*_time_s).
 
-    Closed form::
-
-        t
-
-    Unit: count.
-
+    Unit: count. Closed form and symbols: ``docs/formulas.md#tp_all_reduce_stage_ranks_count``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward
-
-    Args:
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((t,))
@@ -1858,13 +1287,7 @@ def tp_all_reduce_stage_ranks_count(*, t):
         (t,) = _runtime.floats(xp, (t,))
         out = t
         return _runtime.broadcast(xp, out, (t,))
-    call = _runtime.Call(
-        "tp_all_reduce_stage_ranks_count",
-        ("t",),
-        (t,),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("tp_all_reduce_stage_ranks_count", ("t",), (t,), reals=0, masks=0)
     for block in call.blocks():
         _tp_all_reduce_stage_ranks_count_block(*block)
     return call.out
@@ -1877,14 +1300,8 @@ def _tp_all_reduce_stage_ranks_count_block(out, t):
 
 
 tp_all_reduce_stage_ranks_count.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_ranks_count_block,
-    reals=0,
-    masks=0,
-    arguments=("t",),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_all_reduce_stage_ranks_count_block, reals=0, masks=0, arguments=("t",), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -1893,21 +1310,10 @@ def tp_all_gather_stage_calls_count__d_m(*, sp, t):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        4*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_gather_stage_calls_count__d_m``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((sp, t))
@@ -1920,11 +1326,7 @@ def tp_all_gather_stage_calls_count__d_m(*, sp, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "tp_all_gather_stage_calls_count__d_m",
-            ("sp", "t"),
-            (sp, t),
-            reals=1,
-            masks=1,
+            "tp_all_gather_stage_calls_count__d_m", ("sp", "t"), (sp, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_all_gather_stage_calls_count__d_m_block(*block)
@@ -1945,14 +1347,8 @@ def _tp_all_gather_stage_calls_count__d_m_block(out, r0, m0, sp, t):
 
 
 tp_all_gather_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_calls_count__d_m_block,
-    reals=1,
-    masks=1,
-    arguments=("sp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _tp_all_gather_stage_calls_count__d_m_block, reals=1, masks=1, arguments=("sp", "t"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -1961,24 +1357,10 @@ def tp_all_gather_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
     cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*h*s/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_gather_stage_msg_bytes__d_cp``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -1989,11 +1371,8 @@ def tp_all_gather_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_all_gather_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_gather_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=1,
-        masks=0,
+        "tp_all_gather_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _tp_all_gather_stage_msg_bytes__d_cp_block(*block)
@@ -2019,13 +1398,9 @@ def _tp_all_gather_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h,
 
 
 tp_all_gather_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_gather_stage_msg_bytes__d_cp_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_gather_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes__d_cp_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -2035,23 +1410,10 @@ def tp_all_gather_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
     of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        bytes_compute*h*s/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_gather_stage_msg_bytes__d_b``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_compute, cp, h, s))
@@ -2062,11 +1424,8 @@ def tp_all_gather_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s))
     (inv0,) = _tp_all_gather_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_gather_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s", "inv0"),
-        (bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_gather_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s", "inv0"),
+        (bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_gather_stage_msg_bytes__d_b_block(*block)
@@ -2090,13 +1449,9 @@ def _tp_all_gather_stage_msg_bytes__d_b_block(out, bytes_compute, cp, h, s, inv0
 
 
 tp_all_gather_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_msg_bytes__d_b_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_gather_stage_msg_bytes__d_b_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_gather_stage_msg_bytes__d_b_block, reals=0, masks=0,
+    arguments=("bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes__d_b_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -2106,23 +1461,10 @@ def tp_all_gather_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
     s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        b*bytes_compute*h/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_gather_stage_msg_bytes__d_s``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h))
@@ -2133,11 +1475,8 @@ def tp_all_gather_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h))
     (inv0,) = _tp_all_gather_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
-        "tp_all_gather_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h", "inv0"),
-        (b, bytes_compute, cp, h, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_gather_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h", "inv0"),
+        (b, bytes_compute, cp, h, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_gather_stage_msg_bytes__d_s_block(*block)
@@ -2162,13 +1501,9 @@ def _tp_all_gather_stage_msg_bytes__d_s_block(out, b, bytes_compute, cp, h, inv0
 
 
 tp_all_gather_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_msg_bytes__d_s_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h"),
-    passed=("inv0",),
-    invariants=_tp_all_gather_stage_msg_bytes__d_s_invariants,
-    widened=("bytes_compute", "h"),
+    _tp_all_gather_stage_msg_bytes__d_s_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h"), passed=("inv0",),
+    invariants=_tp_all_gather_stage_msg_bytes__d_s_invariants, widened=("bytes_compute", "h"),
     quiet=False,
 )
 
@@ -2178,26 +1513,13 @@ def tp_all_gather_stage_ranks_count__d_t():
     of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_gather_stage_ranks_count__d_t``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "tp_all_gather_stage_ranks_count__d_t",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("tp_all_gather_stage_ranks_count__d_t", (), (), reals=0, masks=0)
     for block in call.blocks():
         _tp_all_gather_stage_ranks_count__d_t_block(*block)
     return call.out
@@ -2210,14 +1532,8 @@ def _tp_all_gather_stage_ranks_count__d_t_block(out,):
 
 
 tp_all_gather_stage_ranks_count__d_t.kernel = _runtime.Kernel(
-    _tp_all_gather_stage_ranks_count__d_t_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_all_gather_stage_ranks_count__d_t_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -2226,21 +1542,10 @@ def tp_reduce_scatter_stage_calls_count__d_m(*, sp, t):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        4*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_reduce_scatter_stage_calls_count__d_m``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 8.
     xp = _runtime.namespace((sp, t))
@@ -2253,11 +1558,7 @@ def tp_reduce_scatter_stage_calls_count__d_m(*, sp, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "tp_reduce_scatter_stage_calls_count__d_m",
-            ("sp", "t"),
-            (sp, t),
-            reals=1,
-            masks=1,
+            "tp_reduce_scatter_stage_calls_count__d_m", ("sp", "t"), (sp, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_reduce_scatter_stage_calls_count__d_m_block(*block)
@@ -2278,14 +1579,8 @@ def _tp_reduce_scatter_stage_calls_count__d_m_block(out, r0, m0, sp, t):
 
 
 tp_reduce_scatter_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_calls_count__d_m_block,
-    reals=1,
-    masks=1,
-    arguments=("sp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _tp_reduce_scatter_stage_calls_count__d_m_block, reals=1, masks=1, arguments=("sp", "t"),
+    passed=(), invariants=None, widened=(), quiet=True,
 )
 
 
@@ -2294,24 +1589,10 @@ def tp_reduce_scatter_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
     ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*h*s/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_reduce_scatter_stage_msg_bytes__d_cp``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -2322,11 +1603,8 @@ def tp_reduce_scatter_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_reduce_scatter_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_reduce_scatter_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=1,
-        masks=0,
+        "tp_reduce_scatter_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _tp_reduce_scatter_stage_msg_bytes__d_cp_block(*block)
@@ -2352,14 +1630,10 @@ def _tp_reduce_scatter_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp
 
 
 tp_reduce_scatter_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
+    _tp_reduce_scatter_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
     invariants=_tp_reduce_scatter_stage_msg_bytes__d_cp_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=False,
+    widened=("bytes_compute", "h", "s"), quiet=False,
 )
 
 
@@ -2368,23 +1642,10 @@ def tp_reduce_scatter_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
     samples of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        bytes_compute*h*s/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_reduce_scatter_stage_msg_bytes__d_b``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_compute, cp, h, s))
@@ -2395,11 +1656,8 @@ def tp_reduce_scatter_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s))
     (inv0,) = _tp_reduce_scatter_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_reduce_scatter_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s", "inv0"),
-        (bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_reduce_scatter_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s", "inv0"),
+        (bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_reduce_scatter_stage_msg_bytes__d_b_block(*block)
@@ -2423,14 +1681,10 @@ def _tp_reduce_scatter_stage_msg_bytes__d_b_block(out, bytes_compute, cp, h, s, 
 
 
 tp_reduce_scatter_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_msg_bytes__d_b_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
+    _tp_reduce_scatter_stage_msg_bytes__d_b_block, reals=0, masks=0,
+    arguments=("bytes_compute", "cp", "h", "s"), passed=("inv0",),
     invariants=_tp_reduce_scatter_stage_msg_bytes__d_b_invariants,
-    widened=("bytes_compute", "h", "s"),
-    quiet=False,
+    widened=("bytes_compute", "h", "s"), quiet=False,
 )
 
 
@@ -2439,23 +1693,10 @@ def tp_reduce_scatter_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
     tokens of s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        b*bytes_compute*h/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_reduce_scatter_stage_msg_bytes__d_s``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h))
@@ -2466,11 +1707,8 @@ def tp_reduce_scatter_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h))
     (inv0,) = _tp_reduce_scatter_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
-        "tp_reduce_scatter_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h", "inv0"),
-        (b, bytes_compute, cp, h, inv0),
-        reals=0,
-        masks=0,
+        "tp_reduce_scatter_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h", "inv0"),
+        (b, bytes_compute, cp, h, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_reduce_scatter_stage_msg_bytes__d_s_block(*block)
@@ -2495,13 +1733,9 @@ def _tp_reduce_scatter_stage_msg_bytes__d_s_block(out, b, bytes_compute, cp, h, 
 
 
 tp_reduce_scatter_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_msg_bytes__d_s_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h"),
-    passed=("inv0",),
-    invariants=_tp_reduce_scatter_stage_msg_bytes__d_s_invariants,
-    widened=("bytes_compute", "h"),
+    _tp_reduce_scatter_stage_msg_bytes__d_s_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h"), passed=("inv0",),
+    invariants=_tp_reduce_scatter_stage_msg_bytes__d_s_invariants, widened=("bytes_compute", "h"),
     quiet=False,
 )
 
@@ -2511,26 +1745,13 @@ def tp_reduce_scatter_stage_ranks_count__d_t():
     ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
     (almost everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_reduce_scatter_stage_ranks_count__d_t``.
     Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
     reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "tp_reduce_scatter_stage_ranks_count__d_t",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("tp_reduce_scatter_stage_ranks_count__d_t", (), (), reals=0, masks=0)
     for block in call.blocks():
         _tp_reduce_scatter_stage_ranks_count__d_t_block(*block)
     return call.out
@@ -2543,14 +1764,8 @@ def _tp_reduce_scatter_stage_ranks_count__d_t_block(out,):
 
 
 tp_reduce_scatter_stage_ranks_count__d_t.kernel = _runtime.Kernel(
-    _tp_reduce_scatter_stage_ranks_count__d_t_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_reduce_scatter_stage_ranks_count__d_t_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )
 
 
@@ -2559,21 +1774,10 @@ def tp_all_reduce_stage_calls_count__d_m(*, sp, t):
     micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
     branch (almost everywhere).
 
-    Closed form::
-
-        4*(1 - Piecewise((0, sp < 3/2), (1, True)))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_reduce_stage_calls_count__d_m``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward; differentiated by symbolic.sensitivity
-
-    Args:
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 7 (SymPy count_ops of the CSE form below); NumPy calls per block: 9.
     xp = _runtime.namespace((sp, t))
@@ -2586,11 +1790,7 @@ def tp_all_reduce_stage_calls_count__d_m(*, sp, t):
     # One errstate for the whole call (entering one costs about as much as a small block's step).
     with numpy.errstate(divide="ignore", invalid="ignore"):
         call = _runtime.Call(
-            "tp_all_reduce_stage_calls_count__d_m",
-            ("sp", "t"),
-            (sp, t),
-            reals=1,
-            masks=1,
+            "tp_all_reduce_stage_calls_count__d_m", ("sp", "t"), (sp, t), reals=1, masks=1,
         )
         for block in call.blocks():
             _tp_all_reduce_stage_calls_count__d_m_block(*block)
@@ -2612,14 +1812,8 @@ def _tp_all_reduce_stage_calls_count__d_m_block(out, r0, m0, sp, t):
 
 
 tp_all_reduce_stage_calls_count__d_m.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_calls_count__d_m_block,
-    reals=1,
-    masks=1,
-    arguments=("sp", "t"),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=True,
+    _tp_all_reduce_stage_calls_count__d_m_block, reals=1, masks=1, arguments=("sp", "t"), passed=(),
+    invariants=None, widened=(), quiet=True,
 )
 
 
@@ -2628,24 +1822,10 @@ def tp_all_reduce_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
     cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        -b*bytes_compute*h*s/cp**2
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_reduce_stage_msg_bytes__d_cp``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward; differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 6 (SymPy count_ops of the CSE form below); NumPy calls per block: 3.
     xp = _runtime.namespace((b, bytes_compute, cp, h, s))
@@ -2656,11 +1836,8 @@ def tp_all_reduce_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h, s))
     (inv0,) = _tp_all_reduce_stage_msg_bytes__d_cp_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_reduce_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s", "inv0"),
-        (b, bytes_compute, cp, h, s, inv0),
-        reals=1,
-        masks=0,
+        "tp_all_reduce_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s", "inv0"),
+        (b, bytes_compute, cp, h, s, inv0), reals=1, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_stage_msg_bytes__d_cp_block(*block)
@@ -2686,13 +1863,9 @@ def _tp_all_reduce_stage_msg_bytes__d_cp_block(out, r0, b, bytes_compute, cp, h,
 
 
 tp_all_reduce_stage_msg_bytes__d_cp.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_msg_bytes__d_cp_block,
-    reals=1,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_stage_msg_bytes__d_cp_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_reduce_stage_msg_bytes__d_cp_block, reals=1, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes__d_cp_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -2702,23 +1875,10 @@ def tp_all_reduce_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
     of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        bytes_compute*h*s/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_reduce_stage_msg_bytes__d_b``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward; differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
     xp = _runtime.namespace((bytes_compute, cp, h, s))
@@ -2729,11 +1889,8 @@ def tp_all_reduce_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
         return _runtime.broadcast(xp, out, (bytes_compute, cp, h, s))
     (inv0,) = _tp_all_reduce_stage_msg_bytes__d_b_invariants(bytes_compute, h, s)
     call = _runtime.Call(
-        "tp_all_reduce_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s", "inv0"),
-        (bytes_compute, cp, h, s, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_reduce_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s", "inv0"),
+        (bytes_compute, cp, h, s, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_stage_msg_bytes__d_b_block(*block)
@@ -2757,13 +1914,9 @@ def _tp_all_reduce_stage_msg_bytes__d_b_block(out, bytes_compute, cp, h, s, inv0
 
 
 tp_all_reduce_stage_msg_bytes__d_b.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_msg_bytes__d_b_block,
-    reals=0,
-    masks=0,
-    arguments=("bytes_compute", "cp", "h", "s"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_stage_msg_bytes__d_b_invariants,
-    widened=("bytes_compute", "h", "s"),
+    _tp_all_reduce_stage_msg_bytes__d_b_block, reals=0, masks=0,
+    arguments=("bytes_compute", "cp", "h", "s"), passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes__d_b_invariants, widened=("bytes_compute", "h", "s"),
     quiet=False,
 )
 
@@ -2773,23 +1926,10 @@ def tp_all_reduce_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
     s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        b*bytes_compute*h/cp
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_reduce_stage_msg_bytes__d_s``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward; differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 3 (SymPy count_ops of the CSE form below); NumPy calls per block: 2.
     xp = _runtime.namespace((b, bytes_compute, cp, h))
@@ -2800,11 +1940,8 @@ def tp_all_reduce_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
         return _runtime.broadcast(xp, out, (b, bytes_compute, cp, h))
     (inv0,) = _tp_all_reduce_stage_msg_bytes__d_s_invariants(bytes_compute, h)
     call = _runtime.Call(
-        "tp_all_reduce_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h", "inv0"),
-        (b, bytes_compute, cp, h, inv0),
-        reals=0,
-        masks=0,
+        "tp_all_reduce_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h", "inv0"),
+        (b, bytes_compute, cp, h, inv0), reals=0, masks=0,
     )
     for block in call.blocks():
         _tp_all_reduce_stage_msg_bytes__d_s_block(*block)
@@ -2829,13 +1966,9 @@ def _tp_all_reduce_stage_msg_bytes__d_s_block(out, b, bytes_compute, cp, h, inv0
 
 
 tp_all_reduce_stage_msg_bytes__d_s.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_msg_bytes__d_s_block,
-    reals=0,
-    masks=0,
-    arguments=("b", "bytes_compute", "cp", "h"),
-    passed=("inv0",),
-    invariants=_tp_all_reduce_stage_msg_bytes__d_s_invariants,
-    widened=("bytes_compute", "h"),
+    _tp_all_reduce_stage_msg_bytes__d_s_block, reals=0, masks=0,
+    arguments=("b", "bytes_compute", "cp", "h"), passed=("inv0",),
+    invariants=_tp_all_reduce_stage_msg_bytes__d_s_invariants, widened=("bytes_compute", "h"),
     quiet=False,
 )
 
@@ -2845,26 +1978,13 @@ def tp_all_reduce_stage_ranks_count__d_t():
     of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
     everywhere).
 
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
+    Unit: derivative. Closed form and symbols:
+    ``docs/formulas.md#tp_all_reduce_stage_ranks_count__d_t``.
     Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
     backward; differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
     """
     # ops: 0 (SymPy count_ops of the CSE form below); NumPy calls per block: 1.
-    call = _runtime.Call(
-        "tp_all_reduce_stage_ranks_count__d_t",
-        (),
-        (),
-        reals=0,
-        masks=0,
-    )
+    call = _runtime.Call("tp_all_reduce_stage_ranks_count__d_t", (), (), reals=0, masks=0)
     for block in call.blocks():
         _tp_all_reduce_stage_ranks_count__d_t_block(*block)
     return call.out
@@ -2877,12 +1997,6 @@ def _tp_all_reduce_stage_ranks_count__d_t_block(out,):
 
 
 tp_all_reduce_stage_ranks_count__d_t.kernel = _runtime.Kernel(
-    _tp_all_reduce_stage_ranks_count__d_t_block,
-    reals=0,
-    masks=0,
-    arguments=(),
-    passed=(),
-    invariants=None,
-    widened=(),
-    quiet=False,
+    _tp_all_reduce_stage_ranks_count__d_t_block, reals=0, masks=0, arguments=(), passed=(),
+    invariants=None, widened=(), quiet=False,
 )

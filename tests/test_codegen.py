@@ -23,7 +23,7 @@ from codegen import cli, compiler
 from codegen.compiler import compare_tree, render_tree, write_tree
 from codegen.lowering import CodegenError, lower
 from codegen.printer import float_literal, print_numpy
-from codegen.render import TEMPLATES_DIR, environment
+from codegen.render import TEMPLATES_DIR, WIDTH, environment, pycall
 from symbolic import registry
 from symbolic.formula import Formula
 from symbolic.symbols import syms
@@ -425,3 +425,14 @@ def test_random_expressions_agree_with_lambdify():
 
     check()
     assert len(checked) >= 20 and sum(e.has(Piecewise) for e in checked) >= 5
+
+
+def test_pycall_keeps_a_call_on_one_line_when_it_fits_and_fills_the_lines_otherwise():
+    assert pycall(["1", "b=2"], "x = f", "    ") == "    x = f(1, b=2)"
+    arguments = [f"argument_{i}={i}" for i in range(12)]
+    text = pycall(arguments, "x = f", "    ")
+    lines = text.splitlines()
+    assert lines[0] == "    x = f(" and lines[-1] == "    )" and len(lines) > 3
+    assert all(len(line) <= WIDTH and line.startswith("        ") for line in lines[1:-1])
+    assert " ".join(" ".join(lines[1:-1]).split()) == " ".join(f"{a}," for a in arguments)
+    compile(f"def f(**k): pass\ndef g():\n{text}\n", "<pycall>", "exec")

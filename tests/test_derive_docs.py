@@ -15,7 +15,8 @@ from sympy import Min, Ne, Piecewise, Rational
 from symbolic.vocabulary import STAGE_COUNT_NAMES
 from codegen.cli import main
 from codegen.cli.derive import STAGE_NAMES
-from codegen.docs import DOCS_PATH, UNLISTED, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
+from codegen.compiler import UNLISTED
+from codegen.docs import DOCS_PATH, check_formulas_doc, latex, render_formulas_doc, write_formulas_doc
 from conftest import CASES, assert_close
 from symbolic import registry, simplify
 from symbolic.simplify import PASSES, closed_form, collect_linear, size

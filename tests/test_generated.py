@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 import warnings
@@ -14,7 +15,9 @@ import sympy
 import generated
 from codegen.runtime import kernels
 from codegen.backends import NUMPY
-from codegen.compiler import DEFAULT_DIRECTORY, SPLIT_DIMENSIONS, compare_tree, lower_formulas, module_of, render_tree
+from codegen.compiler import (DEFAULT_DIRECTORY, SPLIT_DIMENSIONS, compare_tree, lower_formulas, module_of,
+                               reference_anchor, render_tree)
+from codegen.docs import DOCS_PATH
 from symbolic.fingerprints import formula_fingerprint
 from symbolic import registry
 from symbolic.symbols import SPECS
@@ -166,14 +169,20 @@ def test_bad_arguments_name_the_field():
 def test_signatures_docstrings_and_op_lines():
     text = "".join((DEFAULT_DIRECTORY / f"{m}.py").read_text() for m in {module_of(f) for f in registry.FORMULAS.values()})
     lowered = lower_formulas(list(registry.FORMULAS.values()), [NUMPY])["numpy"]
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', DOCS_PATH.read_text(encoding="utf-8")))
     for name, formula in registry.FORMULAS.items():
         fn = getattr(generated, name)
         params = inspect.signature(fn).parameters
         assert tuple(params) == formula.arguments
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
-        doc = "".join(fn.__doc__.split())
-        assert "".join(sympy.sstr(formula.expr).split()) in doc, name
-        assert f"Unit:{formula.unit}." in doc
+        # What it counts, its unit and source; the closed form and the symbols are docs/formulas.md's, where
+        # the docstring points (the anchor is there), not repeated.
+        doc = " ".join(fn.__doc__.split())
+        assert doc.startswith(" ".join(formula.doc.split())), name
+        assert f"Unit: {formula.unit}." in doc and f"Source: {' '.join(formula.source.split())}" in doc, name
+        anchor = reference_anchor(formula)
+        assert f"``docs/formulas.md#{anchor}``" in doc and anchor in anchors, name
+        assert sympy.sstr(formula.expr) not in doc or len(sympy.sstr(formula.expr)) < 12, name
         assert f"# ops: {lowered[name].ops} " in text
 
 

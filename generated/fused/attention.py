@@ -5,7 +5,8 @@
 """Fused evaluators of the attention formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.attention``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -32,29 +33,11 @@ def _attention_head_width_elements(out, a, dh, h):
 
 
 def attention_head_width_elements(*, a, dh, h):
-    """Head width per attention head, with the h/a fallback when dh is unset.
-
-    Closed form::
-
-        Piecewise((dh, Ne(dh, 0)), (h/a, True))
-
-    Unit: elements.
-
-    Source: comm_time.py line 159 (cp_traffic)
-
-    Args:
-        a: attention (query) heads [heads].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.attention_head_width_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "attention_head_width_elements",
-        ("a", "dh", "h"),
-        (a, dh, h),
+        "attention_head_width_elements", ("a", "dh", "h"), (a, dh, h),
     )
     _attention_head_width_elements(out, *arrays)
     return result
@@ -67,30 +50,10 @@ def _attention_mha_kv_width_elements(out, h, t):
 
 
 def attention_mha_kv_width_elements(*, h, t):
-    """Width of each of K and V per TP rank for MHA attention.
-
-    Closed form::
-
-        h/t
-
-    Unit: elements.
-
-    Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
-    and 196
-
-    Args:
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.attention_mha_kv_width_elements`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "attention_mha_kv_width_elements",
-        ("h", "t"),
-        (h, t),
-    )
+    result, out, arrays = _runtime.prepare("attention_mha_kv_width_elements", ("h", "t"), (h, t))
     _attention_mha_kv_width_elements(out, *arrays)
     return result
 
@@ -102,31 +65,11 @@ def _attention_gqa_kv_width_elements(out, a, dh, n_kv, t):
 
 
 def attention_gqa_kv_width_elements(*, a, dh, n_kv, t):
-    """Width of each of K and V per TP rank for GQA attention.
-
-    Closed form::
-
-        dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t
-
-    Unit: elements.
-
-    Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
-    and 196
-
-    Args:
-        a: attention (query) heads [heads].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.attention_gqa_kv_width_elements`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "attention_gqa_kv_width_elements",
-        ("a", "dh", "n_kv", "t"),
-        (a, dh, n_kv, t),
+        "attention_gqa_kv_width_elements", ("a", "dh", "n_kv", "t"), (a, dh, n_kv, t),
     )
     _attention_gqa_kv_width_elements(out, *arrays)
     return result
@@ -139,30 +82,10 @@ def _attention_mqa_kv_width_elements(out, dh, t):
 
 
 def attention_mqa_kv_width_elements(*, dh, t):
-    """Width of each of K and V per TP rank for MQA attention.
-
-    Closed form::
-
-        dh/t
-
-    Unit: elements.
-
-    Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
-    and 196
-
-    Args:
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.attention_mqa_kv_width_elements`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "attention_mqa_kv_width_elements",
-        ("dh", "t"),
-        (dh, t),
-    )
+    result, out, arrays = _runtime.prepare("attention_mqa_kv_width_elements", ("dh", "t"), (dh, t))
     _attention_mqa_kv_width_elements(out, *arrays)
     return result
 
@@ -174,31 +97,11 @@ def _attention_mla_kv_width_elements(out, dh, dhr, n_kv, t):
 
 
 def attention_mla_kv_width_elements(*, dh, dhr, n_kv, t):
-    """Width of each of K and V per TP rank for MLA attention.
-
-    Closed form::
-
-        n_kv*(2*dh + dhr)/(2*t)
-
-    Unit: elements.
-
-    Source: cost_model_preprocess.compute_kv_dim (published version), read by comm_time.py lines 160
-    and 196
-
-    Args:
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.attention_mla_kv_width_elements`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "attention_mla_kv_width_elements",
-        ("dh", "dhr", "n_kv", "t"),
-        (dh, dhr, n_kv, t),
+        "attention_mla_kv_width_elements", ("dh", "dhr", "n_kv", "t"), (dh, dhr, n_kv, t),
     )
     _attention_mla_kv_width_elements(out, *arrays)
     return result

@@ -5,7 +5,8 @@
 """Fused evaluators of the collective formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.collective``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -189,42 +190,8 @@ def _collective_all_reduce_tree_ll_time_s(out, alpha_tree_ll_s, hop_net_tree_ll_
 
 
 def collective_all_reduce_tree_ll_time_s(*, alpha_tree_ll_s, hop_net_tree_ll_s, hop_nvlink_tree_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's tree ll
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        alpha_tree_ll_s + 2*hop_net_tree_ll_s*log(nodes)/log(2) +
-        2*hop_nvlink_tree_ll_s*(ranks_per_node - 1) + 2*msg_bytes/Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418)
-
-    Args:
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_tree_ll_s: NCCL hwLat NVLink: one tree hop, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll_time_s",
@@ -244,43 +211,8 @@ def _collective_all_reduce_tree_ll128_time_s(out, alpha_tree_ll128_s, hop_net_tr
 
 
 def collective_all_reduce_tree_ll128_time_s(*, alpha_tree_ll128_s, hop_net_tree_ll128_s, hop_nvlink_tree_ll128_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's tree ll128
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        alpha_tree_ll128_s + 2*hop_net_tree_ll128_s*log(nodes)/log(2) +
-        2*hop_nvlink_tree_ll128_s*(ranks_per_node - 1) +
-        2*msg_bytes/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, Piecewise((7/9, nodes <
-        2), (15/16, True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418)
-
-    Args:
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_tree_ll128_s: NCCL hwLat NVLink: one tree hop, LL128 [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll128_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll128_time_s",
@@ -299,40 +231,8 @@ def _collective_all_reduce_tree_simple_time_s(out, alpha_tree_simple_s, hop_net_
 
 
 def collective_all_reduce_tree_simple_time_s(*, alpha_tree_simple_s, hop_net_tree_simple_s, hop_nvlink_tree_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's tree simple
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        alpha_tree_simple_s + 2*hop_net_tree_simple_s*log(nodes)/log(2) +
-        2*hop_nvlink_tree_simple_s*(ranks_per_node - 1) +
-        2*msg_bytes/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418)
-
-    Args:
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_tree_simple_s: NCCL hwLat NVLink: one tree hop, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_simple_time_s",
@@ -354,48 +254,8 @@ def _collective_all_reduce_ring_ll_time_s(out, alpha_ring_ll_s, hop_net_ring_ll_
 
 
 def collective_all_reduce_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's ring ll
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        msg_bytes*(2*ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (2*nodes
-        - 2)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s",
@@ -417,47 +277,8 @@ def _collective_all_reduce_ring_ll_price_s(out, alpha_ring_ll_s, hop_net_ring_ll
 
 
 def collective_all_reduce_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with ring ll:
-    tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the real time adds
-    (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
-    collective_all_reduce_ring_ll_time_s). Where a candidate has no price formula its price is its
-    time.
-
-    Closed form::
-
-        msg_bytes*(2*ranks - 2)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (2*nodes
-        - 2)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_price_s",
@@ -479,49 +300,8 @@ def _collective_all_reduce_ring_ll128_time_s(out, alpha_ring_ll128_s, hop_net_ri
 
 
 def collective_all_reduce_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's ring ll128
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        msg_bytes*(2*ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll128_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) +
-        (2*nodes - 2)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_ll128_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s",
@@ -543,48 +323,8 @@ def _collective_all_reduce_ring_ll128_price_s(out, alpha_ring_ll128_s, hop_net_r
 
 
 def collective_all_reduce_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with ring ll128:
-    tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the real time adds
-    (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
-    collective_all_reduce_ring_ll128_time_s). Where a candidate has no price formula its price is
-    its time.
-
-    Closed form::
-
-        msg_bytes*(2*ranks - 2)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(2*ranks - 2), nodes < 2),
-        (alpha_ring_ll128_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) +
-        (2*nodes - 2)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_ll128_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_price_s",
@@ -605,46 +345,8 @@ def _collective_all_reduce_ring_simple_time_s(out, alpha_ring_simple_s, hop_net_
 
 
 def collective_all_reduce_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's ring simple
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        msg_bytes*(2*ranks - 3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*ranks - 2),
-        nodes < 2), (alpha_ring_simple_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (2*nodes - 2)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 30 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s",
@@ -665,45 +367,8 @@ def _collective_all_reduce_ring_simple_price_s(out, alpha_ring_simple_s, hop_net
 
 
 def collective_all_reduce_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with ring simple:
-    tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the real time adds
-    (what topoGetAlgoInfo compares; the candidate with the smallest price is run and takes
-    collective_all_reduce_ring_simple_time_s). Where a candidate has no price formula its price is
-    its time.
-
-    Closed form::
-
-        msg_bytes*(2*ranks - 2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*ranks - 2),
-        nodes < 2), (alpha_ring_simple_s + (-2*nodes + 2*ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (2*nodes - 2)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_price_s",
@@ -724,40 +389,8 @@ def _collective_all_reduce_nvls_simple_time_s(out, hop_nvlink_nvls_s, msg_bytes,
 
 
 def collective_all_reduce_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's nvls simple
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        Piecewise((hop_nvlink_nvls_s + msg_bytes*(2*ranks -
-        2)/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)), (nvls > 0) & (ranks > 1) & (nodes <
-        2)), (oo, True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168)
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_nvls_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_nvls_simple_time_s",
@@ -791,93 +424,8 @@ def _collective_all_reduce_hierarchical_time_s(out, alpha_ring_ll128_s, alpha_ri
 
 
 def collective_all_reduce_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
-    """Predicted seconds of an all-reduce of S bytes over `ranks` ranks with NCCL's hierarchical
-    (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        Piecewise((2*Min(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), alpha_ring_simple_s +
-        hop_nvlink_ring_simple_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1/2)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)) + Min(msg_bytes*(2*nodes -
-        3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*nodes - 2), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        1)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll_s +
-        hop_net_tree_ll_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        1)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(2*nodes - 2), True)), alpha_tree_ll128_s +
-        2*hop_net_tree_ll128_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-        Piecewise((7/9, nodes < 2), (15/16,
-        True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), alpha_tree_ll_s +
-        2*hop_net_tree_ll_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)/19)), alpha_tree_simple_s +
-        2*hop_net_tree_simple_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), (nodes > 1) & (ranks_per_node >
-        1)), (oo, True))
-
-    Unit: s.
-
-    Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
-    intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
-    form)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_hierarchical_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 106 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_hierarchical_time_s",
@@ -910,96 +458,8 @@ def _collective_all_reduce_hierarchical_price_s(out, alpha_ring_ll128_s, alpha_r
 
 
 def collective_all_reduce_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, alpha_tree_ll128_s, alpha_tree_ll_s, alpha_tree_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
-    """NCCL's tuned price, seconds, of an all-reduce of S bytes over `ranks` ranks with
-    hierarchical: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline fill the
-    real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is run and
-    takes collective_all_reduce_hierarchical_time_s). Where a candidate has no price formula its
-    price is its time.
-
-    Closed form::
-
-        Piecewise((2*Min(alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25)), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)),
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node - 1)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)) +
-        Min(msg_bytes*(2*nodes - 2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes
-        < 2), (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(2*nodes - 2), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        2)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll_s +
-        hop_net_tree_ll_s*(2*nodes - 2), True)), msg_bytes*(2*nodes -
-        2)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(2*nodes - 2), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(2*nodes - 2), True)), alpha_tree_ll128_s +
-        2*hop_net_tree_ll128_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-        Piecewise((7/9, nodes < 2), (15/16,
-        True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), alpha_tree_ll_s +
-        2*hop_net_tree_ll_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)/19)), alpha_tree_simple_s +
-        2*hop_net_tree_simple_s*log(nodes)/log(2) +
-        2*msg_bytes/(ranks_per_node*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25))), (nodes > 1) & (ranks_per_node >
-        1)), (oo, True))
-
-    Unit: s.
-
-    Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
-    intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
-    form); priced by its phases' tuned prices
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_hierarchical_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 100 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_hierarchical_price_s",
@@ -1017,27 +477,11 @@ def _collective_all_reduce_nccl_busbw_factor_ratio(out, ranks):
 
 
 def collective_all_reduce_nccl_busbw_factor_ratio(*, ranks):
-    """nccl-tests' busbw / algbw factor of an all-reduce over `ranks` ranks.
-
-    Closed form::
-
-        (2*ranks - 2)/ranks
-
-    Unit: 1.
-
-    Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_nccl_busbw_factor_ratio`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "collective_all_reduce_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
+        "collective_all_reduce_nccl_busbw_factor_ratio", ("ranks",), (ranks,),
     )
     _collective_all_reduce_nccl_busbw_factor_ratio(out, *arrays)
     return result
@@ -1052,46 +496,8 @@ def _collective_all_gather_ring_ll_time_s(out, alpha_ring_ll_s, hop_net_ring_ll_
 
 
 def collective_all_gather_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-gather whose gathered buffer is S bytes over `ranks` ranks with
-    NCCL's ring ll (algorithm and protocol), the time it really takes; infinite where the candidate
-    is not available.
-
-    Closed form::
-
-        msg_bytes/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2) + Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s",
@@ -1112,46 +518,8 @@ def _collective_all_gather_ring_ll_price_s(out, alpha_ring_ll_s, hop_net_ring_ll
 
 
 def collective_all_gather_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with ring ll: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_all_gather_ring_ll_time_s). Where a candidate has no price formula its
-    price is its time.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2), (alpha_ring_ll_s
-        + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_price_s",
@@ -1171,49 +539,8 @@ def _collective_all_gather_ring_ll128_time_s(out, alpha_ring_ll128_s, hop_net_ri
 
 
 def collective_all_gather_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-gather whose gathered buffer is S bytes over `ranks` ranks with
-    NCCL's ring ll128 (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s",
@@ -1234,48 +561,8 @@ def _collective_all_gather_ring_ll128_price_s(out, alpha_ring_ll128_s, hop_net_r
 
 
 def collective_all_gather_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with ring ll128: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_all_gather_ring_ll128_time_s). Where a candidate has no price formula
-    its price is its time.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_price_s",
@@ -1294,46 +581,8 @@ def _collective_all_gather_ring_simple_time_s(out, alpha_ring_simple_s, hop_net_
 
 
 def collective_all_gather_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-gather whose gathered buffer is S bytes over `ranks` ranks with
-    NCCL's ring simple (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s",
@@ -1353,45 +602,8 @@ def _collective_all_gather_ring_simple_price_s(out, alpha_ring_simple_s, hop_net
 
 
 def collective_all_gather_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with ring simple: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_all_gather_ring_simple_time_s). Where a candidate has no price formula
-    its price is its time.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_price_s",
@@ -1411,39 +623,8 @@ def _collective_all_gather_nvls_simple_time_s(out, hop_nvlink_nvls_s, msg_bytes,
 
 
 def collective_all_gather_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Predicted seconds of an all-gather whose gathered buffer is S bytes over `ranks` ranks with
-    NCCL's nvls simple (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        Piecewise((hop_nvlink_nvls_s + msg_bytes/(ranks*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (oo, True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168)
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_nvls_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_nvls_simple_time_s",
@@ -1470,68 +651,8 @@ def _collective_all_gather_hierarchical_time_s(out, alpha_ring_ll128_s, alpha_ri
 
 
 def collective_all_gather_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-gather whose gathered buffer is S bytes over `ranks` ranks with
-    NCCL's hierarchical (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        Piecewise((Min(msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), alpha_ring_simple_s +
-        hop_nvlink_ring_simple_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1/2)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)), (nodes > 1) &
-        (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
-    Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
-    intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
-    form)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_hierarchical_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_hierarchical_time_s",
@@ -1560,72 +681,8 @@ def _collective_all_gather_hierarchical_price_s(out, alpha_ring_ll128_s, alpha_r
 
 
 def collective_all_gather_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of an all-gather whose gathered buffer is S bytes over `ranks`
-    ranks with hierarchical: tuning.cc's latency + bytes / bandwidth without the ring loop's
-    pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest
-    price is run and takes collective_all_gather_hierarchical_time_s). Where a candidate has no
-    price formula its price is its time.
-
-    Closed form::
-
-        Piecewise((Min(msg_bytes*(nodes -
-        1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25)), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)),
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node - 1)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)),
-        (nodes > 1) & (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
-    Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
-    intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
-    form); priced by its phases' tuned prices
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_hierarchical_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_hierarchical_price_s",
@@ -1643,27 +700,11 @@ def _collective_all_gather_nccl_busbw_factor_ratio(out, ranks):
 
 
 def collective_all_gather_nccl_busbw_factor_ratio(*, ranks):
-    """nccl-tests' busbw / algbw factor of an all-gather over `ranks` ranks.
-
-    Closed form::
-
-        (ranks - 1)/ranks
-
-    Unit: 1.
-
-    Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_nccl_busbw_factor_ratio`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "collective_all_gather_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
+        "collective_all_gather_nccl_busbw_factor_ratio", ("ranks",), (ranks,),
     )
     _collective_all_gather_nccl_busbw_factor_ratio(out, *arrays)
     return result
@@ -1678,46 +719,8 @@ def _collective_reduce_scatter_ring_ll_time_s(out, alpha_ring_ll_s, hop_net_ring
 
 
 def collective_reduce_scatter_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a reduce-scatter whose input buffer is S bytes over `ranks` ranks with
-    NCCL's ring ll (algorithm and protocol), the time it really takes; infinite where the candidate
-    is not available.
-
-    Closed form::
-
-        msg_bytes/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2) + Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s",
@@ -1738,46 +741,8 @@ def _collective_reduce_scatter_ring_ll_price_s(out, alpha_ring_ll_s, hop_net_rin
 
 
 def collective_reduce_scatter_ring_ll_price_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with ring ll: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_reduce_scatter_ring_ll_time_s). Where a candidate has no price formula
-    its price is its time.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((alpha_ring_ll_s + hop_nvlink_ring_ll_s*(ranks - 1), nodes < 2), (alpha_ring_ll_s
-        + (-nodes + ranks)*Max(hop_nvlink_ring_ll_s, net_overhead_s) + (nodes -
-        1)*Piecewise((hop_net_tree_ll_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_price_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_price_s",
@@ -1797,49 +762,8 @@ def _collective_reduce_scatter_ring_ll128_time_s(out, alpha_ring_ll128_s, hop_ne
 
 
 def collective_reduce_scatter_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a reduce-scatter whose input buffer is S bytes over `ranks` ranks with
-    NCCL's ring ll128 (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s",
@@ -1860,48 +784,8 @@ def _collective_reduce_scatter_ring_ll128_price_s(out, alpha_ring_ll128_s, hop_n
 
 
 def collective_reduce_scatter_ring_ll128_price_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with ring ll128: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_reduce_scatter_ring_ll128_time_s). Where a candidate has no price
-    formula its price is its time.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*(ranks - 1), nodes < 2),
-        (alpha_ring_ll128_s + (-nodes + ranks)*Max(hop_nvlink_ring_ll128_s, net_overhead_s) + (nodes
-        - 1)*Piecewise((hop_net_tree_ll128_s, Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_price_s`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_price_s",
@@ -1920,46 +804,8 @@ def _collective_reduce_scatter_ring_simple_time_s(out, alpha_ring_simple_s, hop_
 
 
 def collective_reduce_scatter_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a reduce-scatter whose input buffer is S bytes over `ranks` ranks with
-    NCCL's ring simple (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes <
-        2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s",
@@ -1979,45 +825,8 @@ def _collective_reduce_scatter_ring_simple_price_s(out, alpha_ring_simple_s, hop
 
 
 def collective_reduce_scatter_ring_simple_price_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with ring simple: tuning.cc's latency + bytes / bandwidth without the ring loop's pipeline
-    fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest price is
-    run and takes collective_reduce_scatter_ring_simple_time_s). Where a candidate has no price
-    formula its price is its time.
-
-    Closed form::
-
-        msg_bytes*(ranks - 1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks + Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks - 1), nodes
-        < 2), (alpha_ring_simple_s + (-nodes + ranks)*Max(hop_nvlink_ring_simple_s,
-        3*net_overhead_s) + (nodes - 1)*Piecewise((hop_net_tree_simple_s, Eq(ranks_per_node, 1)),
-        (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ncclTopoGetAlgoTime; NCCL
-    src/enqueue.cc topoGetAlgoInfo
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_price_s`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_price_s",
@@ -2037,39 +846,8 @@ def _collective_reduce_scatter_nvls_simple_time_s(out, hop_nvlink_nvls_s, msg_by
 
 
 def collective_reduce_scatter_nvls_simple_time_s(*, hop_nvlink_nvls_s, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Predicted seconds of a reduce-scatter whose input buffer is S bytes over `ranks` ranks with
-    NCCL's nvls simple (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        Piecewise((hop_nvlink_nvls_s + msg_bytes/(ranks*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (oo, True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168)
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_nvls_simple_time_s`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_nvls_simple_time_s",
@@ -2096,68 +874,8 @@ def _collective_reduce_scatter_hierarchical_time_s(out, alpha_ring_ll128_s, alph
 
 
 def collective_reduce_scatter_hierarchical_time_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a reduce-scatter whose input buffer is S bytes over `ranks` ranks with
-    NCCL's hierarchical (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        Piecewise((Min(msg_bytes/(ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) +
-        msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), alpha_ring_simple_s +
-        hop_nvlink_ring_simple_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1/2)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)), (nodes > 1) &
-        (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
-    Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
-    intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
-    form)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_hierarchical_time_s`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_hierarchical_time_s",
@@ -2186,72 +904,8 @@ def _collective_reduce_scatter_hierarchical_price_s(out, alpha_ring_ll128_s, alp
 
 
 def collective_reduce_scatter_hierarchical_price_s(*, alpha_ring_ll128_s, alpha_ring_ll_s, alpha_ring_simple_s, hop_net_tree_ll128_s, hop_net_tree_ll_s, hop_net_tree_simple_s, hop_nvlink_ring_ll128_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_simple_s, ll128_channel_max_bw_bytes_per_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """NCCL's tuned price, seconds, of a reduce-scatter whose input buffer is S bytes over `ranks`
-    ranks with hierarchical: tuning.cc's latency + bytes / bandwidth without the ring loop's
-    pipeline fill the real time adds (what topoGetAlgoInfo compares; the candidate with the smallest
-    price is run and takes collective_reduce_scatter_hierarchical_time_s). Where a candidate has no
-    price formula its price is its time.
-
-    Closed form::
-
-        Piecewise((Min(msg_bytes*(nodes -
-        1)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/(nodes*ranks_per_node) +
-        Piecewise((alpha_ring_simple_s + hop_nvlink_ring_simple_s*(nodes - 1), nodes < 2),
-        (alpha_ring_simple_s + hop_net_tree_simple_s*(nodes - 1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/2)) + Piecewise((alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(nodes - 1), nodes < 2), (alpha_ring_ll_s + hop_net_tree_ll_s*(nodes -
-        1), True)), msg_bytes*(nodes -
-        1)/(nodes*ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node), True))/25)) + Piecewise((alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(nodes - 1), nodes < 2), (alpha_ring_ll128_s +
-        hop_net_tree_ll128_s*(nodes - 1), True))) + Min(alpha_ring_ll128_s +
-        hop_nvlink_ring_ll128_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*ring_channel_bw_bytes_per_s*ring_channels/25)), alpha_ring_ll_s +
-        hop_nvlink_ring_ll_s*(ranks_per_node - 1) + msg_bytes*(ranks_per_node -
-        1)/(ranks_per_node*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)),
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*(ranks_per_node - 1) +
-        msg_bytes*(ranks_per_node - 1)/(ranks_per_node*ring_channel_bw_bytes_per_s*ring_channels)),
-        (nodes > 1) & (ranks_per_node > 1)), (oo, True))
-
-    Unit: s.
-
-    Source: intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data,
-    intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its 2-level
-    form); priced by its phases' tuned prices
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_hierarchical_price_s`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_hierarchical_price_s",
@@ -2269,27 +923,11 @@ def _collective_reduce_scatter_nccl_busbw_factor_ratio(out, ranks):
 
 
 def collective_reduce_scatter_nccl_busbw_factor_ratio(*, ranks):
-    """nccl-tests' busbw / algbw factor of a reduce-scatter over `ranks` ranks.
-
-    Closed form::
-
-        (ranks - 1)/ranks
-
-    Unit: 1.
-
-    Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_nccl_busbw_factor_ratio`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "collective_reduce_scatter_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
+        "collective_reduce_scatter_nccl_busbw_factor_ratio", ("ranks",), (ranks,),
     )
     _collective_reduce_scatter_nccl_busbw_factor_ratio(out, *arrays)
     return result
@@ -2304,44 +942,8 @@ def _collective_broadcast_ring_ll_time_s(out, alpha_ring_ll_s, hop_net_ring_ll_s
 
 
 def collective_broadcast_ring_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a broadcast of S bytes from one root over `ranks` ranks with NCCL's ring
-    ll (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        alpha_ring_ll_s + msg_bytes/Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2) +
-        Piecewise((hop_nvlink_ring_ll_s, nodes < 2), (Piecewise((hop_net_tree_ll_s,
-        Eq(ranks_per_node, 1)), (hop_net_ring_ll_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll_time_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll_time_s",
@@ -2361,45 +963,8 @@ def _collective_broadcast_ring_ll128_time_s(out, alpha_ring_ll128_s, hop_net_rin
 
 
 def collective_broadcast_ring_ll128_time_s(*, alpha_ring_ll128_s, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a broadcast of S bytes from one root over `ranks` ranks with NCCL's ring
-    ll128 (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        alpha_ring_ll128_s + msg_bytes/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25) +
-        Piecewise((hop_nvlink_ring_ll128_s, nodes < 2), (Piecewise((hop_net_tree_ll128_s,
-        Eq(ranks_per_node, 1)), (hop_net_ring_ll128_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll128_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll128_time_s",
@@ -2418,42 +983,8 @@ def _collective_broadcast_ring_simple_time_s(out, alpha_ring_simple_s, hop_net_r
 
 
 def collective_broadcast_ring_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of a broadcast of S bytes from one root over `ranks` ranks with NCCL's ring
-    simple (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        alpha_ring_simple_s + msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels),
-        nodes < 2), (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True)) + Piecewise((hop_nvlink_ring_simple_s, nodes < 2), (Piecewise((hop_net_tree_simple_s,
-        Eq(ranks_per_node, 1)), (hop_net_ring_simple_s, True)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_simple_time_s",
@@ -2471,25 +1002,10 @@ def _collective_broadcast_nccl_busbw_factor_ratio(out):
 
 
 def collective_broadcast_nccl_busbw_factor_ratio():
-    """nccl-tests' busbw / algbw factor of a broadcast over `ranks` ranks.
-
-    Closed form::
-
-        1
-
-    Unit: 1.
-
-    Source: nccl-tests doc/PERFORMANCE.md
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_nccl_busbw_factor_ratio`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "collective_broadcast_nccl_busbw_factor_ratio",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("collective_broadcast_nccl_busbw_factor_ratio", (), ())
     _collective_broadcast_nccl_busbw_factor_ratio(out, *arrays)
     return result
 
@@ -2503,51 +1019,8 @@ def _collective_all_to_all_p2p_ll_time_s(out, alpha_ring_ll_s, hop_net_ring_ll_s
 
 
 def collective_all_to_all_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-to-all whose per-rank send buffer is S bytes over `ranks` ranks
-    with NCCL's p2p ll (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        Piecewise((alpha_ring_ll_s + Piecewise((hop_nvlink_ring_ll_s, nodes < 2),
-        (hop_net_ring_ll_s, True)) + Max(msg_bytes*(ranks -
-        ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2))),
-        p2p_ll_threshold_bytes >= msg_bytes/ranks), (oo, True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s",
@@ -2570,56 +1043,8 @@ def _collective_all_to_all_p2p_simple_time_s(out, alpha_ring_simple_s, hop_net_r
 
 
 def collective_all_to_all_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of an all-to-all whose per-rank send buffer is S bytes over `ranks` ranks
-    with NCCL's p2p simple (algorithm and protocol), the time it really takes; infinite where the
-    candidate is not available.
-
-    Closed form::
-
-        Piecewise((oo, p2p_ll_threshold_bytes >= msg_bytes/ranks), (alpha_ring_simple_s +
-        Piecewise((hop_nvlink_ring_simple_s, nodes < 2), (hop_net_ring_simple_s, True)) +
-        Max((msg_bytes/(ranks*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1), msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks)), True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s",
@@ -2637,27 +1062,11 @@ def _collective_all_to_all_nccl_busbw_factor_ratio(out, ranks):
 
 
 def collective_all_to_all_nccl_busbw_factor_ratio(*, ranks):
-    """nccl-tests' busbw / algbw factor of an all-to-all over `ranks` ranks.
-
-    Closed form::
-
-        (ranks - 1)/ranks
-
-    Unit: 1.
-
-    Source: nccl-tests doc/PERFORMANCE.md
-
-    Args:
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_nccl_busbw_factor_ratio`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "collective_all_to_all_nccl_busbw_factor_ratio",
-        ("ranks",),
-        (ranks,),
+        "collective_all_to_all_nccl_busbw_factor_ratio", ("ranks",), (ranks,),
     )
     _collective_all_to_all_nccl_busbw_factor_ratio(out, *arrays)
     return result
@@ -2672,47 +1081,8 @@ def _collective_send_recv_p2p_ll_time_s(out, alpha_ring_ll_s, hop_net_ring_ll_s,
 
 
 def collective_send_recv_p2p_ll_time_s(*, alpha_ring_ll_s, hop_net_ring_ll_s, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of one send/recv of S bytes to one peer over `ranks` ranks with NCCL's p2p
-    ll (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        Piecewise((alpha_ring_ll_s + Piecewise((hop_nvlink_ring_ll_s, nodes < 2),
-        (hop_net_ring_ll_s, True)) + Piecewise((msg_bytes/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), nodes < 2),
-        (msg_bytes/Min(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), True)), msg_bytes <= p2p_ll_threshold_bytes),
-        (oo, True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_ll_time_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_ll_time_s",
@@ -2732,45 +1102,8 @@ def _collective_send_recv_p2p_simple_time_s(out, alpha_ring_simple_s, hop_net_ri
 
 
 def collective_send_recv_p2p_simple_time_s(*, alpha_ring_simple_s, hop_net_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Predicted seconds of one send/recv of S bytes to one peer over `ranks` ranks with NCCL's p2p
-    simple (algorithm and protocol), the time it really takes; infinite where the candidate is not
-    available.
-
-    Closed form::
-
-        Piecewise((oo, msg_bytes <= p2p_ll_threshold_bytes), (alpha_ring_simple_s +
-        Piecewise((hop_nvlink_ring_simple_s, nodes < 2), (hop_net_ring_simple_s, True)) +
-        Piecewise((3*msg_bytes/(2*ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (3*msg_bytes/(2*Min(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels)), True)),
-        True))
-
-    Unit: s.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h)
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_simple_time_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_simple_time_s",
@@ -2788,25 +1121,10 @@ def _collective_send_recv_nccl_busbw_factor_ratio(out):
 
 
 def collective_send_recv_nccl_busbw_factor_ratio():
-    """nccl-tests' busbw / algbw factor of one send/recv over `ranks` ranks.
-
-    Closed form::
-
-        1
-
-    Unit: 1.
-
-    Source: nccl-tests doc/PERFORMANCE.md
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_nccl_busbw_factor_ratio`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "collective_send_recv_nccl_busbw_factor_ratio",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("collective_send_recv_nccl_busbw_factor_ratio", (), ())
     _collective_send_recv_nccl_busbw_factor_ratio(out, *arrays)
     return result
 
@@ -2819,36 +1137,8 @@ def _collective_all_reduce_tree_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_per_
 
 
 def collective_all_reduce_tree_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Partial derivative of collective_all_reduce_tree_ll_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        2/Min(ll_max_bw_bytes_per_s, 5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll_time_s__d_msg_bytes",
@@ -2866,31 +1156,8 @@ def _collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(out, alpha_tree_ll
 
 
 def collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha(*, alpha_tree_ll_s, hop_nvlink_tree_ll_s, ranks_per_node):
-    """Derivative of collective_all_reduce_tree_ll_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_tree_ll_s + hop_nvlink_tree_ll_s*(2*ranks_per_node - 2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_tree_ll_s: NCCL baseLat: tree, LL protocol [s].
-        hop_nvlink_tree_ll_s: NCCL hwLat NVLink: one tree hop, LL [s].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll_time_s__scale_nvlink_alpha",
@@ -2908,33 +1175,11 @@ def _collective_all_reduce_tree_ll_time_s__scale_network_alpha(out, hop_net_tree
 
 
 def collective_all_reduce_tree_ll_time_s__scale_network_alpha(*, hop_net_tree_ll_s, nodes):
-    """Derivative of collective_all_reduce_tree_ll_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        2*hop_net_tree_ll_s*log(nodes)/log(2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "collective_all_reduce_tree_ll_time_s__scale_network_alpha",
-        ("hop_net_tree_ll_s", "nodes"),
+        "collective_all_reduce_tree_ll_time_s__scale_network_alpha", ("hop_net_tree_ll_s", "nodes"),
         (hop_net_tree_ll_s, nodes),
     )
     _collective_all_reduce_tree_ll_time_s__scale_network_alpha(out, *arrays)
@@ -2955,49 +1200,8 @@ def _collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(out, ll_max_bw_byte
 
 
 def collective_all_reduce_tree_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Derivative of collective_all_reduce_tree_ll_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -2*msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s
-        < 5*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/19, ll_max_bw_bytes_per_s <
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/19)), (5*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25, True))/19, True))/Min(ll_max_bw_bytes_per_s,
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 38 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll_time_s__scale_nvlink_beta",
@@ -3022,48 +1226,8 @@ def _collective_all_reduce_tree_ll_time_s__scale_network_beta(out, ll_max_bw_byt
 
 
 def collective_all_reduce_tree_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Derivative of collective_all_reduce_tree_ll_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -2*msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        5*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/19, ll_max_bw_bytes_per_s <
-        5*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/19)), (5*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25, True))/19,
-        True))/Min(ll_max_bw_bytes_per_s, 5*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)/19)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 38 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll_time_s__scale_network_beta",
@@ -3083,37 +1247,8 @@ def _collective_all_reduce_tree_ll128_time_s__d_msg_bytes(out, nic_bw_bytes_per_
 
 
 def collective_all_reduce_tree_ll128_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
-    """Partial derivative of collective_all_reduce_tree_ll128_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        2/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, Piecewise((7/9, nodes < 2),
-        (15/16, True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll128_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll128_time_s__d_msg_bytes",
@@ -3131,31 +1266,8 @@ def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(out, alpha_tree
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha(*, alpha_tree_ll128_s, hop_nvlink_tree_ll128_s, ranks_per_node):
-    """Derivative of collective_all_reduce_tree_ll128_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_tree_ll128_s + hop_nvlink_tree_ll128_s*(2*ranks_per_node - 2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_tree_ll128_s: NCCL baseLat: tree, LL128 protocol [s].
-        hop_nvlink_tree_ll128_s: NCCL hwLat NVLink: one tree hop, LL128 [s].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll128_time_s__scale_nvlink_alpha",
@@ -3173,34 +1285,12 @@ def _collective_all_reduce_tree_ll128_time_s__scale_network_alpha(out, hop_net_t
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_network_alpha(*, hop_net_tree_ll128_s, nodes):
-    """Derivative of collective_all_reduce_tree_ll128_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        2*hop_net_tree_ll128_s*log(nodes)/log(2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll128_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll128_time_s__scale_network_alpha",
-        ("hop_net_tree_ll128_s", "nodes"),
-        (hop_net_tree_ll128_s, nodes),
+        ("hop_net_tree_ll128_s", "nodes"), (hop_net_tree_ll128_s, nodes),
     )
     _collective_all_reduce_tree_ll128_time_s__scale_network_alpha(out, *arrays)
     return result
@@ -3222,53 +1312,8 @@ def _collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(out, msg_bytes, 
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
-    """Derivative of collective_all_reduce_tree_ll128_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -2*msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        7*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/9,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        15*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/16)), (Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25, True))*Piecewise((7/9, nodes < 2), (15/16, True)),
-        True))/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s, Piecewise((7/9, nodes < 2),
-        (15/16, True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25))**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll128_time_s__scale_nvlink_beta",
@@ -3295,53 +1340,8 @@ def _collective_all_reduce_tree_ll128_time_s__scale_network_beta(out, msg_bytes,
 
 
 def collective_all_reduce_tree_ll128_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s, tree_ll128_channel_max_bw_bytes_per_s):
-    """Derivative of collective_all_reduce_tree_ll128_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -2*msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        7*Min(23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s)/9,
-        ring_channels*tree_ll128_channel_max_bw_bytes_per_s <
-        15*Min(ring_channels*tree_channel_max_bw_bytes_per_s, 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)/16)), (Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25, True))*Piecewise((7/9,
-        nodes < 2), (15/16, True)), True))/Min(ring_channels*tree_ll128_channel_max_bw_bytes_per_s,
-        Piecewise((7/9, nodes < 2), (15/16,
-        True))*Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25))**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-        tree_ll128_channel_max_bw_bytes_per_s: NCCL perChMaxTreeLL128Bws: tree LL128 cap per channel
-            [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_ll128_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_ll128_time_s__scale_network_beta",
@@ -3360,34 +1360,8 @@ def _collective_all_reduce_tree_simple_time_s__d_msg_bytes(out, nic_bw_bytes_per
 
 
 def collective_all_reduce_tree_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Partial derivative of collective_all_reduce_tree_simple_time_s with respect to msg_bytes, in
-    s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        2/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_simple_time_s__d_msg_bytes",
@@ -3405,31 +1379,8 @@ def _collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(out, alpha_tre
 
 
 def collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha(*, alpha_tree_simple_s, hop_nvlink_tree_simple_s, ranks_per_node):
-    """Derivative of collective_all_reduce_tree_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_tree_simple_s + hop_nvlink_tree_simple_s*(2*ranks_per_node - 2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_tree_simple_s: NCCL baseLat: tree, Simple protocol [s].
-        hop_nvlink_tree_simple_s: NCCL hwLat NVLink: one tree hop, Simple [s].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_simple_time_s__scale_nvlink_alpha",
@@ -3447,34 +1398,12 @@ def _collective_all_reduce_tree_simple_time_s__scale_network_alpha(out, hop_net_
 
 
 def collective_all_reduce_tree_simple_time_s__scale_network_alpha(*, hop_net_tree_simple_s, nodes):
-    """Derivative of collective_all_reduce_tree_simple_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        2*hop_net_tree_simple_s*log(nodes)/log(2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_simple_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_simple_time_s__scale_network_alpha",
-        ("hop_net_tree_simple_s", "nodes"),
-        (hop_net_tree_simple_s, nodes),
+        ("hop_net_tree_simple_s", "nodes"), (hop_net_tree_simple_s, nodes),
     )
     _collective_all_reduce_tree_simple_time_s__scale_network_alpha(out, *arrays)
     return result
@@ -3492,42 +1421,8 @@ def _collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(out, msg_bytes,
 
 
 def collective_all_reduce_tree_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Derivative of collective_all_reduce_tree_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -2*msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25, True))/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_simple_time_s__scale_nvlink_beta",
@@ -3550,42 +1445,8 @@ def _collective_all_reduce_tree_simple_time_s__scale_network_beta(out, msg_bytes
 
 
 def collective_all_reduce_tree_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels, tree_channel_max_bw_bytes_per_s):
-    """Derivative of collective_all_reduce_tree_simple_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -2*msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ring_channels*tree_channel_max_bw_bytes_per_s <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ring_channels*tree_channel_max_bw_bytes_per_s < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ring_channels*tree_channel_max_bw_bytes_per_s,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): tree bandwidth refinements (lines
-    330-336), bus-to-algorithm ratio 0.5 (lines 376-382), tree latency (lines 414-418);
-    differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-        tree_channel_max_bw_bytes_per_s: NCCL perChMaxTreeBws: tree cap per channel [bytes/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_tree_simple_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_tree_simple_time_s__scale_network_beta",
@@ -3604,37 +1465,8 @@ def _collective_all_reduce_ring_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_per_
 
 
 def collective_all_reduce_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_reduce_ring_ll_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        (2*ranks - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s__d_msg_bytes",
@@ -3655,45 +1487,8 @@ def _collective_all_reduce_ring_ll_time_s__d_ranks(out, hop_nvlink_ring_ll_s, ll
 
 
 def collective_all_reduce_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, ll_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_reduce_ring_ll_time_s with respect to ranks, in s per
-    ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        2*msg_bytes/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) -
-        msg_bytes*(2*ranks - 1)/(ranks**2*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)) +
-        Piecewise((2*hop_nvlink_ring_ll_s, nodes < 2), (2*Max(hop_nvlink_ring_ll_s, net_overhead_s),
-        True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s__d_ranks`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s__d_ranks",
@@ -3711,36 +1506,8 @@ def _collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(out, alpha_ring_ll
 
 
 def collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_all_reduce_ring_ll_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((2*ranks - 2, nodes < 2), ((-2*nodes +
-        2*ranks)*Piecewise((1, hop_nvlink_ring_ll_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s__scale_nvlink_alpha",
@@ -3762,40 +1529,8 @@ def _collective_all_reduce_ring_ll_time_s__scale_network_alpha(out, hop_net_ring
 
 
 def collective_all_reduce_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_all_reduce_ring_ll_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), ((2*nodes - 2)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), ((2*nodes -
-        2)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-2*nodes + 2*ranks)*Piecewise((0, hop_nvlink_ring_ll_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s__scale_network_alpha",
@@ -3817,44 +1552,8 @@ def _collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(out, ll_max_bw_byte
 
 
 def collective_all_reduce_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_reduce_ring_ll_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)**2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s__scale_nvlink_beta",
@@ -3876,43 +1575,8 @@ def _collective_all_reduce_ring_ll_time_s__scale_network_beta(out, ll_max_bw_byt
 
 
 def collective_all_reduce_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_reduce_ring_ll_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)**2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll_time_s__scale_network_beta",
@@ -3931,38 +1595,8 @@ def _collective_all_reduce_ring_ll128_time_s__d_msg_bytes(out, ll128_channel_max
 
 
 def collective_all_reduce_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_reduce_ring_ll128_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        (2*ranks - 1)/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s__d_msg_bytes",
@@ -3983,46 +1617,8 @@ def _collective_all_reduce_ring_ll128_time_s__d_ranks(out, hop_nvlink_ring_ll128
 
 
 def collective_all_reduce_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s, ll128_channel_max_bw_bytes_per_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_reduce_ring_ll128_time_s with respect to ranks, in s per
-    ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        2*msg_bytes/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) -
-        msg_bytes*(2*ranks - 1)/(ranks**2*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)) +
-        Piecewise((2*hop_nvlink_ring_ll128_s, nodes < 2), (2*Max(hop_nvlink_ring_ll128_s,
-        net_overhead_s), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s__d_ranks",
@@ -4040,36 +1636,8 @@ def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(out, alpha_ring
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_all_reduce_ring_ll128_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((2*ranks - 2, nodes < 2), ((-2*nodes
-        + 2*ranks)*Piecewise((1, hop_nvlink_ring_ll128_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s__scale_nvlink_alpha",
@@ -4091,40 +1659,8 @@ def _collective_all_reduce_ring_ll128_time_s__scale_network_alpha(out, hop_net_r
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_all_reduce_ring_ll128_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), ((2*nodes - 2)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2),
-        ((2*nodes - 2)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-2*nodes + 2*ranks)*Piecewise((0,
-        hop_nvlink_ring_ll128_s > net_overhead_s), (1, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s__scale_network_alpha",
@@ -4147,48 +1683,8 @@ def _collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(out, ll128_chann
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_reduce_ring_ll128_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)**2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s__scale_nvlink_beta",
@@ -4211,47 +1707,8 @@ def _collective_all_reduce_ring_ll128_time_s__scale_network_beta(out, ll128_chan
 
 
 def collective_all_reduce_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_reduce_ring_ll128_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*(2*ranks - 1)*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/(ranks*Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/25)**2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_ll128_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_ll128_time_s__scale_network_beta",
@@ -4269,36 +1726,8 @@ def _collective_all_reduce_ring_simple_time_s__d_msg_bytes(out, nic_bw_bytes_per
 
 
 def collective_all_reduce_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_reduce_ring_simple_time_s with respect to msg_bytes, in
-    s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        (2*ranks - 3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s__d_msg_bytes",
@@ -4318,43 +1747,8 @@ def _collective_all_reduce_ring_simple_time_s__d_ranks(out, hop_nvlink_ring_simp
 
 
 def collective_all_reduce_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_reduce_ring_simple_time_s with respect to ranks, in s
-    per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        2*msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks - msg_bytes*(2*ranks -
-        3/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks**2 + Piecewise((2*hop_nvlink_ring_simple_s, nodes < 2),
-        (2*Max(hop_nvlink_ring_simple_s, 3*net_overhead_s), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s__d_ranks",
@@ -4372,37 +1766,8 @@ def _collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(out, alpha_rin
 
 
 def collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_all_reduce_ring_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((2*ranks - 2, nodes < 2),
-        ((-2*nodes + 2*ranks)*Piecewise((1, hop_nvlink_ring_simple_s > 3*net_overhead_s), (0,
-        True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s__scale_nvlink_alpha",
@@ -4424,40 +1789,8 @@ def _collective_all_reduce_ring_simple_time_s__scale_network_alpha(out, hop_net_
 
 
 def collective_all_reduce_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_all_reduce_ring_simple_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), ((2*nodes - 2)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2),
-        ((2*nodes - 2)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-2*nodes + 2*ranks)*Piecewise((0,
-        hop_nvlink_ring_simple_s > 3*net_overhead_s), (3, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s__scale_network_alpha",
@@ -4477,40 +1810,8 @@ def _collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(out, msg_bytes,
 
 
 def collective_all_reduce_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_reduce_ring_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*(2*ranks -
-        3/2)*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s__scale_nvlink_beta",
@@ -4530,38 +1831,8 @@ def _collective_all_reduce_ring_simple_time_s__scale_network_beta(out, msg_bytes
 
 
 def collective_all_reduce_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_reduce_ring_simple_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*(2*ranks - 3/2)*Piecewise((0, nodes < 2),
-        (-Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_ring_simple_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_ring_simple_time_s__scale_network_beta",
@@ -4582,37 +1853,8 @@ def _collective_all_reduce_nvls_simple_time_s__d_msg_bytes(out, nodes, nvlink_nc
 
 
 def collective_all_reduce_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Partial derivative of collective_all_reduce_nvls_simple_time_s with respect to msg_bytes, in
-    s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise(((2*ranks - 2)/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_nvls_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_nvls_simple_time_s__d_msg_bytes",
@@ -4640,56 +1882,8 @@ def _collective_all_reduce_nvls_simple_time_s__d_ranks(out, msg_bytes, nodes, nv
 
 
 def collective_all_reduce_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Partial derivative of collective_all_reduce_nvls_simple_time_s with respect to ranks, in s
-    per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((-msg_bytes*(2*ranks - 2)*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)), (Piecewise((-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1,
-        True))/Max(1, ranks - 1)**2, nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) <
-        2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks), (2*nvls_efficiency*(ranks -
-        1)*Piecewise((0, nvls_channel_max_bw_bytes_per_s < nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1)), (-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1, True))/Max(1, ranks - 1)**2,
-        True))/ranks + 2*nvls_efficiency*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks - 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2, True)), True))/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)**2) + 2*msg_bytes/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)) - 2*msg_bytes*(2*ranks - 2)/(ranks**3*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks)), (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_nvls_simple_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_nvls_simple_time_s__d_ranks",
@@ -4707,37 +1901,12 @@ def _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(out, hop_nvlin
 
 
 def collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_nvls_s, nodes, nvls, ranks):
-    """Derivative of collective_all_reduce_nvls_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        hop_nvlink_nvls_s*Piecewise((1, (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        nodes: nodes the group spans [nodes].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha",
-        ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-        (hop_nvlink_nvls_s, nodes, nvls, ranks),
+        ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"), (hop_nvlink_nvls_s, nodes, nvls, ranks),
     )
     _collective_all_reduce_nvls_simple_time_s__scale_nvlink_alpha(out, *arrays)
     return result
@@ -4761,58 +1930,8 @@ def _collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(out, msg_bytes,
 
 
 def collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Derivative of collective_all_reduce_nvls_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nvlink_nccl_bw_bytes_per_s*Piecewise((-msg_bytes*(2*ranks - 2)*Piecewise((0,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)), (Piecewise((1/Max(1, ranks - 1),
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks), (2*nvls_efficiency*(ranks - 1)*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (1/Max(1, ranks - 1), True))/ranks, True)),
-        True))/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)**2), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True)) + nvls_channel_max_bw_bytes_per_s*Piecewise((-msg_bytes*(2*ranks -
-        2)*Piecewise((1, nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)), (Piecewise((0,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < 2*nvls_efficiency*(ranks -
-        1)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks), (2*nvls_efficiency*(ranks - 1)*Piecewise((1, nvls_channel_max_bw_bytes_per_s <
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (0, True))/ranks, True)),
-        True))/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), 2*nvls_efficiency*(ranks - 1)*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks)**2), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 41 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_reduce_nvls_simple_time_s__scale_nvlink_beta",
@@ -4831,35 +1950,8 @@ def _collective_all_gather_ring_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_per_
 
 
 def collective_all_gather_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_gather_ring_ll_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        1/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes <
-        2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s__d_msg_bytes",
@@ -4877,31 +1969,8 @@ def _collective_all_gather_ring_ll_time_s__d_ranks(out, hop_nvlink_ring_ll_s, ne
 
 
 def collective_all_gather_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, net_overhead_s, nodes):
-    """Partial derivative of collective_all_gather_ring_ll_time_s with respect to ranks, in s per
-    ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll_s, nodes < 2), (Max(hop_nvlink_ring_ll_s, net_overhead_s),
-        True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s__d_ranks`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s__d_ranks",
@@ -4919,36 +1988,8 @@ def _collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(out, alpha_ring_ll
 
 
 def collective_all_gather_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_all_gather_ring_ll_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s__scale_nvlink_alpha",
@@ -4969,40 +2010,8 @@ def _collective_all_gather_ring_ll_time_s__scale_network_alpha(out, hop_net_ring
 
 
 def collective_all_gather_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_all_gather_ring_ll_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s__scale_network_alpha",
@@ -5024,43 +2033,8 @@ def _collective_all_gather_ring_ll_time_s__scale_nvlink_beta(out, ll_max_bw_byte
 
 
 def collective_all_gather_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_gather_ring_ll_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s__scale_nvlink_beta",
@@ -5082,42 +2056,8 @@ def _collective_all_gather_ring_ll_time_s__scale_network_beta(out, ll_max_bw_byt
 
 
 def collective_all_gather_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_gather_ring_ll_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll_time_s__scale_network_beta",
@@ -5136,37 +2076,8 @@ def _collective_all_gather_ring_ll128_time_s__d_msg_bytes(out, ll128_channel_max
 
 
 def collective_all_gather_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_gather_ring_ll128_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        1/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s__d_msg_bytes",
@@ -5184,31 +2095,8 @@ def _collective_all_gather_ring_ll128_time_s__d_ranks(out, hop_nvlink_ring_ll128
 
 
 def collective_all_gather_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s, net_overhead_s, nodes):
-    """Partial derivative of collective_all_gather_ring_ll128_time_s with respect to ranks, in s per
-    ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll128_s, nodes < 2), (Max(hop_nvlink_ring_ll128_s,
-        net_overhead_s), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s__d_ranks",
@@ -5226,36 +2114,8 @@ def _collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(out, alpha_ring
 
 
 def collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_all_gather_ring_ll128_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll128_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s__scale_nvlink_alpha",
@@ -5276,40 +2136,8 @@ def _collective_all_gather_ring_ll128_time_s__scale_network_alpha(out, hop_net_r
 
 
 def collective_all_gather_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_all_gather_ring_ll128_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll128_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s__scale_network_alpha",
@@ -5332,46 +2160,8 @@ def _collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(out, ll128_chann
 
 
 def collective_all_gather_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_gather_ring_ll128_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s__scale_nvlink_beta",
@@ -5394,45 +2184,8 @@ def _collective_all_gather_ring_ll128_time_s__scale_network_beta(out, ll128_chan
 
 
 def collective_all_gather_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_gather_ring_ll128_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_ll128_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_ll128_time_s__scale_network_beta",
@@ -5450,36 +2203,8 @@ def _collective_all_gather_ring_simple_time_s__d_msg_bytes(out, nic_bw_bytes_per
 
 
 def collective_all_gather_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_gather_ring_simple_time_s with respect to msg_bytes, in
-    s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        (ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s__d_msg_bytes",
@@ -5499,43 +2224,8 @@ def _collective_all_gather_ring_simple_time_s__d_ranks(out, hop_nvlink_ring_simp
 
 
 def collective_all_gather_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_gather_ring_simple_time_s with respect to ranks, in s
-    per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks - msg_bytes*(ranks -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks**2 + Piecewise((hop_nvlink_ring_simple_s, nodes < 2),
-        (Max(hop_nvlink_ring_simple_s, 3*net_overhead_s), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s__d_ranks",
@@ -5553,36 +2243,8 @@ def _collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(out, alpha_rin
 
 
 def collective_all_gather_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_all_gather_ring_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_simple_s > 3*net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s__scale_nvlink_alpha",
@@ -5603,40 +2265,8 @@ def _collective_all_gather_ring_simple_time_s__scale_network_alpha(out, hop_net_
 
 
 def collective_all_gather_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_all_gather_ring_simple_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2),
-        ((nodes - 1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-nodes + ranks)*Piecewise((0,
-        hop_nvlink_ring_simple_s > 3*net_overhead_s), (3, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s__scale_network_alpha",
@@ -5656,40 +2286,8 @@ def _collective_all_gather_ring_simple_time_s__scale_nvlink_beta(out, msg_bytes,
 
 
 def collective_all_gather_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_gather_ring_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*(ranks -
-        1/2)*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s__scale_nvlink_beta",
@@ -5709,38 +2307,8 @@ def _collective_all_gather_ring_simple_time_s__scale_network_beta(out, msg_bytes
 
 
 def collective_all_gather_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_gather_ring_simple_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*(ranks - 1/2)*Piecewise((0, nodes < 2), (-Piecewise((nics_used,
-        nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels), (0,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_ring_simple_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_ring_simple_time_s__scale_network_beta",
@@ -5760,37 +2328,8 @@ def _collective_all_gather_nvls_simple_time_s__d_msg_bytes(out, nodes, nvlink_nc
 
 
 def collective_all_gather_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Partial derivative of collective_all_gather_nvls_simple_time_s with respect to msg_bytes, in
-    s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((1/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_nvls_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_nvls_simple_time_s__d_msg_bytes",
@@ -5818,54 +2357,8 @@ def _collective_all_gather_nvls_simple_time_s__d_ranks(out, msg_bytes, nodes, nv
 
 
 def collective_all_gather_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Partial derivative of collective_all_gather_nvls_simple_time_s with respect to ranks, in s
-    per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((-msg_bytes*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (Piecewise((-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1,
-        True))/Max(1, ranks - 1)**2, nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) <
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2), (nvls_efficiency*(ranks -
-        1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s < nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1)), (-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1, True))/Max(1, ranks
-        - 1)**2, True))/ranks**2 + nvls_efficiency*(2*ranks -
-        2)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2 - 2*nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**3, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2) -
-        msg_bytes/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_nvls_simple_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 39 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_nvls_simple_time_s__d_ranks",
@@ -5883,37 +2376,12 @@ def _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(out, hop_nvlin
 
 
 def collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_nvls_s, nodes, nvls, ranks):
-    """Derivative of collective_all_gather_nvls_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        hop_nvlink_nvls_s*Piecewise((1, (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        nodes: nodes the group spans [nodes].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha",
-        ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-        (hop_nvlink_nvls_s, nodes, nvls, ranks),
+        ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"), (hop_nvlink_nvls_s, nodes, nvls, ranks),
     )
     _collective_all_gather_nvls_simple_time_s__scale_nvlink_alpha(out, *arrays)
     return result
@@ -5936,59 +2404,8 @@ def _collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(out, msg_bytes,
 
 
 def collective_all_gather_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Derivative of collective_all_gather_nvls_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nvlink_nccl_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((0,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((1/Max(1, ranks - 1),
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (1/Max(1, ranks - 1), True))/ranks**2,
-        True)), True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True)) +
-        nvls_channel_max_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((1,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((0,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((1, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (0, True))/ranks**2, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_gather_nvls_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_gather_nvls_simple_time_s__scale_nvlink_beta",
@@ -6007,35 +2424,8 @@ def _collective_reduce_scatter_ring_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_
 
 
 def collective_reduce_scatter_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_reduce_scatter_ring_ll_time_s with respect to msg_bytes, in
-    s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        1/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes <
-        2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s__d_msg_bytes",
@@ -6053,31 +2443,8 @@ def _collective_reduce_scatter_ring_ll_time_s__d_ranks(out, hop_nvlink_ring_ll_s
 
 
 def collective_reduce_scatter_ring_ll_time_s__d_ranks(*, hop_nvlink_ring_ll_s, net_overhead_s, nodes):
-    """Partial derivative of collective_reduce_scatter_ring_ll_time_s with respect to ranks, in s
-    per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll_s, nodes < 2), (Max(hop_nvlink_ring_ll_s, net_overhead_s),
-        True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s__d_ranks",
@@ -6095,36 +2462,8 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(out, alpha_rin
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_reduce_scatter_ring_ll_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s__scale_nvlink_alpha",
@@ -6145,40 +2484,8 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(out, hop_net_
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, hop_nvlink_ring_ll_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_reduce_scatter_ring_ll_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s__scale_network_alpha",
@@ -6200,43 +2507,8 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(out, ll_max_bw_
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_reduce_scatter_ring_ll_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s__scale_nvlink_beta",
@@ -6258,42 +2530,8 @@ def _collective_reduce_scatter_ring_ll_time_s__scale_network_beta(out, ll_max_bw
 
 
 def collective_reduce_scatter_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_reduce_scatter_ring_ll_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll_time_s__scale_network_beta",
@@ -6312,37 +2550,8 @@ def _collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes(out, ll128_channel
 
 
 def collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_reduce_scatter_ring_ll128_time_s with respect to msg_bytes,
-    in s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        1/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s__d_msg_bytes",
@@ -6360,31 +2569,8 @@ def _collective_reduce_scatter_ring_ll128_time_s__d_ranks(out, hop_nvlink_ring_l
 
 
 def collective_reduce_scatter_ring_ll128_time_s__d_ranks(*, hop_nvlink_ring_ll128_s, net_overhead_s, nodes):
-    """Partial derivative of collective_reduce_scatter_ring_ll128_time_s with respect to ranks, in s
-    per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((hop_nvlink_ring_ll128_s, nodes < 2), (Max(hop_nvlink_ring_ll128_s,
-        net_overhead_s), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s__d_ranks`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s__d_ranks",
@@ -6402,36 +2588,8 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(out, alpha_
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_reduce_scatter_ring_ll128_time_s (seconds) in a relative scale of
-    the nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s,
-    alpha_tree_ll_s, alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s,
-    hop_nvlink_ring_ll128_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s,
-    hop_nvlink_tree_ll128_s, hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together,
-    at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_ll128_s > net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_alpha",
@@ -6452,40 +2610,8 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(out, hop_n
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, hop_nvlink_ring_ll128_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_reduce_scatter_ring_ll128_time_s (seconds) in a relative scale of
-    the network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0, Eq(ranks_per_node,
-        1)), (1, True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2), ((nodes -
-        1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) + net_overhead_s*Piecewise((0,
-        nodes < 2), ((-nodes + ranks)*Piecewise((0, hop_nvlink_ring_ll128_s > net_overhead_s), (1,
-        True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s__scale_network_alpha",
@@ -6508,46 +2634,8 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(out, ll128_c
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_reduce_scatter_ring_ll128_time_s (seconds) in a relative scale of
-    the nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s__scale_nvlink_beta",
@@ -6570,45 +2658,8 @@ def _collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(out, ll128_
 
 
 def collective_reduce_scatter_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_reduce_scatter_ring_ll128_time_s (seconds) in a relative scale of
-    the network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_ll128_time_s__scale_network_beta`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_ll128_time_s__scale_network_beta",
@@ -6626,36 +2677,8 @@ def _collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(out, nic_bw_bytes
 
 
 def collective_reduce_scatter_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_reduce_scatter_ring_simple_time_s with respect to msg_bytes,
-    in s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        (ranks - 1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s__d_msg_bytes",
@@ -6675,43 +2698,8 @@ def _collective_reduce_scatter_ring_simple_time_s__d_ranks(out, hop_nvlink_ring_
 
 
 def collective_reduce_scatter_ring_simple_time_s__d_ranks(*, hop_nvlink_ring_simple_s, msg_bytes, net_overhead_s, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_reduce_scatter_ring_simple_time_s with respect to ranks, in
-    s per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks - msg_bytes*(ranks -
-        1/2)*Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/ranks**2 + Piecewise((hop_nvlink_ring_simple_s, nodes < 2),
-        (Max(hop_nvlink_ring_simple_s, 3*net_overhead_s), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s__d_ranks`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s__d_ranks",
@@ -6729,36 +2717,8 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(out, alpha
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks):
-    """Derivative of collective_reduce_scatter_ring_simple_time_s (seconds) in a relative scale of
-    the nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s,
-    alpha_tree_ll_s, alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s,
-    hop_nvlink_ring_ll128_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s,
-    hop_nvlink_tree_ll128_s, hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together,
-    at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((ranks - 1, nodes < 2), ((-nodes +
-        ranks)*Piecewise((1, hop_nvlink_ring_simple_s > 3*net_overhead_s), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s__scale_nvlink_alpha",
@@ -6779,40 +2739,8 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(out, hop_
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, hop_nvlink_ring_simple_s, net_overhead_s, nodes, ranks, ranks_per_node):
-    """Derivative of collective_reduce_scatter_ring_simple_time_s (seconds) in a relative scale of
-    the network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), ((nodes - 1)*Piecewise((0,
-        Eq(ranks_per_node, 1)), (1, True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2),
-        ((nodes - 1)*Piecewise((1, Eq(ranks_per_node, 1)), (0, True)), True)) +
-        net_overhead_s*Piecewise((0, nodes < 2), ((-nodes + ranks)*Piecewise((0,
-        hop_nvlink_ring_simple_s > 3*net_overhead_s), (3, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        net_overhead_s: NCCL getNetOverhead: post cost of one network step (x3 for Simple) [s].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s__scale_network_alpha`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s__scale_network_alpha",
@@ -6832,40 +2760,8 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(out, msg_by
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_reduce_scatter_ring_simple_time_s (seconds) in a relative scale of
-    the nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*(ranks -
-        1/2)*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)**2, True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s__scale_nvlink_beta",
@@ -6885,38 +2781,8 @@ def _collective_reduce_scatter_ring_simple_time_s__scale_network_beta(out, msg_b
 
 
 def collective_reduce_scatter_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ranks, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_reduce_scatter_ring_simple_time_s (seconds) in a relative scale of
-    the network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*(ranks - 1/2)*Piecewise((0, nodes < 2), (-Piecewise((nics_used,
-        nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels), (0,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))/ranks
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_ring_simple_time_s__scale_network_beta`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_ring_simple_time_s__scale_network_beta",
@@ -6936,37 +2802,8 @@ def _collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(out, nodes, nvlin
 
 
 def collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes(*, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Partial derivative of collective_reduce_scatter_nvls_simple_time_s with respect to msg_bytes,
-    in s per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((1/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_nvls_simple_time_s__d_msg_bytes",
@@ -6994,54 +2831,8 @@ def _collective_reduce_scatter_nvls_simple_time_s__d_ranks(out, msg_bytes, nodes
 
 
 def collective_reduce_scatter_nvls_simple_time_s__d_ranks(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Partial derivative of collective_reduce_scatter_nvls_simple_time_s with respect to ranks, in
-    s per ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((-msg_bytes*Piecewise((0, nvls_channel_max_bw_bytes_per_s <
-        Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1), nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2)), (Piecewise((-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1,
-        True))/Max(1, ranks - 1)**2, nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) <
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2), (nvls_efficiency*(ranks -
-        1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s < nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1)), (-nvlink_nccl_bw_bytes_per_s*Piecewise((0, ranks < 2), (1, True))/Max(1, ranks
-        - 1)**2, True))/ranks**2 + nvls_efficiency*(2*ranks -
-        2)*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2 - 2*nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**3, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2) -
-        msg_bytes/(ranks**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (nvls > 0) & (ranks > 1) & (nodes
-        < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_nvls_simple_time_s__d_ranks`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 39 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_nvls_simple_time_s__d_ranks",
@@ -7059,37 +2850,12 @@ def _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(out, hop_n
 
 
 def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(*, hop_nvlink_nvls_s, nodes, nvls, ranks):
-    """Derivative of collective_reduce_scatter_nvls_simple_time_s (seconds) in a relative scale of
-    the nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s,
-    alpha_tree_ll_s, alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s,
-    hop_nvlink_ring_ll128_s, hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s,
-    hop_nvlink_tree_ll128_s, hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together,
-    at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        hop_nvlink_nvls_s*Piecewise((1, (nvls > 0) & (ranks > 1) & (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_nvlink_nvls_s: NCCL hwLat NVLink: NVLS (whole collective), Simple [s].
-        nodes: nodes the group spans [nodes].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha",
-        ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"),
-        (hop_nvlink_nvls_s, nodes, nvls, ranks),
+        ("hop_nvlink_nvls_s", "nodes", "nvls", "ranks"), (hop_nvlink_nvls_s, nodes, nvls, ranks),
     )
     _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_alpha(out, *arrays)
     return result
@@ -7112,59 +2878,8 @@ def _collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(out, msg_by
 
 
 def collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta(*, msg_bytes, nodes, nvlink_nccl_bw_bytes_per_s, nvls, nvls_channel_max_bw_bytes_per_s, nvls_efficiency, ranks):
-    """Derivative of collective_reduce_scatter_nvls_simple_time_s (seconds) in a relative scale of
-    the nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nvlink_nccl_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((0,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((1/Max(1, ranks - 1),
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((0, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (1/Max(1, ranks - 1), True))/ranks**2,
-        True)), True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1,
-        ranks - 1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True)) +
-        nvls_channel_max_bw_bytes_per_s*Piecewise((-msg_bytes*Piecewise((1,
-        nvls_channel_max_bw_bytes_per_s < Min(nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1),
-        nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)), (Piecewise((0,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1) < nvls_efficiency*(ranks -
-        1)**2*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1))/ranks**2), (nvls_efficiency*(ranks - 1)**2*Piecewise((1, nvls_channel_max_bw_bytes_per_s
-        < nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1)), (0, True))/ranks**2, True)),
-        True))/(ranks*Min(nvls_channel_max_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s/Max(1, ranks -
-        1), nvls_efficiency*(ranks - 1)**2*Min(nvls_channel_max_bw_bytes_per_s,
-        nvlink_nccl_bw_bytes_per_s/Max(1, ranks - 1))/ranks**2)**2), (nvls > 0) & (ranks > 1) &
-        (nodes < 2)), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): NVLS bandwidth (lines 307-323),
-    nvlsEfficiency (line 139), latency (lines 424-426); src/graph/search.cc (NVLS channels = ranks,
-    totalBw x n/(n-1), line 1168); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        nvlink_nccl_bw_bytes_per_s: NVLink bandwidth of one GPU as NCCL's topology counts it: links
-            x per-link bw (topo.h) [bytes/s].
-        nvls: 1 when the node's NVSwitch does NVLink SHARP (NVLS), else 0 [1].
-        nvls_channel_max_bw_bytes_per_s: top of NCCL's intra-node speed array: NVLS channel cap
-            [bytes/s].
-        nvls_efficiency: NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation
-            [1].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta`` as one loop
+    (its docstring: what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_reduce_scatter_nvls_simple_time_s__scale_nvlink_beta",
@@ -7183,35 +2898,8 @@ def _collective_broadcast_ring_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_per_s
 
 
 def collective_broadcast_ring_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_broadcast_ring_ll_time_s with respect to msg_bytes, in s per
-    bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        1/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes <
-        2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/2)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll_time_s__d_msg_bytes",
@@ -7229,33 +2917,8 @@ def _collective_broadcast_ring_ll_time_s__scale_nvlink_alpha(out, alpha_ring_ll_
 
 
 def collective_broadcast_ring_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, nodes):
-    """Derivative of collective_broadcast_ring_ll_time_s (seconds) in a relative scale of the nvlink
-    alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll_s + hop_nvlink_ring_ll_s*Piecewise((1, nodes < 2), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll_time_s__scale_nvlink_alpha",
@@ -7275,35 +2938,8 @@ def _collective_broadcast_ring_ll_time_s__scale_network_alpha(out, hop_net_ring_
 
 
 def collective_broadcast_ring_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, hop_net_tree_ll_s, nodes, ranks_per_node):
-    """Derivative of collective_broadcast_ring_ll_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((0, nodes < 2), (Piecewise((0, Eq(ranks_per_node, 1)), (1,
-        True)), True)) + hop_net_tree_ll_s*Piecewise((0, nodes < 2), (Piecewise((1,
-        Eq(ranks_per_node, 1)), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        hop_net_tree_ll_s: NCCL hwLat network: one inter-node tree hop, LL [s].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll_time_s__scale_network_alpha",
@@ -7325,43 +2961,8 @@ def _collective_broadcast_ring_ll_time_s__scale_nvlink_beta(out, ll_max_bw_bytes
 
 
 def collective_broadcast_ring_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_broadcast_ring_ll_time_s (seconds) in a relative scale of the nvlink
-    beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((ring_channels, nodes < 2), (Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll_time_s__scale_nvlink_beta",
@@ -7383,42 +2984,8 @@ def _collective_broadcast_ring_ll_time_s__scale_network_beta(out, ll_max_bw_byte
 
 
 def collective_broadcast_ring_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_broadcast_ring_ll_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2, ll_max_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2, ll_max_bw_bytes_per_s <
-        Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)/2)),
-        (Piecewise((0, nodes < 2), (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/2,
-        True))/Min(ll_max_bw_bytes_per_s, Piecewise((ring_channel_bw_bytes_per_s*ring_channels,
-        nodes < 2), (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels),
-        True))/2)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll_time_s__scale_network_beta",
@@ -7437,37 +3004,8 @@ def _collective_broadcast_ring_ll128_time_s__d_msg_bytes(out, ll128_channel_max_
 
 
 def collective_broadcast_ring_ll128_time_s__d_msg_bytes(*, ll128_channel_max_bw_bytes_per_s, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_broadcast_ring_ll128_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        1/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll128_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll128_time_s__d_msg_bytes",
@@ -7485,33 +3023,8 @@ def _collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha(out, alpha_ring_
 
 
 def collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha(*, alpha_ring_ll128_s, hop_nvlink_ring_ll128_s, nodes):
-    """Derivative of collective_broadcast_ring_ll128_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll128_s + hop_nvlink_ring_ll128_s*Piecewise((1, nodes < 2), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll128_s: NCCL baseLat: ring, LL128 protocol [s].
-        hop_nvlink_ring_ll128_s: NCCL hwLat NVLink: one ring step, LL128 [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll128_time_s__scale_nvlink_alpha",
@@ -7531,35 +3044,8 @@ def _collective_broadcast_ring_ll128_time_s__scale_network_alpha(out, hop_net_ri
 
 
 def collective_broadcast_ring_ll128_time_s__scale_network_alpha(*, hop_net_ring_ll128_s, hop_net_tree_ll128_s, nodes, ranks_per_node):
-    """Derivative of collective_broadcast_ring_ll128_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll128_s*Piecewise((0, nodes < 2), (Piecewise((0, Eq(ranks_per_node, 1)), (1,
-        True)), True)) + hop_net_tree_ll128_s*Piecewise((0, nodes < 2), (Piecewise((1,
-        Eq(ranks_per_node, 1)), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll128_s: NCCL hwLat network: one inter-node ring step, LL128 [s].
-        hop_net_tree_ll128_s: NCCL hwLat network: one inter-node tree hop, LL128 [s].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll128_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll128_time_s__scale_network_alpha",
@@ -7582,46 +3068,8 @@ def _collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(out, ll128_channe
 
 
 def collective_broadcast_ring_ll128_time_s__scale_nvlink_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_broadcast_ring_ll128_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((ring_channels, nodes < 2),
-        (Piecewise((0, nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll128_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll128_time_s__scale_nvlink_beta",
@@ -7644,45 +3092,8 @@ def _collective_broadcast_ring_ll128_time_s__scale_network_beta(out, ll128_chann
 
 
 def collective_broadcast_ring_ll128_time_s__scale_network_beta(*, ll128_channel_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_broadcast_ring_ll128_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        -msg_bytes*nic_bw_bytes_per_s*Piecewise((0, ITE(nodes < 2,
-        ll128_channel_max_bw_bytes_per_s*ring_channels <
-        23*ring_channel_bw_bytes_per_s*ring_channels/25,
-        ll128_channel_max_bw_bytes_per_s*ring_channels < 23*Min(nic_bw_bytes_per_s*nics_used,
-        ring_channel_bw_bytes_per_s*ring_channels)/25)), (23*Piecewise((0, nodes < 2),
-        (Piecewise((nics_used, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True)), True))/25,
-        True))/Min(ll128_channel_max_bw_bytes_per_s*ring_channels,
-        23*Piecewise((ring_channel_bw_bytes_per_s*ring_channels, nodes < 2),
-        (Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))/25)**2
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        ll128_channel_max_bw_bytes_per_s: NCCL perChMaxRingLL128Bws: LL128 cap per ring channel
-            [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_ll128_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_ll128_time_s__scale_network_beta",
@@ -7700,34 +3111,8 @@ def _collective_broadcast_ring_simple_time_s__d_msg_bytes(out, nic_bw_bytes_per_
 
 
 def collective_broadcast_ring_simple_time_s__d_msg_bytes(*, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_broadcast_ring_simple_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((1/(ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (1/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_simple_time_s__d_msg_bytes",
@@ -7745,33 +3130,8 @@ def _collective_broadcast_ring_simple_time_s__scale_nvlink_alpha(out, alpha_ring
 
 
 def collective_broadcast_ring_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, nodes):
-    """Derivative of collective_broadcast_ring_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_simple_s + hop_nvlink_ring_simple_s*Piecewise((1, nodes < 2), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        nodes: nodes the group spans [nodes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_simple_time_s__scale_nvlink_alpha",
@@ -7791,35 +3151,8 @@ def _collective_broadcast_ring_simple_time_s__scale_network_alpha(out, hop_net_r
 
 
 def collective_broadcast_ring_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, hop_net_tree_simple_s, nodes, ranks_per_node):
-    """Derivative of collective_broadcast_ring_simple_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, nodes < 2), (Piecewise((0, Eq(ranks_per_node, 1)), (1,
-        True)), True)) + hop_net_tree_simple_s*Piecewise((0, nodes < 2), (Piecewise((1,
-        Eq(ranks_per_node, 1)), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        hop_net_tree_simple_s: NCCL hwLat network: one inter-node tree hop, Simple [s].
-        nodes: nodes the group spans [nodes].
-        ranks_per_node: ranks of the group inside one node [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_simple_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_simple_time_s__scale_network_alpha",
@@ -7839,39 +3172,8 @@ def _collective_broadcast_ring_simple_time_s__scale_nvlink_beta(out, msg_bytes, 
 
 
 def collective_broadcast_ring_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_broadcast_ring_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*ring_channel_bw_bytes_per_s*Piecewise((-1/(ring_channel_bw_bytes_per_s**2*ring_channels),
-        nodes < 2), (-Piecewise((0, nic_bw_bytes_per_s*nics_used <
-        ring_channel_bw_bytes_per_s*ring_channels), (ring_channels,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_simple_time_s__scale_nvlink_beta",
@@ -7891,37 +3193,8 @@ def _collective_broadcast_ring_simple_time_s__scale_network_beta(out, msg_bytes,
 
 
 def collective_broadcast_ring_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, nodes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_broadcast_ring_simple_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        msg_bytes*nic_bw_bytes_per_s*Piecewise((0, nodes < 2), (-Piecewise((nics_used,
-        nic_bw_bytes_per_s*nics_used < ring_channel_bw_bytes_per_s*ring_channels), (0,
-        True))/Min(nic_bw_bytes_per_s*nics_used, ring_channel_bw_bytes_per_s*ring_channels)**2,
-        True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30): ring bandwidth refinements (lines
-    327-329), bus-to-algorithm ratio (lines 376-382), ring latency (lines 393-413),
-    ncclTopoGetAlgoTime (line 653); ring loop fill: Simple SLICESTEPS/CHUNKSTEPS from NCCL
-    src/device/collectives.h, LL/LL128 one chunk step (src/device/all_gather.h, reduce_scatter.h,
-    all_reduce.h runRing; prims_ll.h, prims_ll128.h); differentiated by symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        nodes: nodes the group spans [nodes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_broadcast_ring_simple_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_broadcast_ring_simple_time_s__scale_network_beta",
@@ -7943,51 +3216,8 @@ def _collective_all_to_all_p2p_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_per_s
 
 
 def collective_all_to_all_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_to_all_p2p_ll_time_s with respect to msg_bytes, in s per
-    bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((Piecewise(((ranks_per_node - 1)/(ranks*Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))), ((ranks -
-        ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s__d_msg_bytes",
@@ -8012,53 +3242,8 @@ def _collective_all_to_all_p2p_ll_time_s__d_ranks(out, ll_max_bw_bytes_per_s, ms
 
 
 def collective_all_to_all_p2p_ll_time_s__d_ranks(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_to_all_p2p_ll_time_s with respect to ranks, in s per
-    ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        Piecewise((Piecewise((-msg_bytes*(ranks_per_node - 1)/(ranks**2*Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))),
-        (msg_bytes/(ranks*Min(ll_max_bw_bytes_per_s, Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)) - msg_bytes*(ranks -
-        ranks_per_node)/(ranks**2*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s__d_ranks`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s__d_ranks",
@@ -8077,43 +3262,8 @@ def _collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(out, alpha_ring_ll_
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
-    """Derivative of collective_all_to_all_p2p_ll_time_s (seconds) in a relative scale of the nvlink
-    alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll_s*Piecewise((1, p2p_ll_threshold_bytes >= msg_bytes/ranks), (0, True)) +
-        hop_nvlink_ring_ll_s*Piecewise((Piecewise((1, nodes < 2), (0, True)), p2p_ll_threshold_bytes
-        >= msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s__scale_nvlink_alpha",
@@ -8131,40 +3281,8 @@ def _collective_all_to_all_p2p_ll_time_s__scale_network_alpha(out, hop_net_ring_
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
-    """Derivative of collective_all_to_all_p2p_ll_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((Piecewise((0, nodes < 2), (1, True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s__scale_network_alpha",
@@ -8192,58 +3310,8 @@ def _collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(out, ll_max_bw_bytes
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_to_all_p2p_ll_time_s (seconds) in a relative scale of the nvlink
-    beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((Piecewise((-msg_bytes*(ranks_per_node -
-        1)*Piecewise((0, ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2),
-        (ring_channels/2, True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)**2), msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))), (-msg_bytes*(ranks -
-        ranks_per_node)*Piecewise((0, ll_max_bw_bytes_per_s <
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2), (Piecewise((ring_channels,
-        ring_channel_bw_bytes_per_s*ring_channels < nic_bw_bytes_per_s*nics_used/ranks_per_node),
-        (0, True))/2, True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)**2), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 31 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s__scale_nvlink_beta",
@@ -8268,54 +3336,8 @@ def _collective_all_to_all_p2p_ll_time_s__scale_network_beta(out, ll_max_bw_byte
 
 
 def collective_all_to_all_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_to_all_p2p_ll_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((Piecewise((0, msg_bytes*(ranks_per_node -
-        1)/(ranks*Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)) >
-        msg_bytes*(ranks - ranks_per_node)/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2))), (-msg_bytes*(ranks -
-        ranks_per_node)*Piecewise((0, ll_max_bw_bytes_per_s <
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2), (Piecewise((0,
-        ring_channel_bw_bytes_per_s*ring_channels < nic_bw_bytes_per_s*nics_used/ranks_per_node),
-        (nics_used/ranks_per_node, True))/2, True))/(ranks*Min(ll_max_bw_bytes_per_s,
-        Min(ring_channel_bw_bytes_per_s*ring_channels,
-        nic_bw_bytes_per_s*nics_used/ranks_per_node)/2)**2), True)), p2p_ll_threshold_bytes >=
-        msg_bytes/ranks), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_ll_time_s__scale_network_beta",
@@ -8341,59 +3363,8 @@ def _collective_all_to_all_p2p_simple_time_s__d_msg_bytes(out, msg_bytes, nic_bw
 
 
 def collective_all_to_all_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_to_all_p2p_simple_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks), (Piecewise((ranks_per_node*(ranks
-        - ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks), msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) > (msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), ((Piecewise((0, p2p_chunk_bytes <
-        msg_bytes/(ranks*Max(1, p2p_channels/ranks))), (1/(ranks*Max(1, p2p_channels/ranks)),
-        True))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + 1/(ranks*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1), True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s__d_msg_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 32 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s__d_msg_bytes",
@@ -8430,78 +3401,8 @@ def _collective_all_to_all_p2p_simple_time_s__d_ranks(out, msg_bytes, nic_bw_byt
 
 
 def collective_all_to_all_p2p_simple_time_s__d_ranks(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_all_to_all_p2p_simple_time_s with respect to ranks, in s per
-    ranks of ranks; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((msg_bytes*ranks_per_node/(nic_bw_bytes_per_s*nics_used*ranks) -
-        msg_bytes*ranks_per_node*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks**2),
-        msg_bytes*ranks_per_node*(ranks - ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) >
-        (msg_bytes/(ranks*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), ((-msg_bytes*Piecewise((0, ring_channel_bw_bytes_per_s
-        < 2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1,
-        ranks_per_node - 1))), (-ring_channel_bw_bytes_per_s*ring_channels*Piecewise((0,
-        p2p_channels/ranks < 1), (-p2p_channels/ranks**2, True))/(Max(1,
-        p2p_channels/ranks)**2*Max(1, ranks_per_node - 1)), True))/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2) - msg_bytes*Piecewise((0, p2p_channels/ranks < 1), (-p2p_channels/ranks**2,
-        True))/(ranks*Max(1, p2p_channels/ranks)**2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) - msg_bytes/(ranks**2*Max(1, p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Piecewise((0, p2p_chunk_bytes < msg_bytes/(ranks*Max(1, p2p_channels/ranks))),
-        (-msg_bytes*Piecewise((0, p2p_channels/ranks < 1), (-p2p_channels/ranks**2,
-        True))/(ranks*Max(1, p2p_channels/ranks)**2) - msg_bytes/(ranks**2*Max(1,
-        p2p_channels/ranks)), True))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) - Piecewise((0, ring_channel_bw_bytes_per_s <
-        2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1,
-        ranks_per_node - 1))), (-ring_channel_bw_bytes_per_s*ring_channels*Piecewise((0,
-        p2p_channels/ranks < 1), (-p2p_channels/ranks**2, True))/(Max(1,
-        p2p_channels/ranks)**2*Max(1, ranks_per_node - 1)), True))*Min(p2p_chunk_bytes,
-        msg_bytes/(ranks*Max(1, p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2))*Min(1, ranks_per_node - 1), True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s__d_ranks`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 59 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s__d_ranks",
@@ -8520,43 +3421,8 @@ def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(out, alpha_ring
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
-    """Derivative of collective_all_to_all_p2p_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_simple_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks), (1, True)) +
-        hop_nvlink_ring_simple_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((1, nodes < 2), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s__scale_nvlink_alpha",
@@ -8574,40 +3440,8 @@ def _collective_all_to_all_p2p_simple_time_s__scale_network_alpha(out, hop_net_r
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes, ranks):
-    """Derivative of collective_all_to_all_p2p_simple_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((0, nodes < 2), (1, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s__scale_network_alpha",
@@ -8634,66 +3468,8 @@ def _collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(out, msg_bytes, 
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_to_all_p2p_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((0, msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) > (msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), ((-msg_bytes*Piecewise((1/2,
-        ring_channel_bw_bytes_per_s < 2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1,
-        p2p_channels/ranks)*Max(1, ranks_per_node - 1))), (ring_channels/(Max(1,
-        p2p_channels/ranks)*Max(1, ranks_per_node - 1)), True))/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2) - Piecewise((1/2, ring_channel_bw_bytes_per_s <
-        2*ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1,
-        ranks_per_node - 1))), (ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node -
-        1)), True))*Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))**2))*Min(1, ranks_per_node - 1), True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 34 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s__scale_nvlink_beta",
@@ -8717,54 +3493,8 @@ def _collective_all_to_all_p2p_simple_time_s__scale_network_beta(out, msg_bytes,
 
 
 def collective_all_to_all_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nics_used, p2p_channels, p2p_chunk_bytes, p2p_ll_threshold_bytes, ranks, ranks_per_node, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_all_to_all_p2p_simple_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((0, p2p_ll_threshold_bytes >= msg_bytes/ranks),
-        (Piecewise((-msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s**2*nics_used*ranks), msg_bytes*ranks_per_node*(ranks -
-        ranks_per_node)/(nic_bw_bytes_per_s*nics_used*ranks) > (msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))) + Min(p2p_chunk_bytes, msg_bytes/(ranks*Max(1,
-        p2p_channels/ranks)))/(2*Min(ring_channel_bw_bytes_per_s/2,
-        ring_channel_bw_bytes_per_s*ring_channels/(Max(1, p2p_channels/ranks)*Max(1, ranks_per_node
-        - 1)))))*Min(1, ranks_per_node - 1)), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nics_used: NICs of one node the group drives at once [NICs].
-        p2p_channels: NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring
-            channels) (paths.cc) [channels].
-        p2p_chunk_bytes: NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over
-            NVLink (init.cc) [bytes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ranks: ranks in the communicator (group size n) [ranks].
-        ranks_per_node: ranks of the group inside one node [ranks].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_all_to_all_p2p_simple_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 30 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_all_to_all_p2p_simple_time_s__scale_network_beta",
@@ -8783,43 +3513,8 @@ def _collective_send_recv_p2p_ll_time_s__d_msg_bytes(out, ll_max_bw_bytes_per_s,
 
 
 def collective_send_recv_p2p_ll_time_s__d_msg_bytes(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_send_recv_p2p_ll_time_s with respect to msg_bytes, in s per
-    bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((Piecewise((1/Min(ll_max_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2), nodes < 2), (1/Min(ll_max_bw_bytes_per_s,
-        nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2), True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_ll_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_ll_time_s__d_msg_bytes",
@@ -8838,42 +3533,8 @@ def _collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(out, alpha_ring_ll_s
 
 
 def collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha(*, alpha_ring_ll_s, hop_nvlink_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
-    """Derivative of collective_send_recv_p2p_ll_time_s (seconds) in a relative scale of the nvlink
-    alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_ll_s*Piecewise((1, msg_bytes <= p2p_ll_threshold_bytes), (0, True)) +
-        hop_nvlink_ring_ll_s*Piecewise((Piecewise((1, nodes < 2), (0, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        alpha_ring_ll_s: NCCL baseLat: ring, LL protocol [s].
-        hop_nvlink_ring_ll_s: NCCL hwLat NVLink: one ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_ll_time_s__scale_nvlink_alpha",
@@ -8891,39 +3552,8 @@ def _collective_send_recv_p2p_ll_time_s__scale_network_alpha(out, hop_net_ring_l
 
 
 def collective_send_recv_p2p_ll_time_s__scale_network_alpha(*, hop_net_ring_ll_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
-    """Derivative of collective_send_recv_p2p_ll_time_s (seconds) in a relative scale of the network
-    alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_ll_s*Piecewise((Piecewise((0, nodes < 2), (1, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        hop_net_ring_ll_s: NCCL hwLat network: one inter-node ring step, LL [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_ll_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_ll_time_s__scale_network_alpha",
@@ -8943,49 +3573,8 @@ def _collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(out, ll_max_bw_bytes_
 
 
 def collective_send_recv_p2p_ll_time_s__scale_nvlink_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_send_recv_p2p_ll_time_s (seconds) in a relative scale of the nvlink
-    beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((Piecewise((-msg_bytes*Piecewise((0,
-        ll_max_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels/2), (ring_channels/2,
-        True))/Min(ll_max_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)**2, nodes <
-        2), (-msg_bytes*Piecewise((0, ll_max_bw_bytes_per_s < Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), (Piecewise((0, nic_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2), (ring_channels/2, True)),
-        True))/Min(ll_max_bw_bytes_per_s, nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)**2, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_ll_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_ll_time_s__scale_nvlink_beta",
@@ -9004,45 +3593,8 @@ def _collective_send_recv_p2p_ll_time_s__scale_network_beta(out, ll_max_bw_bytes
 
 
 def collective_send_recv_p2p_ll_time_s__scale_network_beta(*, ll_max_bw_bytes_per_s, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_send_recv_p2p_ll_time_s (seconds) in a relative scale of the network
-    beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((Piecewise((0, nodes < 2), (-msg_bytes*Piecewise((0,
-        ll_max_bw_bytes_per_s < Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels/2)), (Piecewise((1, nic_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels/2), (0, True)), True))/Min(ll_max_bw_bytes_per_s,
-        nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels/2)**2, True)), msg_bytes <=
-        p2p_ll_threshold_bytes), (0, True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        ll_max_bw_bytes_per_s: NCCL llMaxBws: cap of the LL protocol's bus bandwidth [bytes/s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_ll_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_ll_time_s__scale_network_beta",
@@ -9060,41 +3612,8 @@ def _collective_send_recv_p2p_simple_time_s__d_msg_bytes(out, msg_bytes, nic_bw_
 
 
 def collective_send_recv_p2p_simple_time_s__d_msg_bytes(*, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Partial derivative of collective_send_recv_p2p_simple_time_s with respect to msg_bytes, in s
-    per bytes of msg_bytes; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes),
-        (Piecewise((3/(2*ring_channel_bw_bytes_per_s*ring_channels), nodes < 2),
-        (3/(2*Min(nic_bw_bytes_per_s, ring_channel_bw_bytes_per_s*ring_channels)), True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_simple_time_s__d_msg_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_simple_time_s__d_msg_bytes",
@@ -9113,42 +3632,8 @@ def _collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(out, alpha_ring_
 
 
 def collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha(*, alpha_ring_simple_s, hop_nvlink_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
-    """Derivative of collective_send_recv_p2p_simple_time_s (seconds) in a relative scale of the
-    nvlink alpha symbols (alpha_ring_ll_s, alpha_ring_ll128_s, alpha_ring_simple_s, alpha_tree_ll_s,
-    alpha_tree_ll128_s, alpha_tree_simple_s, hop_nvlink_ring_ll_s, hop_nvlink_ring_ll128_s,
-    hop_nvlink_ring_simple_s, hop_nvlink_tree_ll_s, hop_nvlink_tree_ll128_s,
-    hop_nvlink_tree_simple_s, hop_nvlink_nvls_s) all multiplied together, at scale 1: sum of symbol
-    x d t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        alpha_ring_simple_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (1, True)) +
-        hop_nvlink_ring_simple_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (Piecewise((1,
-        nodes < 2), (0, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        alpha_ring_simple_s: NCCL baseLat: ring, Simple protocol [s].
-        hop_nvlink_ring_simple_s: NCCL hwLat NVLink: one ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_simple_time_s__scale_nvlink_alpha",
@@ -9166,39 +3651,8 @@ def _collective_send_recv_p2p_simple_time_s__scale_network_alpha(out, hop_net_ri
 
 
 def collective_send_recv_p2p_simple_time_s__scale_network_alpha(*, hop_net_ring_simple_s, msg_bytes, nodes, p2p_ll_threshold_bytes):
-    """Derivative of collective_send_recv_p2p_simple_time_s (seconds) in a relative scale of the
-    network alpha symbols (hop_net_ring_ll_s, hop_net_ring_ll128_s, hop_net_ring_simple_s,
-    hop_net_tree_ll_s, hop_net_tree_ll128_s, hop_net_tree_simple_s, net_overhead_s) all multiplied
-    together, at scale 1: sum of symbol x d t / d symbol, seconds per unit of the scale (almost
-    everywhere).
-
-    Closed form::
-
-        hop_net_ring_simple_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (Piecewise((0,
-        nodes < 2), (1, True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        hop_net_ring_simple_s: NCCL hwLat network: one inter-node ring step, Simple [s].
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_simple_time_s__scale_network_alpha`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_simple_time_s__scale_network_alpha",
@@ -9218,44 +3672,8 @@ def _collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(out, msg_bytes, n
 
 
 def collective_send_recv_p2p_simple_time_s__scale_nvlink_beta(*, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_send_recv_p2p_simple_time_s (seconds) in a relative scale of the
-    nvlink beta symbols (ring_channel_bw_bytes_per_s, nvlink_nccl_bw_bytes_per_s,
-    nvls_channel_max_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d t / d
-    symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        ring_channel_bw_bytes_per_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes),
-        (Piecewise((-3*msg_bytes/(2*ring_channel_bw_bytes_per_s**2*ring_channels), nodes < 2),
-        (-3*msg_bytes*Piecewise((0, nic_bw_bytes_per_s < ring_channel_bw_bytes_per_s*ring_channels),
-        (ring_channels, True))/(2*Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels)**2), True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_simple_time_s__scale_nvlink_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_simple_time_s__scale_nvlink_beta",
@@ -9274,42 +3692,8 @@ def _collective_send_recv_p2p_simple_time_s__scale_network_beta(out, msg_bytes, 
 
 
 def collective_send_recv_p2p_simple_time_s__scale_network_beta(*, msg_bytes, nic_bw_bytes_per_s, nodes, p2p_ll_threshold_bytes, ring_channel_bw_bytes_per_s, ring_channels):
-    """Derivative of collective_send_recv_p2p_simple_time_s (seconds) in a relative scale of the
-    network beta symbols (nic_bw_bytes_per_s) all multiplied together, at scale 1: sum of symbol x d
-    t / d symbol, seconds per unit of the scale (almost everywhere).
-
-    Closed form::
-
-        nic_bw_bytes_per_s*Piecewise((0, msg_bytes <= p2p_ll_threshold_bytes), (Piecewise((0, nodes
-        < 2), (-3*msg_bytes*Piecewise((1, nic_bw_bytes_per_s <
-        ring_channel_bw_bytes_per_s*ring_channels), (0, True))/(2*Min(nic_bw_bytes_per_s,
-        ring_channel_bw_bytes_per_s*ring_channels)**2), True)), True))
-
-    Unit: derivative.
-
-    Source: NCCL src/graph/tuning.cc (master 5067397, v2.30) ring constants for one step; NCCL
-    src/enqueue.cc P2P_LL_THRESHOLD (LL up to 16384 bytes per peer, else Simple); nccl-tests
-    doc/PERFORMANCE.md (alltoall busbw); NCCL runs all-to-all and send/recv as grouped
-    point-to-point, which ncclTopoTuneModel does not price; all-to-all Simple: p2pnChannels
-    (src/graph/connect.cc ncclTopoPostset, src/graph/paths.cc ncclTopoComputeP2pChannels), blocks
-    per peer (src/enqueue.cc scheduleP2pTasksToPlan, src/include/channel.h
-    ncclP2pChannelBaseForRound), half a channel per direction (src/device/sendrecv.h),
-    P2P_NVL_CHUNKSIZE steps (src/init.cc, src/device/prims_simple.h); differentiated by
-    symbolic.sensitivity
-
-    Args:
-        msg_bytes: nccl-tests size S of one collective call [bytes].
-        nic_bw_bytes_per_s: peak bandwidth of one NIC, per direction [bytes/s].
-        nodes: nodes the group spans [nodes].
-        p2p_ll_threshold_bytes: NCCL P2P_LL_THRESHOLD: point-to-point sends of at most this many
-            bytes per peer use LL, larger ones Simple [bytes].
-        ring_channel_bw_bytes_per_s: NCCL bandwidth of one ring channel (search.cc bwIntra)
-            [bytes/s].
-        ring_channels: NCCL ring channels inside one node (search.cc outcome) [channels].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.collective_send_recv_p2p_simple_time_s__scale_network_beta`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "collective_send_recv_p2p_simple_time_s__scale_network_beta",

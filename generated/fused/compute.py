@@ -5,7 +5,8 @@
 """Fused evaluators of the compute formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.compute``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -59,38 +60,8 @@ def _compute_standard_dense_layer_forward_flop(out, a, attn_extra_p, attn_output
 
 
 def compute_standard_dense_layer_forward_flop(*, a, attn_extra_p, attn_output_gate, dh, h, hff, n_attMM, n_ffMM, n_kv, o_bias, qkv_bias, s):
-    """Forward FLOPs per token of one transformer layer (active projections, router, scores).
-
-    Closed form::
-
-        4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p + 2*h*hff*n_ffMM +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))) + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_dense_layer_forward_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_dense_layer_forward_flop",
@@ -113,56 +84,8 @@ def _compute_standard_dense_stage_flop(out, a, attn_extra_p, attn_output_gate, b
 
 
 def compute_standard_dense_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v):
-    """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
-    plus the recomputed forward passes (full) or attention scores (selective).
-
-    Closed form::
-
-        b*m*s*(4*a*n_sel_rec*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 6*h*n_output*v +
-        n_full_rec*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p + 2*h*hff*n_ffMM
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))) + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2)
-        + 3*n_layers_stage*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff*n_ffMM + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))) + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/2))/(cp*t)
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
-    attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_dense_stage_flop`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 43 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_dense_stage_flop",
@@ -207,110 +130,8 @@ def _compute_standard_dense_stage_hbm_bytes(out, a, attn_extra_p, attn_output_ga
 
 
 def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_grad, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level):
-    """HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise
-    operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
-    Adam update.
-
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 -
-        flash_attention)/(cp*t) + 8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t) +
-        2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*hff*n_ffMM*s/(cp*t) + 2*b*s*(4*h + (attn_extra_p +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/4)/(h*t))/cp + 2*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp + 2*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_layers_stage*(2*a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) + 12*a*b*s**2*(1 -
-        flash_attention)/(cp*t) + 24*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t) +
-        8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*h*s*(5*dropout + 20)/(cp*sp) +
-        4*b*hff*n_ffMM*s/(cp*t) + 6*b*s*(4*h + (attn_extra_p + n_attMM*(a*h*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4)/(h*t))/cp + 6*b*s*(h*n_ffMM +
-        hff*n_ffMM/t)/cp + (2*bytes_grad - 2)*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/t + 6*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/t) + n_sel_rec*(a*b*s**2*(1 -
-        flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 - flash_attention)/(cp*t) +
-        8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the
-    core attention) (1-byte dropout masks); Megatron-LM (NVIDIA/Megatron-LM,
-    megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
-    place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
-    main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_dense_stage_hbm_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 131 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_dense_stage_hbm_bytes",
@@ -337,73 +158,8 @@ def _compute_standard_dense_stage_vector_flop(out, a, attn_extra_p, attn_output_
 
 
 def compute_standard_dense_stage_vector_flop(*, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, sp, t, v, zero_level):
-    """Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations (layer
-    norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
-    their recomputation, the Adam update.
-
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) + b*hff*s*(n_ffMM +
-        6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) +
-        a*b*s**2*(1 - flash_attention)*(dropout + 8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout +
-        20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) + b*hff*s*(n_ffMM + 6)/(cp*t) +
-        b*hff*s*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t + 11*n_layers_stage*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t)*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
-    Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
-    FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
-    backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
-    n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
-    no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_dense_stage_vector_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 84 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_dense_stage_vector_flop",
@@ -426,42 +182,8 @@ def _compute_standard_moe_layer_forward_flop(out, a, attn_extra_p, attn_output_g
 
 
 def compute_standard_moe_layer_forward_flop(*, a, attn_extra_p, attn_output_gate, dh, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, o_bias, qkv_bias, s):
-    """Forward FLOPs per token of one transformer layer (active projections, router, scores).
-
-    Closed form::
-
-        4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True))) +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_moe_layer_forward_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 30 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_moe_layer_forward_flop",
@@ -485,60 +207,8 @@ def _compute_standard_moe_stage_flop(out, a, attn_extra_p, attn_output_gate, b, 
 
 
 def compute_standard_moe_stage_flop(*, a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v):
-    """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
-    plus the recomputed forward passes (full) or attention scores (selective).
-
-    Closed form::
-
-        b*m*s*(4*a*n_sel_rec*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 6*h*n_output*v +
-        n_full_rec*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True))) +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2) +
-        3*n_layers_stage*(4*a*s*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*attn_extra_p +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/2 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True))) +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2))/(cp*t)
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
-    attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_moe_stage_flop`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 47 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_moe_stage_flop",
@@ -591,123 +261,8 @@ def _compute_standard_moe_stage_hbm_bytes(out, a, attn_extra_p, attn_output_gate
 
 
 def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_grad, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level):
-    """HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise
-    operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
-    Adam update.
-
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 -
-        flash_attention)/(cp*t) + 8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a, True))/(cp*t) +
-        2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t)
-        + 2*b*n_ffMM*s*(h + hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*s*(4*h +
-        (attn_extra_p + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/4)/(h*t))/cp + 2*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + 2*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep) + n_layers_stage*(2*a*b*s**2*(1 - flash_attention)*(5*dropout +
-        4)/(cp*t) + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 24*a*b*s*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) + 2*b*h*s*(5*dropout +
-        20)/(cp*sp) + 4*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t) + 6*b*n_ffMM*s*(h +
-        hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 6*b*s*(4*h + (attn_extra_p +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/4)/(h*t))/cp + (2*bytes_grad - 2)*((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep) + 6*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + 6*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep) + n_sel_rec*(a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*a*b*s*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/(cp*t))) + (30*h*n_output*v/t + 30*n_layers_stage*((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the
-    core attention) (1-byte dropout masks); Megatron-LM (NVIDIA/Megatron-LM,
-    megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
-    place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
-    main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_moe_stage_hbm_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 154 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_moe_stage_hbm_bytes",
@@ -736,80 +291,8 @@ def _compute_standard_moe_stage_vector_flop(out, a, attn_extra_p, attn_output_ga
 
 
 def compute_standard_moe_stage_vector_flop(*, a, attn_extra_p, attn_output_gate, b, cp, d, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, qkv_bias, s, shared_expert_gate, sp, t, v, zero_level):
-    """Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations (layer
-    norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
-    their recomputation, the Adam update.
-
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1
-        - flash_attention)*(dropout + 5)/(cp*t) + a*b*s**2*(1 - flash_attention)*(dropout +
-        8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout + 20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t) + b*hff_exp*s*(n_chosen_exp +
-        n_shared_exp)*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/t + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
-    Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
-    FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
-    backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
-    n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
-    no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_standard_moe_stage_vector_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 103 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_standard_moe_stage_vector_flop",
@@ -829,37 +312,8 @@ def _compute_mla_q_latent_dense_layer_forward_flop(out, a, dc_kv, dc_q, dh, dhr,
 
 
 def compute_mla_q_latent_dense_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
-    """Forward FLOPs per token of one transformer layer (active projections, router, scores).
-
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff*n_ffMM + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_dense_layer_forward_flop`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_dense_layer_forward_flop",
@@ -881,54 +335,8 @@ def _compute_mla_q_latent_dense_stage_flop(out, a, b, cp, dc_kv, dc_q, dh, dhr, 
 
 
 def compute_mla_q_latent_dense_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v):
-    """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
-    plus the recomputed forward passes (full) or attention scores (selective).
-
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/2) + 3*n_layers_stage*(2*a*s*(dh + dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
-    attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_dense_stage_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 44 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_dense_stage_flop",
@@ -969,101 +377,8 @@ def _compute_mla_q_latent_dense_stage_hbm_bytes(out, a, b, bytes_grad, cp, d, dc
 
 
 def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level):
-    """HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise
-    operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
-    Adam update.
-
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff*n_ffMM*s/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/(4*h*t))/cp + 2*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp +
-        2*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t)
-        + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff*n_ffMM*s/(cp*t) + 6*b*s*(4*h +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/(4*h*t))/cp + 6*b*s*(h*n_ffMM +
-        hff*n_ffMM/t)/cp + (2*bytes_grad - 2)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t +
-        6*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the
-    core attention) (1-byte dropout masks); Megatron-LM (NVIDIA/Megatron-LM,
-    megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
-    place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
-    main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_dense_stage_hbm_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 130 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_dense_stage_hbm_bytes",
@@ -1088,72 +403,8 @@ def _compute_mla_q_latent_dense_stage_vector_flop(out, a, b, cp, d, dc_kv, dc_q,
 
 
 def compute_mla_q_latent_dense_stage_vector_flop(*, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level):
-    """Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations (layer
-    norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
-    their recomputation, the Adam update.
-
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) + b*hff*s*(n_ffMM +
-        6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) +
-        a*b*s**2*(1 - flash_attention)*(dropout + 8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout +
-        20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) + b*hff*s*(n_ffMM + 6)/(cp*t) +
-        b*hff*s*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
-    Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
-    FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
-    backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
-    n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
-    no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_dense_stage_vector_flop`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 87 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_dense_stage_vector_flop",
@@ -1174,41 +425,8 @@ def _compute_mla_q_latent_moe_layer_forward_flop(out, a, dc_kv, dc_q, dh, dhr, h
 
 
 def compute_mla_q_latent_moe_layer_forward_flop(*, a, dc_kv, dc_q, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
-    """Forward FLOPs per token of one transformer layer (active projections, router, scores).
-
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/2
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_moe_layer_forward_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 33 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_moe_layer_forward_flop",
@@ -1231,58 +449,8 @@ def _compute_mla_q_latent_moe_stage_flop(out, a, b, cp, dc_kv, dc_q, dh, dhr, h,
 
 
 def compute_mla_q_latent_moe_stage_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v):
-    """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
-    plus the recomputed forward passes (full) or attention scores (selective).
-
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) +
-        2*h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2) +
-        3*n_layers_stage*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
-    attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_moe_stage_flop`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 48 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_moe_stage_flop",
@@ -1331,114 +499,8 @@ def _compute_mla_q_latent_moe_stage_hbm_bytes(out, a, b, bytes_grad, cp, d, dc_k
 
 
 def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level):
-    """HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise
-    operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
-    Adam update.
-
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*n_ffMM*s*(h +
-        hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/(4*h*t))/cp + 2*(h*layer_norms*(norm_bias + 1) + h*n_exp
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        2*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout +
-        4)/(cp*t) + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout +
-        10)/(cp*sp) + 2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff_exp*n_ffMM*s*(n_chosen_exp +
-        n_shared_exp)/(cp*t) + 6*b*n_ffMM*s*(h + hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) +
-        6*b*s*(4*h + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/(4*h*t))/cp + (2*bytes_grad -
-        2)*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep) +
-        6*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        6*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the
-    core attention) (1-byte dropout masks); Megatron-LM (NVIDIA/Megatron-LM,
-    megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
-    place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
-    main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_moe_stage_hbm_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 153 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_moe_stage_hbm_bytes",
@@ -1468,79 +530,8 @@ def _compute_mla_q_latent_moe_stage_vector_flop(out, a, b, cp, d, dc_kv, dc_q, d
 
 
 def compute_mla_q_latent_moe_stage_vector_flop(*, a, b, cp, d, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level):
-    """Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations (layer
-    norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
-    their recomputation, the Adam update.
-
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1
-        - flash_attention)*(dropout + 5)/(cp*t) + a*b*s**2*(1 - flash_attention)*(dropout +
-        8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout + 20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t) + b*hff_exp*s*(n_chosen_exp +
-        n_shared_exp)*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
-    Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
-    FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
-    backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
-    n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
-    no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_latent_moe_stage_vector_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 106 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_latent_moe_stage_vector_flop",
@@ -1561,36 +552,8 @@ def _compute_mla_q_direct_dense_layer_forward_flop(out, a, dc_kv, dh, dhr, h, hf
 
 
 def compute_mla_q_direct_dense_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff, n_attMM, n_ffMM, n_kv, qk_nope_head_dim, s):
-    """Forward FLOPs per token of one transformer layer (active projections, router, scores).
-
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff*n_ffMM + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/2
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_dense_layer_forward_flop`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_dense_layer_forward_flop",
@@ -1613,53 +576,8 @@ def _compute_mla_q_direct_dense_stage_flop(out, a, b, cp, dc_kv, dh, dhr, h, hff
 
 
 def compute_mla_q_direct_dense_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v):
-    """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
-    plus the recomputed forward passes (full) or attention scores (selective).
-
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2) + 3*n_layers_stage*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff*n_ffMM + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
-    attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_dense_stage_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_dense_stage_flop",
@@ -1701,98 +619,8 @@ def _compute_mla_q_direct_dense_stage_hbm_bytes(out, a, b, bytes_grad, cp, d, dc
 
 
 def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level):
-    """HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise
-    operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
-    Adam update.
-
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff*n_ffMM*s/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/(4*h*t))/cp + 2*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp + 2*(h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t) +
-        n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t)
-        + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff*n_ffMM*s/(cp*t) + 6*b*s*(4*h + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/(4*h*t))/cp + 6*b*s*(h*n_ffMM + hff*n_ffMM/t)/cp + (2*bytes_grad -
-        2)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t +
-        6*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t) + n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 -
-        flash_attention)*(5*dropout + 4)/(cp*t) + 4*a*b*s**2*(1 - flash_attention)/(cp*t))) +
-        (30*h*n_output*v/t + 30*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the
-    core attention) (1-byte dropout masks); Megatron-LM (NVIDIA/Megatron-LM,
-    megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
-    place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
-    main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_dense_stage_hbm_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 126 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_dense_stage_hbm_bytes",
@@ -1818,71 +646,8 @@ def _compute_mla_q_direct_dense_stage_vector_flop(out, a, b, cp, d, dc_kv, dh, d
 
 
 def compute_mla_q_direct_dense_stage_vector_flop(*, a, b, cp, d, dc_kv, dh, dhr, dropout, flash_attention, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, sp, t, v, zero_level):
-    """Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations (layer
-    norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
-    their recomputation, the Adam update.
-
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) + b*hff*s*(n_ffMM +
-        6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) +
-        a*b*s**2*(1 - flash_attention)*(dropout + 8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout +
-        20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) + b*hff*s*(n_ffMM + 6)/(cp*t) +
-        b*hff*s*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t)*Piecewise((1/d,
-        zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
-    Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
-    FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
-    backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
-    n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
-    no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_dense_stage_vector_flop`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 83 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_dense_stage_vector_flop",
@@ -1904,40 +669,8 @@ def _compute_mla_q_direct_moe_layer_forward_flop(out, a, dc_kv, dh, dhr, h, hff_
 
 
 def compute_mla_q_direct_moe_layer_forward_flop(*, a, dc_kv, dh, dhr, h, hff_exp, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s):
-    """Forward FLOPs per token of one transformer layer (active projections, router, scores).
-
-    Closed form::
-
-        2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); projections from the parameter counts of symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_moe_layer_forward_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_moe_layer_forward_flop",
@@ -1961,57 +694,8 @@ def _compute_mla_q_direct_moe_stage_flop(out, a, b, cp, dc_kv, dh, dhr, h, hff_e
 
 
 def compute_mla_q_direct_moe_stage_flop(*, a, b, cp, dc_kv, dh, dhr, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v):
-    """FLOPs per rank per step of one pipeline stage: three passes of its layers and output layer,
-    plus the recomputed forward passes (full) or attention scores (selective).
-
-    Closed form::
-
-        b*m*s*(2*a*n_sel_rec*s*(dh + dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + 6*h*n_output*v + n_full_rec*(2*a*s*(dh + dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + 2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) +
-        2*h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/2) + 3*n_layers_stage*(2*a*s*(dh + dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        2*h*hff_exp*n_ffMM*(n_chosen_exp + n_shared_exp) + 2*h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/2))/(cp*t)
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core
-    attention)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_moe_stage_flop`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 44 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_moe_stage_flop",
@@ -2057,113 +741,8 @@ def _compute_mla_q_direct_moe_stage_hbm_bytes(out, a, b, bytes_grad, cp, d, dc_k
 
 
 def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level):
-    """HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise
-    operations, GEMM operands and weights, the weight gradients' accumulation, recomputation, the
-    Adam update.
-
-    Closed form::
-
-        m*n_output*(6*b*s*(h + v/t)/cp + h*v*(2*bytes_grad - 2)/t + 6*h*v/t) +
-        m*(n_full_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t) + 2*b*h*s*(5*dropout + 10)/(cp*sp) +
-        2*b*hff_exp*n_ffMM*s*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*n_ffMM*s*(h +
-        hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) + 2*b*s*(4*h + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/(4*h*t))/cp + 2*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        2*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_layers_stage*(24*a*b*dh*s/(cp*t) + 2*a*b*s**2*(1 - flash_attention)*(5*dropout +
-        4)/(cp*t) + 12*a*b*s**2*(1 - flash_attention)/(cp*t) + 8*b*h*s/cp + 2*b*h*s*(5*dropout +
-        10)/(cp*sp) + 2*b*h*s*(5*dropout + 20)/(cp*sp) + 4*b*hff_exp*n_ffMM*s*(n_chosen_exp +
-        n_shared_exp)/(cp*t) + 6*b*n_ffMM*s*(h + hff_exp)*(n_chosen_exp + n_shared_exp)/(cp*t) +
-        6*b*s*(4*h + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/(4*h*t))/cp + (2*bytes_grad -
-        2)*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep) +
-        6*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        6*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/ep)
-        + n_sel_rec*(8*a*b*dh*s/(cp*t) + a*b*s**2*(1 - flash_attention)*(5*dropout + 4)/(cp*t) +
-        4*a*b*s**2*(1 - flash_attention)/(cp*t))) + (30*h*n_output*v/t +
-        30*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: bytes.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the
-    core attention) (1-byte dropout masks); Megatron-LM (NVIDIA/Megatron-LM,
-    megatron/core/tensor_parallel/layers.py,
-    LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in
-    place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or
-    main_grad.add_), which reads and writes the buffer in the gradient dtype
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_moe_stage_hbm_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 149 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_moe_stage_hbm_bytes",
@@ -2194,78 +773,8 @@ def _compute_mla_q_direct_moe_stage_vector_flop(out, a, b, cp, d, dc_kv, dh, dhr
 
 
 def compute_mla_q_direct_moe_stage_vector_flop(*, a, b, cp, d, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, qk_nope_head_dim, s, shared_expert_gate, sp, t, v, zero_level):
-    """Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations (layer
-    norms, dropouts, residual adds, the activation function, the scores' softmax unless fused),
-    their recomputation, the Adam update.
-
-    Closed form::
-
-        m*(a*b*n_sel_rec*s**2*(1 - flash_attention)*(dropout + 5)/(cp*t) + n_full_rec*(a*b*s**2*(1 -
-        flash_attention)*(dropout + 5)/(cp*t) + b*h*s*(2*dropout + 20)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t)) + n_layers_stage*(a*b*s**2*(1
-        - flash_attention)*(dropout + 5)/(cp*t) + a*b*s**2*(1 - flash_attention)*(dropout +
-        8)/(cp*t) + 3*b*h*s/cp + b*h*s*(2*dropout + 20)/(cp*sp) + b*h*s*(2*dropout + 50)/(cp*sp) +
-        b*hff_exp*s*(n_chosen_exp + n_shared_exp)*(n_ffMM + 6)/(cp*t) + b*hff_exp*s*(n_chosen_exp +
-        n_shared_exp)*(2*n_ffMM + 9)/(cp*t))) + (11*h*n_output*v/t +
-        11*n_layers_stage*((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/ep))*Piecewise((1/d, zero_level >= 1), (1, True))
-
-    Unit: FLOP.
-
-    Source: Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11, calculon/llm/layers.py):
-    FLOPs per element of each element-wise operation on the vector unit (LayerNorm 9 forward, 14 + 7
-    backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1, 2; a fork summing n gradients
-    n; Adam 11 per parameter), their time added to the operation's memory time (processing_mode
-    no_overlap, calculon/system.py)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_mla_q_direct_moe_stage_vector_flop`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 102 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_mla_q_direct_moe_stage_vector_flop",
@@ -2283,30 +792,10 @@ def _compute_output_forward_flop(out, h, v):
 
 
 def compute_output_forward_flop(*, h, v):
-    """Forward FLOPs per token of the output layer (logits).
-
-    Closed form::
-
-        2*h*v
-
-    Unit: FLOP.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and
-    the logits)
-
-    Args:
-        h: hidden width [elements].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_output_forward_flop`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "compute_output_forward_flop",
-        ("h", "v"),
-        (h, v),
-    )
+    result, out, arrays = _runtime.prepare("compute_output_forward_flop", ("h", "v"), (h, v))
     _compute_output_forward_flop(out, *arrays)
     return result
 
@@ -2318,46 +807,7 @@ def _compute_stage_time_s(out, compute_efficiency, hbm_bytes_per_s, hbm_efficien
 
 
 def compute_stage_time_s(*, compute_efficiency, hbm_bytes_per_s, hbm_efficiency, peak_flops_per_s, stage_flops, stage_hbm_bytes, stage_vector_flops, vector_efficiency, vector_flops_per_s):
-    """Seconds per step one rank of a stage computes: its matrix-multiply FLOPs over the achieved
-    GEMM FLOP/s (peak × the generation's GEMM efficiency), plus its memory-bound bytes over the
-    achieved HBM bandwidth (peak × the generation's HBM efficiency), plus its element-wise FLOPs
-    over the achieved vector-unit FLOP/s (peak × the generation's vector efficiency), not
-    overlapped.
-
-    Closed form::
-
-        stage_vector_flops/(vector_efficiency*vector_flops_per_s) +
-        stage_hbm_bytes/(hbm_bytes_per_s*hbm_efficiency) +
-        stage_flops/(compute_efficiency*peak_flops_per_s)
-
-    Unit: s.
-
-    Source: Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, calculon/llm/layers.py
-    and llm.py): per-layer operations, each moving its inputs, outputs and weights through HBM, not
-    overlapped with its math (processing_mode no_overlap of systems/a100_80g.json and
-    h100_80g_nvl8.json); Calculon (Isaev et al. 2023; calculon-ai/calculon@caa4b11,
-    calculon/llm/layers.py): FLOPs per element of each element-wise operation on the vector unit
-    (LayerNorm 9 forward, 14 + 7 backward; GeLU 8, 13; softmax 5, 8; dropout 1, 1; residual add 1,
-    2; a fork summing n gradients n; Adam 11 per parameter), their time added to the operation's
-    memory time (processing_mode no_overlap, calculon/system.py); peaks and efficiencies: the
-    hardware catalog
-
-    Args:
-        compute_efficiency: achieved fraction of the peak FLOP/s (one per GPU generation) [1].
-        hbm_bytes_per_s: datasheet peak HBM bandwidth of one GPU [bytes/s].
-        hbm_efficiency: achieved fraction of the peak HBM bandwidth (one per GPU generation) [1].
-        peak_flops_per_s: datasheet dense peak FLOP/s of one GPU in the training dtype [FLOP/s].
-        stage_flops: FLOPs one rank of a pipeline stage computes per step [FLOP].
-        stage_hbm_bytes: HBM bytes one rank of a pipeline stage moves per step in memory-bound work
-            (element-wise ops, GEMM operands, the optimizer step) [bytes].
-        stage_vector_flops: FLOPs one rank of a pipeline stage computes per step on the vector unit
-            (element-wise operations, the optimizer step) [FLOP].
-        vector_efficiency: achieved fraction of the vector unit's peak (one per GPU generation) [1].
-        vector_flops_per_s: peak 16-bit FLOP/s of one GPU's vector (non-tensor) unit [FLOP/s].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_stage_time_s`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_stage_time_s",
@@ -2375,31 +825,10 @@ def _compute_pipeline_bubble(out, m, p, vp):
 
 
 def compute_pipeline_bubble(*, m, p, vp):
-    """Idle fraction of the ideal step time a pipeline adds under 1F1B / interleaved schedules.
-
-    Closed form::
-
-        (p - 1)/(m*vp)
-
-    Unit: 1.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble
-    (p-1)/(vp·m)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_pipeline_bubble`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "compute_pipeline_bubble",
-        ("m", "p", "vp"),
-        (m, p, vp),
-    )
+    result, out, arrays = _runtime.prepare("compute_pipeline_bubble", ("m", "p", "vp"), (m, p, vp))
     _compute_pipeline_bubble(out, *arrays)
     return result
 
@@ -2411,41 +840,7 @@ def _compute_step_time_s(out, compute_efficiency, exposed_comm_s, hbm_bytes_per_
 
 
 def compute_step_time_s(*, compute_efficiency, exposed_comm_s, hbm_bytes_per_s, hbm_efficiency, m, p, peak_flops_per_s, stage_flops, stage_hbm_bytes, stage_vector_flops, vector_efficiency, vector_flops_per_s, vp):
-    """Seconds per training step: the slowest stage's compute stretched by the pipeline bubble, plus
-    the communication that cannot overlap with it.
-
-    Closed form::
-
-        exposed_comm_s + (1 + (p -
-        1)/(m*vp))*(stage_vector_flops/(vector_efficiency*vector_flops_per_s) +
-        stage_hbm_bytes/(hbm_bytes_per_s*hbm_efficiency) +
-        stage_flops/(compute_efficiency*peak_flops_per_s))
-
-    Unit: s.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble
-    (p-1)/(vp·m); exposed communication: docs/search.md
-
-    Args:
-        compute_efficiency: achieved fraction of the peak FLOP/s (one per GPU generation) [1].
-        exposed_comm_s: communication seconds per step that do not overlap with compute [s].
-        hbm_bytes_per_s: datasheet peak HBM bandwidth of one GPU [bytes/s].
-        hbm_efficiency: achieved fraction of the peak HBM bandwidth (one per GPU generation) [1].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        peak_flops_per_s: datasheet dense peak FLOP/s of one GPU in the training dtype [FLOP/s].
-        stage_flops: FLOPs one rank of a pipeline stage computes per step [FLOP].
-        stage_hbm_bytes: HBM bytes one rank of a pipeline stage moves per step in memory-bound work
-            (element-wise ops, GEMM operands, the optimizer step) [bytes].
-        stage_vector_flops: FLOPs one rank of a pipeline stage computes per step on the vector unit
-            (element-wise operations, the optimizer step) [FLOP].
-        vector_efficiency: achieved fraction of the vector unit's peak (one per GPU generation) [1].
-        vector_flops_per_s: peak 16-bit FLOP/s of one GPU's vector (non-tensor) unit [FLOP/s].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.compute_step_time_s`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "compute_step_time_s",

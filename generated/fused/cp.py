@@ -5,7 +5,8 @@
 """Fused evaluators of the cp formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.cp``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -115,35 +116,11 @@ def _cp_ulysses_mha_traffic_bytes(out, a, b, bytes_compute, cp, dh, h, s, t):
 
 
 def cp_ulysses_mha_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """Bytes a rank sends per micro-batch and layer in Ulysses CP with MHA attention: all-to-all of
-    queries, keys/values and output, forward and backward.
-
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
-    branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_mha_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_mha_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+        "cp_ulysses_mha_traffic_bytes", ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
     )
     _cp_ulysses_mha_traffic_bytes(out, *arrays)
@@ -157,33 +134,11 @@ def _cp_ring_mha_traffic_bytes(out, b, bytes_compute, cp, h, s, t):
 
 
 def cp_ring_mha_traffic_bytes(*, b, bytes_compute, cp, h, s, t):
-    """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with MHA
-    attention: K/V all-gather forward, reduce-scatter backward.
-
-    Closed form::
-
-        4*b*bytes_compute*h*s*(cp - 1)/(cp*t)
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
-    branch)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mha_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mha_traffic_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "cp_ring_mha_traffic_bytes", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _cp_ring_mha_traffic_bytes(out, *arrays)
@@ -197,33 +152,8 @@ def _cp_ulysses_gqa_traffic_bytes(out, a, b, bytes_compute, cp, dh, h, n_kv, s, 
 
 
 def cp_ulysses_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Bytes a rank sends per micro-batch and layer in Ulysses CP with GQA attention: all-to-all of
-    queries, keys/values and output, forward and backward.
-
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
-    branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_gqa_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_gqa_traffic_bytes",
@@ -241,35 +171,11 @@ def _cp_ring_gqa_traffic_bytes(out, a, b, bytes_compute, cp, dh, n_kv, s, t):
 
 
 def cp_ring_gqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
-    """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with GQA
-    attention: K/V all-gather forward, reduce-scatter backward.
-
-    Closed form::
-
-        4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
-    branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_gqa_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_gqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
+        "cp_ring_gqa_traffic_bytes", ("a", "b", "bytes_compute", "cp", "dh", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, n_kv, s, t),
     )
     _cp_ring_gqa_traffic_bytes(out, *arrays)
@@ -283,35 +189,11 @@ def _cp_ulysses_mqa_traffic_bytes(out, a, b, bytes_compute, cp, dh, h, s, t):
 
 
 def cp_ulysses_mqa_traffic_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """Bytes a rank sends per micro-batch and layer in Ulysses CP with MQA attention: all-to-all of
-    queries, keys/values and output, forward and backward.
-
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
-    branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_mqa_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_mqa_traffic_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+        "cp_ulysses_mqa_traffic_bytes", ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
     )
     _cp_ulysses_mqa_traffic_bytes(out, *arrays)
@@ -325,33 +207,11 @@ def _cp_ring_mqa_traffic_bytes(out, b, bytes_compute, cp, dh, s, t):
 
 
 def cp_ring_mqa_traffic_bytes(*, b, bytes_compute, cp, dh, s, t):
-    """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with MQA
-    attention: K/V all-gather forward, reduce-scatter backward.
-
-    Closed form::
-
-        4*b*bytes_compute*dh*s*(cp - 1)/(cp*t)
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
-    branch)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mqa_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mqa_traffic_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t"),
+        "cp_ring_mqa_traffic_bytes", ("b", "bytes_compute", "cp", "dh", "s", "t"),
         (b, bytes_compute, cp, dh, s, t),
     )
     _cp_ring_mqa_traffic_bytes(out, *arrays)
@@ -366,34 +226,8 @@ def _cp_ulysses_mla_traffic_bytes(out, a, b, bytes_compute, cp, dh, dhr, h, n_kv
 
 
 def cp_ulysses_mla_traffic_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
-    """Bytes a rank sends per micro-batch and layer in Ulysses CP with MLA attention: all-to-all of
-    queries, keys/values and output, forward and backward.
-
-    Closed form::
-
-        2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t +
-        a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-164 (cp_traffic, Ulysses
-    branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_mla_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_mla_traffic_bytes",
@@ -411,35 +245,11 @@ def _cp_ring_mla_traffic_bytes(out, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
 
 
 def cp_ring_mla_traffic_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
-    """Bytes a rank sends per micro-batch and layer in ring CP (colossalai, hybrid) with MLA
-    attention: K/V all-gather forward, reduce-scatter backward.
-
-    Closed form::
-
-        2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t)
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 157-168 (cp_traffic, default
-    branch)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mla_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mla_traffic_bytes",
-        ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
+        "cp_ring_mla_traffic_bytes", ("b", "bytes_compute", "cp", "dh", "dhr", "n_kv", "s", "t"),
         (b, bytes_compute, cp, dh, dhr, n_kv, s, t),
     )
     _cp_ring_mla_traffic_bytes(out, *arrays)
@@ -453,33 +263,11 @@ def _cp_linear_state_traffic_bytes(out, a, dh, h, t):
 
 
 def cp_linear_state_traffic_bytes(*, a, dh, h, t):
-    """Bytes a rank sends per micro-batch for a linear-attention layer under non-Ulysses CP: the
-    fp32 recurrent state passed on and its gradient passed back; independent of s, b and cp (§10
-    item 9).
-
-    Closed form::
-
-        8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 165-167 (cp_traffic, n_linrec
-    branch)
-
-    Args:
-        a: attention (query) heads [heads].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_linear_state_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_linear_state_traffic_bytes",
-        ("a", "dh", "h", "t"),
-        (a, dh, h, t),
+        "cp_linear_state_traffic_bytes", ("a", "dh", "h", "t"), (a, dh, h, t),
     )
     _cp_linear_state_traffic_bytes(out, *arrays)
     return result
@@ -493,31 +281,11 @@ def _cp_topology_effective_bandwidth_gbps(out, bw_inter, bw_intra, cp, device_pe
 
 
 def cp_topology_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
-    """Effective bandwidth a CP ring sees, blending intra- and inter-node links by the share of hops
-    inside a node.
-
-    Closed form::
-
-        Piecewise((bw_intra, cp <= device_per_node), (bw_inter*(1 - (Min(cp, device_per_node) -
-        1)/(cp - 1)) + bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1), True))
-
-    Unit: GB/s.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72 (_cp_resolve_topology)
-
-    Args:
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_topology_effective_bandwidth_gbps`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_topology_effective_bandwidth_gbps",
-        ("bw_inter", "bw_intra", "cp", "device_per_node"),
+        "cp_topology_effective_bandwidth_gbps", ("bw_inter", "bw_intra", "cp", "device_per_node"),
         (bw_inter, bw_intra, cp, device_per_node),
     )
     _cp_topology_effective_bandwidth_gbps(out, *arrays)
@@ -531,28 +299,10 @@ def _cp_topology_code(out, cp, device_per_node):
 
 
 def cp_topology_code(*, cp, device_per_node):
-    """CP topology as an index into TOPOLOGIES: 1 intra-node, 2 cross-node, 3 mixed.
-
-    Closed form::
-
-        Piecewise((1, cp <= device_per_node), (2, Eq(Min(cp, device_per_node), 1)), (3, True))
-
-    Unit: 1.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72 (_cp_resolve_topology)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_topology_code`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_topology_code",
-        ("cp", "device_per_node"),
-        (cp, device_per_node),
+        "cp_topology_code", ("cp", "device_per_node"), (cp, device_per_node),
     )
     _cp_topology_code(out, *arrays)
     return result
@@ -565,26 +315,10 @@ def _cp_record_overlap_ratio(out):
 
 
 def cp_record_overlap_ratio():
-    """Share of the CP exchange the record assumes hidden behind attention compute (fixed 0.5, also
-    at cp <= 1).
-
-    Closed form::
-
-        1/2
-
-    Unit: 1.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 81 and 106
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_overlap_ratio`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_record_overlap_ratio",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("cp_record_overlap_ratio", (), ())
     _cp_record_overlap_ratio(out, *arrays)
     return result
 
@@ -596,28 +330,10 @@ def _cp_record_ring_directions_count(out, cp):
 
 
 def cp_record_ring_directions_count(*, cp):
-    """Directions the record counts (forward and backward); 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2, True))
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 79, 132, 142
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_ring_directions_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_record_ring_directions_count",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("cp_record_ring_directions_count", ("cp",), (cp,))
     _cp_record_ring_directions_count(out, *arrays)
     return result
 
@@ -630,31 +346,11 @@ def _cp_record_effective_bandwidth_gbps(out, bw_inter, bw_intra, cp, device_per_
 
 
 def cp_record_effective_bandwidth_gbps(*, bw_inter, bw_intra, cp, device_per_node):
-    """Effective CP bandwidth of the topology blend; 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (Piecewise((bw_intra, cp <= device_per_node), (bw_inter*(1 -
-        (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1),
-        True)), True))
-
-    Unit: GB/s.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72, 81, 117
-
-    Args:
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_effective_bandwidth_gbps`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_record_effective_bandwidth_gbps",
-        ("bw_inter", "bw_intra", "cp", "device_per_node"),
+        "cp_record_effective_bandwidth_gbps", ("bw_inter", "bw_intra", "cp", "device_per_node"),
         (bw_inter, bw_intra, cp, device_per_node),
     )
     _cp_record_effective_bandwidth_gbps(out, *arrays)
@@ -668,29 +364,11 @@ def _cp_record_topology_code(out, cp, device_per_node):
 
 
 def cp_record_topology_code(*, cp, device_per_node):
-    """Topology as an index into TOPOLOGIES: 0 none (cp <= 1), 1 intra-node, 2 cross-node, 3 mixed.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (Piecewise((1, cp <= device_per_node), (2, Eq(Min(cp,
-        device_per_node), 1)), (3, True)), True))
-
-    Unit: 1.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 58-72, 82
-
-    Args:
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_topology_code`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_record_topology_code",
-        ("cp", "device_per_node"),
-        (cp, device_per_node),
+        "cp_record_topology_code", ("cp", "device_per_node"), (cp, device_per_node),
     )
     _cp_record_topology_code(out, *arrays)
     return result
@@ -703,26 +381,10 @@ def _cp_ulysses_record_ring_steps_count(out):
 
 
 def cp_ulysses_record_ring_steps_count():
-    """Ring steps the ulysses record counts: cp - 1 for a ring, 0 for Ulysses; 0 at cp <= 1.
-
-    Closed form::
-
-        0
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 171-207
-    (cp_comm_layer_detailed)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_record_ring_steps_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_ulysses_record_ring_steps_count",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("cp_ulysses_record_ring_steps_count", (), ())
     _cp_ulysses_record_ring_steps_count(out, *arrays)
     return result
 
@@ -734,31 +396,11 @@ def _cp_ulysses_record_kv_volume_per_step_elements(out, a, b, cp, dh, s, t):
 
 
 def cp_ulysses_record_kv_volume_per_step_elements(*, a, b, cp, dh, s, t):
-    """K/V volume of one ulysses step per rank and micro-batch, in elements (no bytes: §10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*a*b*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 125-132
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_record_kv_volume_per_step_elements`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_record_kv_volume_per_step_elements",
-        ("a", "b", "cp", "dh", "s", "t"),
+        "cp_ulysses_record_kv_volume_per_step_elements", ("a", "b", "cp", "dh", "s", "t"),
         (a, b, cp, dh, s, t),
     )
     _cp_ulysses_record_kv_volume_per_step_elements(out, *arrays)
@@ -772,32 +414,11 @@ def _cp_ulysses_record_total_kv_volume_elements(out, a, b, cp, dh, s, t):
 
 
 def cp_ulysses_record_total_kv_volume_elements(*, a, b, cp, dh, s, t):
-    """Total K/V volume of the ulysses record per rank and micro-batch, in elements (no bytes: §10
-    item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*a*b*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 125-132
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_record_total_kv_volume_elements`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_record_total_kv_volume_elements",
-        ("a", "b", "cp", "dh", "s", "t"),
+        "cp_ulysses_record_total_kv_volume_elements", ("a", "b", "cp", "dh", "s", "t"),
         (a, b, cp, dh, s, t),
     )
     _cp_ulysses_record_total_kv_volume_elements(out, *arrays)
@@ -813,32 +434,8 @@ def _cp_ulysses_record_total_comm_time_ms(out, a, b, bw_inter, bw_intra, cp, dev
 
 
 def cp_ulysses_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
-    """The ulysses record's total_kv_volume over the effective bandwidth, in milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (a*b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_record_total_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_record_total_comm_time_ms",
@@ -858,32 +455,8 @@ def _cp_ulysses_record_exposed_comm_time_ms(out, a, b, bw_inter, bw_intra, cp, d
 
 
 def cp_ulysses_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
-    """The part of the ulysses record's time not hidden at the fixed 0.5 overlap, in milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (a*b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(500000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_record_exposed_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_record_exposed_comm_time_ms",
@@ -901,29 +474,10 @@ def _cp_ring_record_ring_steps_count(out, cp):
 
 
 def cp_ring_record_ring_steps_count(*, cp):
-    """Ring steps the ring record counts: cp - 1 for a ring, 0 for Ulysses; 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (cp - 1, True))
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 171-207
-    (cp_comm_layer_detailed)
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_record_ring_steps_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_ring_record_ring_steps_count",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("cp_ring_record_ring_steps_count", ("cp",), (cp,))
     _cp_ring_record_ring_steps_count(out, *arrays)
     return result
 
@@ -935,32 +489,11 @@ def _cp_ring_mha_record_kv_volume_per_step_bytes(out, b, cp, h, s, t):
 
 
 def cp_ring_mha_record_kv_volume_per_step_bytes(*, b, cp, h, s, t):
-    """K/V volume of one ring step per rank and micro-batch with MHA attention, in bytes at a fixed
-    4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*h*s/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mha_record_kv_volume_per_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mha_record_kv_volume_per_step_bytes",
-        ("b", "cp", "h", "s", "t"),
-        (b, cp, h, s, t),
+        "cp_ring_mha_record_kv_volume_per_step_bytes", ("b", "cp", "h", "s", "t"), (b, cp, h, s, t),
     )
     _cp_ring_mha_record_kv_volume_per_step_bytes(out, *arrays)
     return result
@@ -973,32 +506,11 @@ def _cp_ring_mha_record_total_kv_volume_bytes(out, b, cp, h, s, t):
 
 
 def cp_ring_mha_record_total_kv_volume_bytes(*, b, cp, h, s, t):
-    """Total K/V volume of the ring record per rank and micro-batch with MHA attention, in bytes at
-    a fixed 4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*b*h*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mha_record_total_kv_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mha_record_total_kv_volume_bytes",
-        ("b", "cp", "h", "s", "t"),
-        (b, cp, h, s, t),
+        "cp_ring_mha_record_total_kv_volume_bytes", ("b", "cp", "h", "s", "t"), (b, cp, h, s, t),
     )
     _cp_ring_mha_record_total_kv_volume_bytes(out, *arrays)
     return result
@@ -1013,32 +525,8 @@ def _cp_ring_mha_record_total_comm_time_ms(out, b, bw_inter, bw_intra, cp, devic
 
 
 def cp_ring_mha_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, h, s, t):
-    """The ring record's total_kv_volume with MHA attention over the effective bandwidth, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*h*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(125000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mha_record_total_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mha_record_total_comm_time_ms",
@@ -1058,32 +546,8 @@ def _cp_ring_mha_record_exposed_comm_time_ms(out, b, bw_inter, bw_intra, cp, dev
 
 
 def cp_ring_mha_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, h, s, t):
-    """The part of the ring record's time with MHA attention not hidden at the fixed 0.5 overlap, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*h*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mha_record_exposed_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mha_record_exposed_comm_time_ms",
@@ -1101,34 +565,11 @@ def _cp_ring_gqa_record_kv_volume_per_step_bytes(out, a, b, cp, dh, n_kv, s, t):
 
 
 def cp_ring_gqa_record_kv_volume_per_step_bytes(*, a, b, cp, dh, n_kv, s, t):
-    """K/V volume of one ring step per rank and micro-batch with GQA attention, in bytes at a fixed
-    4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*dh*s*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t),
-        True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_gqa_record_kv_volume_per_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_gqa_record_kv_volume_per_step_bytes",
-        ("a", "b", "cp", "dh", "n_kv", "s", "t"),
+        "cp_ring_gqa_record_kv_volume_per_step_bytes", ("a", "b", "cp", "dh", "n_kv", "s", "t"),
         (a, b, cp, dh, n_kv, s, t),
     )
     _cp_ring_gqa_record_kv_volume_per_step_bytes(out, *arrays)
@@ -1142,34 +583,11 @@ def _cp_ring_gqa_record_total_kv_volume_bytes(out, a, b, cp, dh, n_kv, s, t):
 
 
 def cp_ring_gqa_record_total_kv_volume_bytes(*, a, b, cp, dh, n_kv, s, t):
-    """Total K/V volume of the ring record per rank and micro-batch with GQA attention, in bytes at
-    a fixed 4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*b*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a,
-        True))/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_gqa_record_total_kv_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_gqa_record_total_kv_volume_bytes",
-        ("a", "b", "cp", "dh", "n_kv", "s", "t"),
+        "cp_ring_gqa_record_total_kv_volume_bytes", ("a", "b", "cp", "dh", "n_kv", "s", "t"),
         (a, b, cp, dh, n_kv, s, t),
     )
     _cp_ring_gqa_record_total_kv_volume_bytes(out, *arrays)
@@ -1185,35 +603,8 @@ def _cp_ring_gqa_record_total_comm_time_ms(out, a, b, bw_inter, bw_intra, cp, de
 
 
 def cp_ring_gqa_record_total_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t):
-    """The ring record's total_kv_volume with GQA attention over the effective bandwidth, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))*Piecewise((Min(a, n_kv), n_kv > 0), (a,
-        True))/(125000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_gqa_record_total_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_gqa_record_total_comm_time_ms",
@@ -1233,35 +624,8 @@ def _cp_ring_gqa_record_exposed_comm_time_ms(out, a, b, bw_inter, bw_intra, cp, 
 
 
 def cp_ring_gqa_record_exposed_comm_time_ms(*, a, b, bw_inter, bw_intra, cp, device_per_node, dh, n_kv, s, t):
-    """The part of the ring record's time with GQA attention not hidden at the fixed 0.5 overlap, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))*Piecewise((Min(a, n_kv), n_kv > 0), (a,
-        True))/(250000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_gqa_record_exposed_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_gqa_record_exposed_comm_time_ms",
@@ -1279,31 +643,11 @@ def _cp_ring_mqa_record_kv_volume_per_step_bytes(out, b, cp, dh, s, t):
 
 
 def cp_ring_mqa_record_kv_volume_per_step_bytes(*, b, cp, dh, s, t):
-    """K/V volume of one ring step per rank and micro-batch with MQA attention, in bytes at a fixed
-    4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*dh*s/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mqa_record_kv_volume_per_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mqa_record_kv_volume_per_step_bytes",
-        ("b", "cp", "dh", "s", "t"),
+        "cp_ring_mqa_record_kv_volume_per_step_bytes", ("b", "cp", "dh", "s", "t"),
         (b, cp, dh, s, t),
     )
     _cp_ring_mqa_record_kv_volume_per_step_bytes(out, *arrays)
@@ -1317,32 +661,11 @@ def _cp_ring_mqa_record_total_kv_volume_bytes(out, b, cp, dh, s, t):
 
 
 def cp_ring_mqa_record_total_kv_volume_bytes(*, b, cp, dh, s, t):
-    """Total K/V volume of the ring record per rank and micro-batch with MQA attention, in bytes at
-    a fixed 4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*b*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mqa_record_total_kv_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mqa_record_total_kv_volume_bytes",
-        ("b", "cp", "dh", "s", "t"),
-        (b, cp, dh, s, t),
+        "cp_ring_mqa_record_total_kv_volume_bytes", ("b", "cp", "dh", "s", "t"), (b, cp, dh, s, t),
     )
     _cp_ring_mqa_record_total_kv_volume_bytes(out, *arrays)
     return result
@@ -1357,32 +680,8 @@ def _cp_ring_mqa_record_total_comm_time_ms(out, b, bw_inter, bw_intra, cp, devic
 
 
 def cp_ring_mqa_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
-    """The ring record's total_kv_volume with MQA attention over the effective bandwidth, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(125000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mqa_record_total_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mqa_record_total_comm_time_ms",
@@ -1402,32 +701,8 @@ def _cp_ring_mqa_record_exposed_comm_time_ms(out, b, bw_inter, bw_intra, cp, dev
 
 
 def cp_ring_mqa_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, s, t):
-    """The part of the ring record's time with MQA attention not hidden at the fixed 0.5 overlap, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*dh*s*(cp - 1)*Piecewise((1/bw_intra, cp <= device_per_node),
-        (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) + bw_intra*(Min(cp,
-        device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mqa_record_exposed_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mqa_record_exposed_comm_time_ms",
@@ -1445,33 +720,11 @@ def _cp_ring_mla_record_kv_volume_per_step_bytes(out, b, cp, dh, dhr, n_kv, s, t
 
 
 def cp_ring_mla_record_kv_volume_per_step_bytes(*, b, cp, dh, dhr, n_kv, s, t):
-    """K/V volume of one ring step per rank and micro-batch with MLA attention, in bytes at a fixed
-    4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*n_kv*s*(2*dh + dhr)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mla_record_kv_volume_per_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mla_record_kv_volume_per_step_bytes",
-        ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
+        "cp_ring_mla_record_kv_volume_per_step_bytes", ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
         (b, cp, dh, dhr, n_kv, s, t),
     )
     _cp_ring_mla_record_kv_volume_per_step_bytes(out, *arrays)
@@ -1485,33 +738,11 @@ def _cp_ring_mla_record_total_kv_volume_bytes(out, b, cp, dh, dhr, n_kv, s, t):
 
 
 def cp_ring_mla_record_total_kv_volume_bytes(*, b, cp, dh, dhr, n_kv, s, t):
-    """Total K/V volume of the ring record per rank and micro-batch with MLA attention, in bytes at
-    a fixed 4 bytes for K+V (§10 item 7).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 135-142
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mla_record_total_kv_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mla_record_total_kv_volume_bytes",
-        ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
+        "cp_ring_mla_record_total_kv_volume_bytes", ("b", "cp", "dh", "dhr", "n_kv", "s", "t"),
         (b, cp, dh, dhr, n_kv, s, t),
     )
     _cp_ring_mla_record_total_kv_volume_bytes(out, *arrays)
@@ -1527,34 +758,8 @@ def _cp_ring_mla_record_total_comm_time_ms(out, b, bw_inter, bw_intra, cp, devic
 
 
 def cp_ring_mla_record_total_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t):
-    """The ring record's total_kv_volume with MLA attention over the effective bandwidth, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*n_kv*s*(cp - 1)*(2*dh + dhr)*Piecewise((1/bw_intra, cp <=
-        device_per_node), (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) +
-        bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1)), True))/(250000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 103-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mla_record_total_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mla_record_total_comm_time_ms",
@@ -1574,34 +779,8 @@ def _cp_ring_mla_record_exposed_comm_time_ms(out, b, bw_inter, bw_intra, cp, dev
 
 
 def cp_ring_mla_record_exposed_comm_time_ms(*, b, bw_inter, bw_intra, cp, device_per_node, dh, dhr, n_kv, s, t):
-    """The part of the ring record's time with MLA attention not hidden at the fixed 0.5 overlap, in
-    milliseconds.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (b*n_kv*s*(cp - 1)*(2*dh + dhr)*Piecewise((1/bw_intra, cp <=
-        device_per_node), (1/(bw_inter*(1 - (Min(cp, device_per_node) - 1)/(cp - 1)) +
-        bw_intra*(Min(cp, device_per_node) - 1)/(cp - 1)), True))/(500000*cp*t), True))
-
-    Unit: ms.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 106-108
-
-    Args:
-        b: micro-batch size [samples].
-        bw_inter: inter-node bandwidth seen by CP [GB/s].
-        bw_intra: intra-node bandwidth seen by CP [GB/s].
-        cp: context-parallel degree [ranks].
-        device_per_node: devices per node seen by the CP topology [devices].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mla_record_exposed_comm_time_ms`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mla_record_exposed_comm_time_ms",
@@ -1619,29 +798,11 @@ def _cp_record_mha_kv_dim_elements(out, cp, h, t):
 
 
 def cp_record_mha_kv_dim_elements(*, cp, h, t):
-    """The record's kv_dim: the MHA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(h/t), True))
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_mha_kv_dim_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_record_mha_kv_dim_elements",
-        ("cp", "h", "t"),
-        (cp, h, t),
+        "cp_record_mha_kv_dim_elements", ("cp", "h", "t"), (cp, h, t),
     )
     _cp_record_mha_kv_dim_elements(out, *arrays)
     return result
@@ -1654,31 +815,11 @@ def _cp_record_gqa_kv_dim_elements(out, a, cp, dh, n_kv, t):
 
 
 def cp_record_gqa_kv_dim_elements(*, a, cp, dh, n_kv, t):
-    """The record's kv_dim: the GQA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t), True))
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_gqa_kv_dim_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_record_gqa_kv_dim_elements",
-        ("a", "cp", "dh", "n_kv", "t"),
-        (a, cp, dh, n_kv, t),
+        "cp_record_gqa_kv_dim_elements", ("a", "cp", "dh", "n_kv", "t"), (a, cp, dh, n_kv, t),
     )
     _cp_record_gqa_kv_dim_elements(out, *arrays)
     return result
@@ -1691,29 +832,11 @@ def _cp_record_mqa_kv_dim_elements(out, cp, dh, t):
 
 
 def cp_record_mqa_kv_dim_elements(*, cp, dh, t):
-    """The record's kv_dim: the MQA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(dh/t), True))
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_mqa_kv_dim_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_record_mqa_kv_dim_elements",
-        ("cp", "dh", "t"),
-        (cp, dh, t),
+        "cp_record_mqa_kv_dim_elements", ("cp", "dh", "t"), (cp, dh, t),
     )
     _cp_record_mqa_kv_dim_elements(out, *arrays)
     return result
@@ -1726,31 +849,11 @@ def _cp_record_mla_kv_dim_elements(out, cp, dh, dhr, n_kv, t):
 
 
 def cp_record_mla_kv_dim_elements(*, cp, dh, dhr, n_kv, t):
-    """The record's kv_dim: the MLA K/V width per TP rank truncated to an integer; 0 at cp <= 1.
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (floor(n_kv*(2*dh + dhr)/(2*t)), True))
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 84, 120, 196
-
-    Args:
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_record_mla_kv_dim_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_record_mla_kv_dim_elements",
-        ("cp", "dh", "dhr", "n_kv", "t"),
-        (cp, dh, dhr, n_kv, t),
+        "cp_record_mla_kv_dim_elements", ("cp", "dh", "dhr", "n_kv", "t"), (cp, dh, dhr, n_kv, t),
     )
     _cp_record_mla_kv_dim_elements(out, *arrays)
     return result
@@ -1763,31 +866,8 @@ def _cp_ulysses_mha_record_comm_volume_bytes(out, a, b, bytes_compute, cp, dh, h
 
 
 def cp_ulysses_mha_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """The record's comm_volume: cp_ulysses_mha_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*h/t)/cp**2, True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_mha_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_mha_record_comm_volume_bytes",
@@ -1805,32 +885,11 @@ def _cp_ring_mha_record_comm_volume_bytes(out, b, bytes_compute, cp, h, s, t):
 
 
 def cp_ring_mha_record_comm_volume_bytes(*, b, bytes_compute, cp, h, s, t):
-    """The record's comm_volume: cp_ring_mha_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mha_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mha_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "cp_ring_mha_record_comm_volume_bytes", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _cp_ring_mha_record_comm_volume_bytes(out, *arrays)
@@ -1844,32 +903,8 @@ def _cp_ulysses_gqa_record_comm_volume_bytes(out, a, b, bytes_compute, cp, dh, h
 
 
 def cp_ulysses_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """The record's comm_volume: cp_ulysses_gqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_gqa_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_gqa_record_comm_volume_bytes",
@@ -1887,31 +922,8 @@ def _cp_ring_gqa_record_comm_volume_bytes(out, a, b, bytes_compute, cp, dh, n_kv
 
 
 def cp_ring_gqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
-    """The record's comm_volume: cp_ring_gqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_gqa_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_gqa_record_comm_volume_bytes",
@@ -1929,31 +941,8 @@ def _cp_ulysses_mqa_record_comm_volume_bytes(out, a, b, bytes_compute, cp, dh, h
 
 
 def cp_ulysses_mqa_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """The record's comm_volume: cp_ulysses_mqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh/t)/cp**2, True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_mqa_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_mqa_record_comm_volume_bytes",
@@ -1971,32 +960,11 @@ def _cp_ring_mqa_record_comm_volume_bytes(out, b, bytes_compute, cp, dh, s, t):
 
 
 def cp_ring_mqa_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, s, t):
-    """The record's comm_volume: cp_ring_mqa_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mqa_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_mqa_record_comm_volume_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t"),
+        "cp_ring_mqa_record_comm_volume_bytes", ("b", "bytes_compute", "cp", "dh", "s", "t"),
         (b, bytes_compute, cp, dh, s, t),
     )
     _cp_ring_mqa_record_comm_volume_bytes(out, *arrays)
@@ -2011,34 +979,8 @@ def _cp_ulysses_mla_record_comm_volume_bytes(out, a, b, bytes_compute, cp, dh, d
 
 
 def cp_ulysses_mla_record_comm_volume_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
-    """The record's comm_volume: cp_ulysses_mla_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2,
-        True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_mla_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_mla_record_comm_volume_bytes",
@@ -2056,30 +998,8 @@ def _cp_ring_mla_record_comm_volume_bytes(out, b, bytes_compute, cp, dh, dhr, n_
 
 
 def cp_ring_mla_record_comm_volume_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
-    """The record's comm_volume: cp_ring_mla_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_mla_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_mla_record_comm_volume_bytes",
@@ -2097,32 +1017,11 @@ def _cp_linear_state_record_comm_volume_bytes(out, a, cp, dh, h, t):
 
 
 def cp_linear_state_record_comm_volume_bytes(*, a, cp, dh, h, t):
-    """The record's comm_volume: cp_linear_state_traffic_bytes where cp > 1, 0 at cp <= 1 (so no
-    linear-state volume at cp = 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t, True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_linear_state_record_comm_volume_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_linear_state_record_comm_volume_bytes",
-        ("a", "cp", "dh", "h", "t"),
-        (a, cp, dh, h, t),
+        "cp_linear_state_record_comm_volume_bytes", ("a", "cp", "dh", "h", "t"), (a, cp, dh, h, t),
     )
     _cp_linear_state_record_comm_volume_bytes(out, *arrays)
     return result
@@ -2135,33 +1034,8 @@ def _cp_ring_send_recv_msg_bytes(out, a, b, bytes_compute, cp, dh, h, n_kv, s, t
 
 
 def cp_ring_send_recv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Bytes of one CP ring send/recv: the key and value block of s/cp tokens, this rank's heads
-    (n_kv / t).
-
-    Closed form::
-
-        2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism: cp -
-    1 KV exchanges forward, cp - 1 KV plus cp - 1 dKV backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_send_recv_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_send_recv_msg_bytes",
@@ -2179,30 +1053,11 @@ def _cp_ring_send_recv_calls_count(out, cp, m, n_layers_stage):
 
 
 def cp_ring_send_recv_calls_count(*, cp, m, n_layers_stage):
-    """CP send/recvs per rank per step: 3 (cp - 1) per layer per micro-batch (KV forward; KV and dKV
-    backward).
-
-    Closed form::
-
-        m*n_layers_stage*(3*cp - 3)
-
-    Unit: count.
-
-    Source: Megatron-LM context parallelism (attention backward re-circulates KV and sends dKV)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_send_recv_calls_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ring_send_recv_calls_count",
-        ("cp", "m", "n_layers_stage"),
-        (cp, m, n_layers_stage),
+        "cp_ring_send_recv_calls_count", ("cp", "m", "n_layers_stage"), (cp, m, n_layers_stage),
     )
     _cp_ring_send_recv_calls_count(out, *arrays)
     return result
@@ -2215,33 +1070,7 @@ def _cp_ring_step_bytes(out, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_s
 
 
 def cp_ring_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t):
-    """Bytes one rank sends per step for CP ring attention.
-
-    Closed form::
-
-        2*b*bytes_compute*m*n_layers_stage*s*(3*cp - 3)*Piecewise((a, Eq(n_kv, 0)), (n_kv,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: calls x message
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ring_step_bytes`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ring_step_bytes",
@@ -2259,36 +1088,11 @@ def _cp_ulysses_qo_msg_bytes(out, a, b, bytes_compute, cp, dh, h, s, t):
 
 
 def cp_ulysses_qo_msg_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """Size S of one Ulysses all-to-all of the queries or the attention output (or their gradients):
-    this rank's s/cp tokens of its a/t attention heads.
-
-    Closed form::
-
-        a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each
-    of Q, K, V before the attention and one of its output after it, forward; their gradients
-    backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_qo_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_qo_msg_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+        "cp_ulysses_qo_msg_bytes", ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
     )
     _cp_ulysses_qo_msg_bytes(out, *arrays)
@@ -2302,38 +1106,11 @@ def _cp_ulysses_kv_msg_bytes(out, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
 
 
 def cp_ulysses_kv_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Size S of one Ulysses all-to-all of the keys or the values (or their gradients): this rank's
-    s/cp tokens of its n_kv/t key/value heads.
-
-    Closed form::
-
-        b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each
-    of Q, K, V before the attention and one of its output after it, forward; their gradients
-    backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_kv_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_kv_msg_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
+        "cp_ulysses_kv_msg_bytes", ("a", "b", "bytes_compute", "cp", "dh", "h", "n_kv", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, n_kv, s, t),
     )
     _cp_ulysses_kv_msg_bytes(out, *arrays)
@@ -2347,31 +1124,11 @@ def _cp_ulysses_all_to_all_calls_count(out, m, n_layers_stage):
 
 
 def cp_ulysses_all_to_all_calls_count(*, m, n_layers_stage):
-    """Ulysses all-to-alls per rank per step of each width: 4 per layer per micro-batch (queries and
-    output, or keys and values, forward; their gradients backward).
-
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each
-    of Q, K, V before the attention and one of its output after it, forward; their gradients
-    backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_all_to_all_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_ulysses_all_to_all_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
+        "cp_ulysses_all_to_all_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage),
     )
     _cp_ulysses_all_to_all_calls_count(out, *arrays)
     return result
@@ -2384,35 +1141,8 @@ def _cp_ulysses_step_bytes(out, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layer
 
 
 def cp_ulysses_step_bytes(*, a, b, bytes_compute, cp, dh, h, m, n_kv, n_layers_stage, s, t):
-    """Bytes one rank sends per step for Ulysses CP: its (cp - 1)/cp share of every all-to-all.
-
-    Closed form::
-
-        4*m*n_layers_stage*(a*b*bytes_compute*s*(cp - 1)*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp**2*t) + b*bytes_compute*s*(cp - 1)*Piecewise((a, Eq(n_kv, 0)), (n_kv,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t))
-
-    Unit: bytes.
-
-    Source: calls x message; equals the original's Ulysses cp_traffic per layer and micro-batch
-    (bytes) times layers and micro-batches for MHA and GQA
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_ulysses_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_ulysses_step_bytes",
@@ -2430,32 +1160,11 @@ def _cp_send_recv_stage_calls_count(out, cp, cp_ulysses, m):
 
 
 def cp_send_recv_stage_calls_count(*, cp, cp_ulysses, m):
-    """Calls per rank per step of CP ring-attention key/value send/recvs of one transformer layer (a
-    ring that spans nodes steps at the speed of its network hops; the colossalai and hybrid
-    algorithms, which the original prices alike), for one transformer layer.
-
-    Closed form::
-
-        m*(1 - cp_ulysses)*(3*cp - 3)
-
-    Unit: count.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_send_recv_stage_calls_count",
-        ("cp", "cp_ulysses", "m"),
-        (cp, cp_ulysses, m),
+        "cp_send_recv_stage_calls_count", ("cp", "cp_ulysses", "m"), (cp, cp_ulysses, m),
     )
     _cp_send_recv_stage_calls_count(out, *arrays)
     return result
@@ -2468,33 +1177,8 @@ def _cp_send_recv_stage_msg_bytes(out, a, b, bytes_compute, cp, dh, h, n_kv, s, 
 
 
 def cp_send_recv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """nccl-tests size S of one call of CP ring-attention key/value send/recvs of one transformer
-    layer (a ring that spans nodes steps at the speed of its network hops; the colossalai and hybrid
-    algorithms, which the original prices alike).
-
-    Closed form::
-
-        2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_send_recv_stage_msg_bytes",
@@ -2512,37 +1196,8 @@ def _cp_send_recv_stage_step_bytes(out, a, b, bytes_compute, cp, cp_ulysses, dh,
 
 
 def cp_send_recv_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t):
-    """Bytes one rank sends per step for CP ring-attention key/value send/recvs of one transformer
-    layer (a ring that spans nodes steps at the speed of its network hops; the colossalai and hybrid
-    algorithms, which the original prices alike), for one transformer layer (calls x the
-    collective's share of S).
-
-    Closed form::
-
-        2*b*bytes_compute*m*s*(1 - cp_ulysses)*(3*cp - 3)*Piecewise((a, Eq(n_kv, 0)), (n_kv,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_send_recv_stage_step_bytes",
@@ -2560,31 +1215,10 @@ def _cp_send_recv_stage_ranks_count(out, cp):
 
 
 def cp_send_recv_stage_ranks_count(*, cp):
-    """Ranks of the group of CP ring-attention key/value send/recvs of one transformer layer (a ring
-    that spans nodes steps at the speed of its network hops; the colossalai and hybrid algorithms,
-    which the original prices alike) (the collective's n; seconds per step = calls x the time of one
-    call of S bytes over these ranks, NCCL's pick: collective_send_recv_*_time_s).
-
-    Closed form::
-
-        cp
-
-    Unit: count.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_send_recv_stage_ranks_count",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("cp_send_recv_stage_ranks_count", ("cp",), (cp,))
     _cp_send_recv_stage_ranks_count(out, *arrays)
     return result
 
@@ -2596,32 +1230,11 @@ def _cp_all_to_all_qo_stage_calls_count(out, cp, cp_ulysses, m):
 
 
 def cp_all_to_all_qo_stage_calls_count(*, cp, cp_ulysses, m):
-    """Calls per rank per step of Ulysses CP all-to-alls of the queries and the attention output of
-    one transformer layer, for one transformer layer.
-
-    Closed form::
-
-        4*cp_ulysses*m*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_calls_count",
-        ("cp", "cp_ulysses", "m"),
-        (cp, cp_ulysses, m),
+        "cp_all_to_all_qo_stage_calls_count", ("cp", "cp_ulysses", "m"), (cp, cp_ulysses, m),
     )
     _cp_all_to_all_qo_stage_calls_count(out, *arrays)
     return result
@@ -2634,35 +1247,11 @@ def _cp_all_to_all_qo_stage_msg_bytes(out, a, b, bytes_compute, cp, dh, h, s, t)
 
 
 def cp_all_to_all_qo_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """nccl-tests size S of one call of Ulysses CP all-to-alls of the queries and the attention
-    output of one transformer layer.
-
-    Closed form::
-
-        a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_msg_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_msg_bytes",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
+        "cp_all_to_all_qo_stage_msg_bytes", ("a", "b", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, b, bytes_compute, cp, dh, h, s, t),
     )
     _cp_all_to_all_qo_stage_msg_bytes(out, *arrays)
@@ -2676,36 +1265,8 @@ def _cp_all_to_all_qo_stage_step_bytes(out, a, b, bytes_compute, cp, cp_ulysses,
 
 
 def cp_all_to_all_qo_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh, h, m, s, t):
-    """Bytes one rank sends per step for Ulysses CP all-to-alls of the queries and the attention
-    output of one transformer layer, for one transformer layer (calls x the collective's share of
-    S).
-
-    Closed form::
-
-        4*a*b*bytes_compute*cp_ulysses*m*s*(cp - 1)*Piecewise((0, cp < 3/2), (1,
-        True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t)
-
-    Unit: bytes.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_qo_stage_step_bytes",
@@ -2723,31 +1284,10 @@ def _cp_all_to_all_qo_stage_ranks_count(out, cp):
 
 
 def cp_all_to_all_qo_stage_ranks_count(*, cp):
-    """Ranks of the group of Ulysses CP all-to-alls of the queries and the attention output of one
-    transformer layer (the collective's n; seconds per step = calls x the time of one call of S
-    bytes over these ranks, NCCL's pick: collective_all_to_all_*_time_s).
-
-    Closed form::
-
-        cp
-
-    Unit: count.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_ranks_count",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("cp_all_to_all_qo_stage_ranks_count", ("cp",), (cp,))
     _cp_all_to_all_qo_stage_ranks_count(out, *arrays)
     return result
 
@@ -2759,32 +1299,11 @@ def _cp_all_to_all_kv_stage_calls_count(out, cp, cp_ulysses, m):
 
 
 def cp_all_to_all_kv_stage_calls_count(*, cp, cp_ulysses, m):
-    """Calls per rank per step of Ulysses CP all-to-alls of the keys and the values of one
-    transformer layer, for one transformer layer.
-
-    Closed form::
-
-        4*cp_ulysses*m*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_kv_stage_calls_count",
-        ("cp", "cp_ulysses", "m"),
-        (cp, cp_ulysses, m),
+        "cp_all_to_all_kv_stage_calls_count", ("cp", "cp_ulysses", "m"), (cp, cp_ulysses, m),
     )
     _cp_all_to_all_kv_stage_calls_count(out, *arrays)
     return result
@@ -2797,33 +1316,8 @@ def _cp_all_to_all_kv_stage_msg_bytes(out, a, b, bytes_compute, cp, dh, h, n_kv,
 
 
 def cp_all_to_all_kv_stage_msg_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """nccl-tests size S of one call of Ulysses CP all-to-alls of the keys and the values of one
-    transformer layer.
-
-    Closed form::
-
-        b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_msg_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_kv_stage_msg_bytes",
@@ -2841,36 +1335,8 @@ def _cp_all_to_all_kv_stage_step_bytes(out, a, b, bytes_compute, cp, cp_ulysses,
 
 
 def cp_all_to_all_kv_stage_step_bytes(*, a, b, bytes_compute, cp, cp_ulysses, dh, h, m, n_kv, s, t):
-    """Bytes one rank sends per step for Ulysses CP all-to-alls of the keys and the values of one
-    transformer layer, for one transformer layer (calls x the collective's share of S).
-
-    Closed form::
-
-        4*b*bytes_compute*cp_ulysses*m*s*(cp - 1)*Piecewise((0, cp < 3/2), (1, True))*Piecewise((a,
-        Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t)
-
-    Unit: bytes.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_kv_stage_step_bytes",
@@ -2888,31 +1354,10 @@ def _cp_all_to_all_kv_stage_ranks_count(out, cp):
 
 
 def cp_all_to_all_kv_stage_ranks_count(*, cp):
-    """Ranks of the group of Ulysses CP all-to-alls of the keys and the values of one transformer
-    layer (the collective's n; seconds per step = calls x the time of one call of S bytes over these
-    ranks, NCCL's pick: collective_all_to_all_*_time_s).
-
-    Closed form::
-
-        cp
-
-    Unit: count.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_kv_stage_ranks_count",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("cp_all_to_all_kv_stage_ranks_count", ("cp",), (cp,))
     _cp_all_to_all_kv_stage_ranks_count(out, *arrays)
     return result
 
@@ -2924,32 +1369,11 @@ def _cp_send_recv_stage_calls_count__d_cp(out, cp_ulysses, m):
 
 
 def cp_send_recv_stage_calls_count__d_cp(*, cp_ulysses, m):
-    """Partial derivative of cp_send_recv_stage_calls_count with respect to cp, in count per ranks
-    of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        3*m*(1 - cp_ulysses)
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_calls_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_send_recv_stage_calls_count__d_cp",
-        ("cp_ulysses", "m"),
-        (cp_ulysses, m),
+        "cp_send_recv_stage_calls_count__d_cp", ("cp_ulysses", "m"), (cp_ulysses, m),
     )
     _cp_send_recv_stage_calls_count__d_cp(out, *arrays)
     return result
@@ -2962,32 +1386,11 @@ def _cp_send_recv_stage_calls_count__d_m(out, cp, cp_ulysses):
 
 
 def cp_send_recv_stage_calls_count__d_m(*, cp, cp_ulysses):
-    """Partial derivative of cp_send_recv_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        (1 - cp_ulysses)*(3*cp - 3)
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_calls_count__d_m`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_send_recv_stage_calls_count__d_m",
-        ("cp", "cp_ulysses"),
-        (cp, cp_ulysses),
+        "cp_send_recv_stage_calls_count__d_m", ("cp", "cp_ulysses"), (cp, cp_ulysses),
     )
     _cp_send_recv_stage_calls_count__d_m(out, *arrays)
     return result
@@ -3000,34 +1403,8 @@ def _cp_send_recv_stage_msg_bytes__d_t(out, a, b, bytes_compute, cp, dh, h, n_kv
 
 
 def cp_send_recv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Partial derivative of cp_send_recv_stage_msg_bytes with respect to t, in bytes per ranks of
-    t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t**2)
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_msg_bytes__d_t`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_send_recv_stage_msg_bytes__d_t",
@@ -3045,34 +1422,8 @@ def _cp_send_recv_stage_msg_bytes__d_cp(out, a, b, bytes_compute, cp, dh, h, n_k
 
 
 def cp_send_recv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Partial derivative of cp_send_recv_stage_msg_bytes with respect to cp, in bytes per ranks of
-    cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -2*b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp**2*t)
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_msg_bytes__d_cp`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_send_recv_stage_msg_bytes__d_cp",
@@ -3090,33 +1441,8 @@ def _cp_send_recv_stage_msg_bytes__d_b(out, a, bytes_compute, cp, dh, h, n_kv, s
 
 
 def cp_send_recv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Partial derivative of cp_send_recv_stage_msg_bytes with respect to b, in bytes per samples of
-    b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        2*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_msg_bytes__d_b`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_send_recv_stage_msg_bytes__d_b",
@@ -3134,33 +1460,8 @@ def _cp_send_recv_stage_msg_bytes__d_s(out, a, b, bytes_compute, cp, dh, h, n_kv
 
 
 def cp_send_recv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t):
-    """Partial derivative of cp_send_recv_stage_msg_bytes with respect to s, in bytes per tokens of
-    s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        2*b*bytes_compute*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_msg_bytes__d_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_send_recv_stage_msg_bytes__d_s",
@@ -3178,28 +1479,10 @@ def _cp_send_recv_stage_ranks_count__d_cp(out):
 
 
 def cp_send_recv_stage_ranks_count__d_cp():
-    """Partial derivative of cp_send_recv_stage_ranks_count with respect to cp, in count per ranks
-    of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism;
-    differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_send_recv_stage_ranks_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_send_recv_stage_ranks_count__d_cp",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("cp_send_recv_stage_ranks_count__d_cp", (), ())
     _cp_send_recv_stage_ranks_count__d_cp(out, *arrays)
     return result
 
@@ -3211,33 +1494,11 @@ def _cp_all_to_all_qo_stage_calls_count__d_m(out, cp, cp_ulysses):
 
 
 def cp_all_to_all_qo_stage_calls_count__d_m(*, cp, cp_ulysses):
-    """Partial derivative of cp_all_to_all_qo_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        4*cp_ulysses*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_calls_count__d_m",
-        ("cp", "cp_ulysses"),
-        (cp, cp_ulysses),
+        "cp_all_to_all_qo_stage_calls_count__d_m", ("cp", "cp_ulysses"), (cp, cp_ulysses),
     )
     _cp_all_to_all_qo_stage_calls_count__d_m(out, *arrays)
     return result
@@ -3250,33 +1511,8 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_t(out, a, b, bytes_compute, cp, dh, h, 
 
 
 def cp_all_to_all_qo_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """Partial derivative of cp_all_to_all_qo_stage_msg_bytes with respect to t, in bytes per ranks
-    of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t**2)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_msg_bytes__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_qo_stage_msg_bytes__d_t",
@@ -3294,33 +1530,8 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_cp(out, a, b, bytes_compute, cp, dh, h,
 
 
 def cp_all_to_all_qo_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """Partial derivative of cp_all_to_all_qo_stage_msg_bytes with respect to cp, in bytes per ranks
-    of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -a*b*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp**2*t)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_msg_bytes__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_qo_stage_msg_bytes__d_cp",
@@ -3338,36 +1549,11 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_b(out, a, bytes_compute, cp, dh, h, s, 
 
 
 def cp_all_to_all_qo_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, s, t):
-    """Partial derivative of cp_all_to_all_qo_stage_msg_bytes with respect to b, in bytes per
-    samples of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        a*bytes_compute*s*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_msg_bytes__d_b`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_msg_bytes__d_b",
-        ("a", "bytes_compute", "cp", "dh", "h", "s", "t"),
+        "cp_all_to_all_qo_stage_msg_bytes__d_b", ("a", "bytes_compute", "cp", "dh", "h", "s", "t"),
         (a, bytes_compute, cp, dh, h, s, t),
     )
     _cp_all_to_all_qo_stage_msg_bytes__d_b(out, *arrays)
@@ -3381,36 +1567,11 @@ def _cp_all_to_all_qo_stage_msg_bytes__d_s(out, a, b, bytes_compute, cp, dh, h, 
 
 
 def cp_all_to_all_qo_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, t):
-    """Partial derivative of cp_all_to_all_qo_stage_msg_bytes with respect to s, in bytes per tokens
-    of s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        a*b*bytes_compute*Piecewise((h/a, Eq(dh, 0)), (dh, True))/(cp*t)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_msg_bytes__d_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_msg_bytes__d_s",
-        ("a", "b", "bytes_compute", "cp", "dh", "h", "t"),
+        "cp_all_to_all_qo_stage_msg_bytes__d_s", ("a", "b", "bytes_compute", "cp", "dh", "h", "t"),
         (a, b, bytes_compute, cp, dh, h, t),
     )
     _cp_all_to_all_qo_stage_msg_bytes__d_s(out, *arrays)
@@ -3424,29 +1585,10 @@ def _cp_all_to_all_qo_stage_ranks_count__d_cp(out):
 
 
 def cp_all_to_all_qo_stage_ranks_count__d_cp():
-    """Partial derivative of cp_all_to_all_qo_stage_ranks_count with respect to cp, in count per
-    ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_qo_stage_ranks_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_qo_stage_ranks_count__d_cp",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("cp_all_to_all_qo_stage_ranks_count__d_cp", (), ())
     _cp_all_to_all_qo_stage_ranks_count__d_cp(out, *arrays)
     return result
 
@@ -3458,33 +1600,11 @@ def _cp_all_to_all_kv_stage_calls_count__d_m(out, cp, cp_ulysses):
 
 
 def cp_all_to_all_kv_stage_calls_count__d_m(*, cp, cp_ulysses):
-    """Partial derivative of cp_all_to_all_kv_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        4*cp_ulysses*Piecewise((0, cp < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        cp_ulysses: 1 where the run's CP algorithm is Ulysses (all-to-all), else 0 (ring attention)
-            [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_kv_stage_calls_count__d_m",
-        ("cp", "cp_ulysses"),
-        (cp, cp_ulysses),
+        "cp_all_to_all_kv_stage_calls_count__d_m", ("cp", "cp_ulysses"), (cp, cp_ulysses),
     )
     _cp_all_to_all_kv_stage_calls_count__d_m(out, *arrays)
     return result
@@ -3497,35 +1617,8 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_t(out, a, b, bytes_compute, cp, dh, h, 
 
 
 def cp_all_to_all_kv_stage_msg_bytes__d_t(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Partial derivative of cp_all_to_all_kv_stage_msg_bytes with respect to t, in bytes per ranks
-    of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp*t**2)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_msg_bytes__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_kv_stage_msg_bytes__d_t",
@@ -3543,35 +1636,8 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_cp(out, a, b, bytes_compute, cp, dh, h,
 
 
 def cp_all_to_all_kv_stage_msg_bytes__d_cp(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Partial derivative of cp_all_to_all_kv_stage_msg_bytes with respect to cp, in bytes per ranks
-    of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)),
-        (dh, True))/(cp**2*t)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_msg_bytes__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_kv_stage_msg_bytes__d_cp",
@@ -3589,34 +1655,8 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_b(out, a, bytes_compute, cp, dh, h, n_k
 
 
 def cp_all_to_all_kv_stage_msg_bytes__d_b(*, a, bytes_compute, cp, dh, h, n_kv, s, t):
-    """Partial derivative of cp_all_to_all_kv_stage_msg_bytes with respect to b, in bytes per
-    samples of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        bytes_compute*s*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_msg_bytes__d_b`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_kv_stage_msg_bytes__d_b",
@@ -3634,34 +1674,8 @@ def _cp_all_to_all_kv_stage_msg_bytes__d_s(out, a, b, bytes_compute, cp, dh, h, 
 
 
 def cp_all_to_all_kv_stage_msg_bytes__d_s(*, a, b, bytes_compute, cp, dh, h, n_kv, t):
-    """Partial derivative of cp_all_to_all_kv_stage_msg_bytes with respect to s, in bytes per tokens
-    of s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        b*bytes_compute*Piecewise((a, Eq(n_kv, 0)), (n_kv, True))*Piecewise((h/a, Eq(dh, 0)), (dh,
-        True))/(cp*t)
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_msg_bytes__d_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "cp_all_to_all_kv_stage_msg_bytes__d_s",
@@ -3679,28 +1693,9 @@ def _cp_all_to_all_kv_stage_ranks_count__d_cp(out):
 
 
 def cp_all_to_all_kv_stage_ranks_count__d_cp():
-    """Partial derivative of cp_all_to_all_kv_stage_ranks_count with respect to cp, in count per
-    ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: all-to-alls of Q, K, V
-    before the attention and of its output after it, forward; of their gradients, backward;
-    differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.cp_all_to_all_kv_stage_ranks_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "cp_all_to_all_kv_stage_ranks_count__d_cp",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("cp_all_to_all_kv_stage_ranks_count__d_cp", (), ())
     _cp_all_to_all_kv_stage_ranks_count__d_cp(out, *arrays)
     return result

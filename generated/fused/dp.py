@@ -5,7 +5,8 @@
 """Fused evaluators of the dp formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.dp``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -108,27 +109,10 @@ def _dp_none_none_layer_params(out):
 
 
 def dp_none_none_layer_params():
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level none, expert level none, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        0
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_none_none_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_none_none_layer_params",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("dp_none_none_layer_params", (), ())
     _dp_none_none_layer_params(out, *arrays)
     return result
 
@@ -141,33 +125,11 @@ def _dp_none_zero2_layer_params(out, P_r, P_s, cp, ep, t_exp):
 
 
 def dp_none_zero2_layer_params(*, P_r, P_s, cp, ep, t_exp):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level none, expert level zero2, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/Max(ep, t_exp) + (P_r + P_s)/(cp*ep*t_exp),
-        True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_none_zero2_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_none_zero2_layer_params",
-        ("P_r", "P_s", "cp", "ep", "t_exp"),
+        "dp_none_zero2_layer_params", ("P_r", "P_s", "cp", "ep", "t_exp"),
         (P_r, P_s, cp, ep, t_exp),
     )
     _dp_none_zero2_layer_params(out, *arrays)
@@ -182,32 +144,11 @@ def _dp_none_zero3_layer_params(out, P_r, P_s, cp, ep, t_exp):
 
 
 def dp_none_zero3_layer_params(*, P_r, P_s, cp, ep, t_exp):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level none, expert level zero3, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_none_zero3_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_none_zero3_layer_params",
-        ("P_r", "P_s", "cp", "ep", "t_exp"),
+        "dp_none_zero3_layer_params", ("P_r", "P_s", "cp", "ep", "t_exp"),
         (P_r, P_s, cp, ep, t_exp),
     )
     _dp_none_zero3_layer_params(out, *arrays)
@@ -222,31 +163,11 @@ def _dp_zero2_none_layer_params(out, P_ne, cp, t):
 
 
 def dp_zero2_none_layer_params(*, P_ne, cp, t):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level zero2, expert level none, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne/t + P_ne/(cp*t)
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        cp: context-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero2_none_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero2_none_layer_params",
-        ("P_ne", "cp", "t"),
-        (P_ne, cp, t),
+        "dp_zero2_none_layer_params", ("P_ne", "cp", "t"), (P_ne, cp, t),
     )
     _dp_zero2_none_layer_params(out, *arrays)
     return result
@@ -261,35 +182,11 @@ def _dp_zero2_zero2_layer_params(out, P_ne, P_r, P_s, cp, ep, t, t_exp):
 
 
 def dp_zero2_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level zero2, expert level zero2, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne/t + P_ne/(cp*t) + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/Max(ep, t_exp) + (P_r +
-        P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero2_zero2_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero2_zero2_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+        "dp_zero2_zero2_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
         (P_ne, P_r, P_s, cp, ep, t, t_exp),
     )
     _dp_zero2_zero2_layer_params(out, *arrays)
@@ -305,34 +202,11 @@ def _dp_zero2_zero3_layer_params(out, P_ne, P_r, P_s, cp, ep, t, t_exp):
 
 
 def dp_zero2_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level zero2, expert level zero3, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne/t + P_ne/(cp*t) + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero2_zero3_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero2_zero3_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+        "dp_zero2_zero3_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
         (P_ne, P_r, P_s, cp, ep, t, t_exp),
     )
     _dp_zero2_zero3_layer_params(out, *arrays)
@@ -346,31 +220,10 @@ def _dp_zero3_none_layer_params(out, P_ne, t):
 
 
 def dp_zero3_none_layer_params(*, P_ne, t):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level zero3, expert level none, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne/t
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero3_none_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_zero3_none_layer_params",
-        ("P_ne", "t"),
-        (P_ne, t),
-    )
+    result, out, arrays = _runtime.prepare("dp_zero3_none_layer_params", ("P_ne", "t"), (P_ne, t))
     _dp_zero3_none_layer_params(out, *arrays)
     return result
 
@@ -383,35 +236,11 @@ def _dp_zero3_zero2_layer_params(out, P_ne, P_r, P_s, cp, ep, t, t_exp):
 
 
 def dp_zero3_zero2_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level zero3, expert level zero2, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne/t + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/Max(ep, t_exp) + (P_r +
-        P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero3_zero2_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero3_zero2_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+        "dp_zero3_zero2_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
         (P_ne, P_r, P_s, cp, ep, t, t_exp),
     )
     _dp_zero3_zero2_layer_params(out, *arrays)
@@ -426,34 +255,11 @@ def _dp_zero3_zero3_layer_params(out, P_ne, P_r, P_s, cp, ep, t, t_exp):
 
 
 def dp_zero3_zero3_layer_params(*, P_ne, P_r, P_s, cp, ep, t, t_exp):
-    """DP volume of one layer per micro-batch in parameter counts (no bytes, §10 item 11),
-    non-expert level zero3, expert level zero3, over the layer's counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne/t + Piecewise((0, Eq(P_r + P_s, 0)), ((P_r + P_s)/(cp*ep*t_exp), True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.dp_comm_non_exp, dp_comm_exp, dp_comm_layer
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero3_zero3_layer_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero3_zero3_layer_params",
-        ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
+        "dp_zero3_zero3_layer_params", ("P_ne", "P_r", "P_s", "cp", "ep", "t", "t_exp"),
         (P_ne, P_r, P_s, cp, ep, t, t_exp),
     )
     _dp_zero3_zero3_layer_params(out, *arrays)
@@ -467,29 +273,11 @@ def _dp_legacy_att_mm_bytes(out, bytes_p, h, t):
 
 
 def dp_legacy_att_mm_bytes(*, bytes_p, h, t):
-    """fill_dp_table n_attMM: bytes of one h x h attention weight per TP rank.
-
-    Closed form::
-
-        bytes_p*h**2/t
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 210-225
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_legacy_att_mm_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_legacy_att_mm_bytes",
-        ("bytes_p", "h", "t"),
-        (bytes_p, h, t),
+        "dp_legacy_att_mm_bytes", ("bytes_p", "h", "t"), (bytes_p, h, t),
     )
     _dp_legacy_att_mm_bytes(out, *arrays)
     return result
@@ -502,30 +290,11 @@ def _dp_legacy_ff_mm_bytes(out, bytes_p, h, hff, t):
 
 
 def dp_legacy_ff_mm_bytes(*, bytes_p, h, hff, t):
-    """fill_dp_table n_ffMM: bytes of one h x hff feed-forward weight per TP rank.
-
-    Closed form::
-
-        bytes_p*h*hff/t
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 210-225
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_legacy_ff_mm_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_legacy_ff_mm_bytes",
-        ("bytes_p", "h", "hff", "t"),
-        (bytes_p, h, hff, t),
+        "dp_legacy_ff_mm_bytes", ("bytes_p", "h", "hff", "t"), (bytes_p, h, hff, t),
     )
     _dp_legacy_ff_mm_bytes(out, *arrays)
     return result
@@ -538,30 +307,11 @@ def _dp_legacy_norm_op_bytes(out, bytes_norm, h, sp):
 
 
 def dp_legacy_norm_op_bytes(*, bytes_norm, h, sp):
-    """fill_dp_table n_normOp: bytes of a norm's weight and bias per sequence-parallel rank, at
-    bytes_norm.
-
-    Closed form::
-
-        2*bytes_norm*h/sp
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 210-225
-
-    Args:
-        bytes_norm: bytes per norm input element [bytes].
-        h: hidden width [elements].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_legacy_norm_op_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_legacy_norm_op_bytes",
-        ("bytes_norm", "h", "sp"),
-        (bytes_norm, h, sp),
+        "dp_legacy_norm_op_bytes", ("bytes_norm", "h", "sp"), (bytes_norm, h, sp),
     )
     _dp_legacy_norm_op_bytes(out, *arrays)
     return result
@@ -574,32 +324,11 @@ def _dp_legacy_exp_ff_mm_bytes(out, bytes_p, h, hff_exp, n_exp, n_shared_exp, t)
 
 
 def dp_legacy_exp_ff_mm_bytes(*, bytes_p, h, hff_exp, n_exp, n_shared_exp, t):
-    """fill_dp_table exp_dp n_ffMM: bytes of two h x hff_exp weights of every routed and shared
-    expert per TP rank.
-
-    Closed form::
-
-        bytes_p*h*hff_exp*(2*n_exp + 2*n_shared_exp)/t
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 227-237
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_shared_exp: shared experts [experts].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_legacy_exp_ff_mm_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_legacy_exp_ff_mm_bytes",
-        ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
+        "dp_legacy_exp_ff_mm_bytes", ("bytes_p", "h", "hff_exp", "n_exp", "n_shared_exp", "t"),
         (bytes_p, h, hff_exp, n_exp, n_shared_exp, t),
     )
     _dp_legacy_exp_ff_mm_bytes(out, *arrays)
@@ -613,29 +342,7 @@ def _dp_legacy_ratio(out, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, o
 
 
 def dp_legacy_ratio(*, comm_d_non_exp, d, device_intra_node_num, ep, n_exp, os_max_shard):
-    """dp_ratio: share of DP communication left exposed: 0 at comm_d_non_exp = 0, else only the OP
-    overlap bias term, since the literal `1 - True` cancels the standard-DP share (§10 item 1).
-
-    Closed form::
-
-        Piecewise((0, Eq(comm_d_non_exp, 0)), (os_max_shard*(comm_d_non_exp - 1)*Piecewise((1/16,
-        Eq(n_exp, 1)), (4/(5*Max(1, ep/device_intra_node_num)), True))/d, True))
-
-    Unit: 1.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 287-302
-
-    Args:
-        comm_d_non_exp: DP communication level of non-expert parameters: 0, 2 or 3 [1].
-        d: data-parallel degree [ranks].
-        device_intra_node_num: devices per node of the device type (D) [devices].
-        ep: expert-parallel degree [ranks].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        os_max_shard: optimizer-shard size [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_legacy_ratio`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_legacy_ratio",
@@ -653,30 +360,11 @@ def _dp_all_reduce_msg_bytes(out, P_ne, bytes_grad, n_layers_stage, t):
 
 
 def dp_all_reduce_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
-    """nccl-tests size S of the step's DP gradient all-reduce: the stage's non-expert gradients on
-    this TP rank (one call per step; buckets split it without changing the bytes).
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        "dp_all_reduce_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
         (P_ne, bytes_grad, n_layers_stage, t),
     )
     _dp_all_reduce_msg_bytes(out, *arrays)
@@ -690,30 +378,11 @@ def _dp_all_reduce_step_bytes(out, P_ne, bytes_grad, d, n_layers_stage, t):
 
 
 def dp_all_reduce_step_bytes(*, P_ne, bytes_grad, d, n_layers_stage, t):
-    """Bytes one rank sends per step for the DP gradient all-reduce.
-
-    Closed form::
-
-        2*P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t)
-
-    Unit: bytes.
-
-    Source: ring all-reduce: 2(d - 1)/d of S
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        d: data-parallel degree [ranks].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_step_bytes",
-        ("P_ne", "bytes_grad", "d", "n_layers_stage", "t"),
+        "dp_all_reduce_step_bytes", ("P_ne", "bytes_grad", "d", "n_layers_stage", "t"),
         (P_ne, bytes_grad, d, n_layers_stage, t),
     )
     _dp_all_reduce_step_bytes(out, *arrays)
@@ -727,30 +396,11 @@ def _dp_zero_reduce_scatter_msg_bytes(out, P_ne, bytes_grad, n_layers_stage, t):
 
 
 def dp_zero_reduce_scatter_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
-    """nccl-tests size S of the step's gradient reduce-scatter under ZeRO-1/2 or a distributed
-    optimizer.
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero_reduce_scatter_msg_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero_reduce_scatter_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        "dp_zero_reduce_scatter_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
         (P_ne, bytes_grad, n_layers_stage, t),
     )
     _dp_zero_reduce_scatter_msg_bytes(out, *arrays)
@@ -764,30 +414,11 @@ def _dp_zero_all_gather_msg_bytes(out, P_ne, bytes_p, n_layers_stage, t):
 
 
 def dp_zero_all_gather_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
-    """nccl-tests size S of the step's parameter all-gather after the sharded optimizer step
-    (ZeRO-1/2).
-
-    Closed form::
-
-        P_ne*bytes_p*n_layers_stage/t
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 7
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero_all_gather_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero_all_gather_msg_bytes",
-        ("P_ne", "bytes_p", "n_layers_stage", "t"),
+        "dp_zero_all_gather_msg_bytes", ("P_ne", "bytes_p", "n_layers_stage", "t"),
         (P_ne, bytes_p, n_layers_stage, t),
     )
     _dp_zero_all_gather_msg_bytes(out, *arrays)
@@ -801,31 +432,10 @@ def _dp_zero_step_bytes(out, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
 
 
 def dp_zero_step_bytes(*, P_ne, bytes_grad, bytes_p, d, n_layers_stage, t):
-    """Bytes one rank sends per step under ZeRO-1/2: one reduce-scatter, one all-gather.
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t) + P_ne*bytes_p*n_layers_stage*(d - 1)/(d*t)
-
-    Unit: bytes.
-
-    Source: ZeRO Sec. 7: same volume as an all-reduce
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero_step_bytes`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero_step_bytes",
-        ("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t"),
+        "dp_zero_step_bytes", ("P_ne", "bytes_grad", "bytes_p", "d", "n_layers_stage", "t"),
         (P_ne, bytes_grad, bytes_p, d, n_layers_stage, t),
     )
     _dp_zero_step_bytes(out, *arrays)
@@ -839,30 +449,10 @@ def _dp_zero3_all_gather_calls_count(out, m):
 
 
 def dp_zero3_all_gather_calls_count(*, m):
-    """Parameter all-gathers per rank per step under ZeRO-3 / FSDP: forward and backward of every
-    micro-batch.
-
-    Closed form::
-
-        2*m
-
-    Unit: count.
-
-    Source: ZeRO Sec. 7 (P_os+g+p: 1.5x the all-reduce volume per step with one micro-batch); Zhao
-    et al. 2023 FSDP (arXiv:2304.11277)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero3_all_gather_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_zero3_all_gather_calls_count",
-        ("m",),
-        (m,),
-    )
+    result, out, arrays = _runtime.prepare("dp_zero3_all_gather_calls_count", ("m",), (m,))
     _dp_zero3_all_gather_calls_count(out, *arrays)
     return result
 
@@ -874,33 +464,10 @@ def _dp_zero3_step_bytes(out, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t
 
 
 def dp_zero3_step_bytes(*, P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t):
-    """Bytes one rank sends per step under ZeRO-3 / FSDP: 2m parameter all-gathers, one gradient
-    reduce-scatter.
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage*(d - 1)/(d*t) + 2*P_ne*bytes_p*m*n_layers_stage*(d - 1)/(d*t)
-
-    Unit: bytes.
-
-    Source: ZeRO Sec. 7; FSDP (arXiv:2304.11277)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_zero3_step_bytes`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_zero3_step_bytes",
-        ("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t"),
+        "dp_zero3_step_bytes", ("P_ne", "bytes_grad", "bytes_p", "d", "m", "n_layers_stage", "t"),
         (P_ne, bytes_grad, bytes_p, d, m, n_layers_stage, t),
     )
     _dp_zero3_step_bytes(out, *arrays)
@@ -914,27 +481,8 @@ def _dp_expert_all_reduce_msg_bytes(out, P_r, bytes_grad, ep, n_moe_layers_stage
 
 
 def dp_expert_all_reduce_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
-    """nccl-tests size S of the step's expert-gradient all-reduce over the expert-data-parallel
-    group (d_exp ranks): this rank's routed-expert gradients.
-
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_msg_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_msg_bytes",
@@ -952,27 +500,8 @@ def _dp_expert_all_reduce_step_bytes(out, P_r, bytes_grad, d_exp, ep, n_moe_laye
 
 
 def dp_expert_all_reduce_step_bytes(*, P_r, bytes_grad, d_exp, ep, n_moe_layers_stage, t_exp):
-    """Bytes one rank sends per step for the expert-gradient all-reduce.
-
-    Closed form::
-
-        2*P_r*bytes_grad*n_moe_layers_stage*(d_exp - 1)/(d_exp*ep*t_exp)
-
-    Unit: bytes.
-
-    Source: ring all-reduce: 2(d_exp - 1)/d_exp of S
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_step_bytes",
@@ -990,29 +519,8 @@ def _dp_all_reduce_stage_calls_count(out, cp, d, grad_shard_as_params, zero2_non
 
 
 def dp_all_reduce_stage_calls_count(*, cp, d, grad_shard_as_params, zero2_non_exp, zero3_non_exp):
-    """Calls per rank per step of the stage's DP gradient all-reduce when nothing is sharded (one
-    per step), for the pipeline stage.
-
-    Closed form::
-
-        (1 - grad_shard_as_params)*(-zero2_non_exp - zero3_non_exp + 1)*Piecewise((0, cp*d < 3/2),
-        (1, True))
-
-    Unit: count.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_all_reduce_stage_calls_count",
@@ -1030,30 +538,11 @@ def _dp_all_reduce_stage_msg_bytes(out, P_ne, bytes_grad, n_layers_stage, t):
 
 
 def dp_all_reduce_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
-    """nccl-tests size S of one call of the stage's DP gradient all-reduce when nothing is sharded
-    (one per step).
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_stage_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        "dp_all_reduce_stage_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
         (P_ne, bytes_grad, n_layers_stage, t),
     )
     _dp_all_reduce_stage_msg_bytes(out, *arrays)
@@ -1068,33 +557,8 @@ def _dp_all_reduce_stage_step_bytes(out, P_ne, bytes_grad, cp, d, grad_shard_as_
 
 
 def dp_all_reduce_stage_step_bytes(*, P_ne, bytes_grad, cp, d, grad_shard_as_params, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
-    """Bytes one rank sends per step for the stage's DP gradient all-reduce when nothing is sharded
-    (one per step), for the pipeline stage (calls x the collective's share of S).
-
-    Closed form::
-
-        2*P_ne*bytes_grad*n_layers_stage*(1 - grad_shard_as_params)*(cp*d - 1)*(-zero2_non_exp -
-        zero3_non_exp + 1)*Piecewise((0, cp*d < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_all_reduce_stage_step_bytes",
@@ -1112,31 +576,10 @@ def _dp_all_reduce_stage_ranks_count(out, cp, d):
 
 
 def dp_all_reduce_stage_ranks_count(*, cp, d):
-    """Ranks of the group of the stage's DP gradient all-reduce when nothing is sharded (one per
-    step) (the collective's n; seconds per step = calls x the time of one call of S bytes over these
-    ranks, NCCL's pick: collective_all_reduce_*_time_s).
-
-    Closed form::
-
-        cp*d
-
-    Unit: count.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_stage_ranks_count",
-        ("cp", "d"),
-        (cp, d),
-    )
+    result, out, arrays = _runtime.prepare("dp_all_reduce_stage_ranks_count", ("cp", "d"), (cp, d))
     _dp_all_reduce_stage_ranks_count(out, *arrays)
     return result
 
@@ -1149,34 +592,8 @@ def _dp_reduce_scatter_stage_calls_count(out, cp, d, grad_shard_as_params, m, ze
 
 
 def dp_reduce_scatter_stage_calls_count(*, cp, d, grad_shard_as_params, m, zero2_non_exp, zero3_non_exp):
-    """Calls per rank per step of the stage's DP gradient reduce-scatters: one per step with the
-    optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
-    ZeRO-3 / FSDP), for the pipeline stage.
-
-    Closed form::
-
-        (m*(-(1 - grad_shard_as_params)*(1 - zero3_non_exp) + 1) + zero2_non_exp*(1 -
-        grad_shard_as_params))*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_reduce_scatter_stage_calls_count",
@@ -1194,34 +611,11 @@ def _dp_reduce_scatter_stage_msg_bytes(out, P_ne, bytes_grad, n_layers_stage, t)
 
 
 def dp_reduce_scatter_stage_msg_bytes(*, P_ne, bytes_grad, n_layers_stage, t):
-    """nccl-tests size S of one call of the stage's DP gradient reduce-scatters: one per step with
-    the optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
-    ZeRO-3 / FSDP).
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage/t
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_msg_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_reduce_scatter_stage_msg_bytes",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        "dp_reduce_scatter_stage_msg_bytes", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
         (P_ne, bytes_grad, n_layers_stage, t),
     )
     _dp_reduce_scatter_stage_msg_bytes(out, *arrays)
@@ -1237,39 +631,8 @@ def _dp_reduce_scatter_stage_step_bytes(out, P_ne, bytes_grad, cp, d, grad_shard
 
 
 def dp_reduce_scatter_stage_step_bytes(*, P_ne, bytes_grad, cp, d, grad_shard_as_params, m, n_layers_stage, t, zero2_non_exp, zero3_non_exp):
-    """Bytes one rank sends per step for the stage's DP gradient reduce-scatters: one per step with
-    the optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
-    ZeRO-3 / FSDP), for the pipeline stage (calls x the collective's share of S).
-
-    Closed form::
-
-        P_ne*bytes_grad*n_layers_stage*(cp*d - 1)*(m*(-(1 - grad_shard_as_params)*(1 -
-        zero3_non_exp) + 1) + zero2_non_exp*(1 - grad_shard_as_params))*Piecewise((0, cp*d < 3/2),
-        (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_reduce_scatter_stage_step_bytes",
@@ -1287,34 +650,11 @@ def _dp_reduce_scatter_stage_ranks_count(out, cp, d):
 
 
 def dp_reduce_scatter_stage_ranks_count(*, cp, d):
-    """Ranks of the group of the stage's DP gradient reduce-scatters: one per step with the
-    optimizer states sharded (ZeRO-1), one per micro-batch with the gradients sharded (ZeRO-2,
-    ZeRO-3 / FSDP) (the collective's n; seconds per step = calls x the time of one call of S bytes
-    over these ranks, NCCL's pick: collective_reduce_scatter_*_time_s).
-
-    Closed form::
-
-        cp*d
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_reduce_scatter_stage_ranks_count",
-        ("cp", "d"),
-        (cp, d),
+        "dp_reduce_scatter_stage_ranks_count", ("cp", "d"), (cp, d),
     )
     _dp_reduce_scatter_stage_ranks_count(out, *arrays)
     return result
@@ -1327,35 +667,8 @@ def _dp_all_gather_stage_calls_count(out, cp, d, grad_shard_as_params, m, reshar
 
 
 def dp_all_gather_stage_calls_count(*, cp, d, grad_shard_as_params, m, reshards, zero2_non_exp, zero3_non_exp):
-    """Calls per rank per step of the stage's DP weight all-gathers: one per step after the sharded
-    optimizer (ZeRO-1/2); under FSDP the forward and backward of every micro-batch (resharding), or
-    one per step (the weights kept), for the pipeline stage.
-
-    Closed form::
-
-        (grad_shard_as_params*(2*m*reshards - reshards + 1) + (1 -
-        grad_shard_as_params)*(zero2_non_exp + zero3_non_exp))*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_all_gather_stage_calls_count",
@@ -1373,34 +686,11 @@ def _dp_all_gather_stage_msg_bytes(out, P_ne, bytes_p, n_layers_stage, t):
 
 
 def dp_all_gather_stage_msg_bytes(*, P_ne, bytes_p, n_layers_stage, t):
-    """nccl-tests size S of one call of the stage's DP weight all-gathers: one per step after the
-    sharded optimizer (ZeRO-1/2); under FSDP the forward and backward of every micro-batch
-    (resharding), or one per step (the weights kept).
-
-    Closed form::
-
-        P_ne*bytes_p*n_layers_stage/t
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_msg_bytes",
-        ("P_ne", "bytes_p", "n_layers_stage", "t"),
+        "dp_all_gather_stage_msg_bytes", ("P_ne", "bytes_p", "n_layers_stage", "t"),
         (P_ne, bytes_p, n_layers_stage, t),
     )
     _dp_all_gather_stage_msg_bytes(out, *arrays)
@@ -1415,41 +705,8 @@ def _dp_all_gather_stage_step_bytes(out, P_ne, bytes_p, cp, d, grad_shard_as_par
 
 
 def dp_all_gather_stage_step_bytes(*, P_ne, bytes_p, cp, d, grad_shard_as_params, m, n_layers_stage, reshards, t, zero2_non_exp, zero3_non_exp):
-    """Bytes one rank sends per step for the stage's DP weight all-gathers: one per step after the
-    sharded optimizer (ZeRO-1/2); under FSDP the forward and backward of every micro-batch
-    (resharding), or one per step (the weights kept), for the pipeline stage (calls x the
-    collective's share of S).
-
-    Closed form::
-
-        P_ne*bytes_p*n_layers_stage*(cp*d - 1)*(grad_shard_as_params*(2*m*reshards - reshards + 1) +
-        (1 - grad_shard_as_params)*(zero2_non_exp + zero3_non_exp))*Piecewise((0, cp*d < 3/2), (1,
-        True))/(cp*d*t)
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_all_gather_stage_step_bytes",
@@ -1467,35 +724,10 @@ def _dp_all_gather_stage_ranks_count(out, cp, d):
 
 
 def dp_all_gather_stage_ranks_count(*, cp, d):
-    """Ranks of the group of the stage's DP weight all-gathers: one per step after the sharded
-    optimizer (ZeRO-1/2); under FSDP the forward and backward of every micro-batch (resharding), or
-    one per step (the weights kept) (the collective's n; seconds per step = calls x the time of one
-    call of S bytes over these ranks, NCCL's pick: collective_all_gather_*_time_s).
-
-    Closed form::
-
-        cp*d
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_ranks_count",
-        ("cp", "d"),
-        (cp, d),
-    )
+    result, out, arrays = _runtime.prepare("dp_all_gather_stage_ranks_count", ("cp", "d"), (cp, d))
     _dp_all_gather_stage_ranks_count(out, *arrays)
     return result
 
@@ -1508,36 +740,8 @@ def _dp_expert_all_reduce_stage_calls_count(out, P_r, bytes_grad, cp, d, ep, gra
 
 
 def dp_expert_all_reduce_stage_calls_count(*, P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp):
-    """Calls per rank per step of the stage's routed-expert gradient all-reduce over the expert
-    data-parallel group when nothing is sharded (none in a dense model), for the pipeline stage.
-
-    Closed form::
-
-        (1 - grad_shard_as_params)*(-zero2_exp - zero3_exp + 1)*Piecewise((0,
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0,
-        cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_calls_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_stage_calls_count",
@@ -1555,27 +759,8 @@ def _dp_expert_all_reduce_stage_msg_bytes(out, P_r, bytes_grad, ep, n_moe_layers
 
 
 def dp_expert_all_reduce_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
-    """nccl-tests size S of one call of the stage's routed-expert gradient all-reduce over the
-    expert data-parallel group when nothing is sharded (none in a dense model).
-
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_msg_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_stage_msg_bytes",
@@ -1596,37 +781,8 @@ def _dp_expert_all_reduce_stage_step_bytes(out, P_r, bytes_grad, cp, d, ep, grad
 
 
 def dp_expert_all_reduce_stage_step_bytes(*, P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp):
-    """Bytes one rank sends per step for the stage's routed-expert gradient all-reduce over the
-    expert data-parallel group when nothing is sharded (none in a dense model), for the pipeline
-    stage (calls x the collective's share of S).
-
-    Closed form::
-
-        2*P_r*bytes_grad*n_moe_layers_stage*(1 - grad_shard_as_params)*(cp*d*t/(ep*t_exp) -
-        1)*(-zero2_exp - zero3_exp + 1)*Piecewise((0, P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-        <= 0), (1, True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_stage_step_bytes",
@@ -1644,33 +800,11 @@ def _dp_expert_all_reduce_stage_ranks_count(out, cp, d, ep, t, t_exp):
 
 
 def dp_expert_all_reduce_stage_ranks_count(*, cp, d, ep, t, t_exp):
-    """Ranks of the group of the stage's routed-expert gradient all-reduce over the expert
-    data-parallel group when nothing is sharded (none in a dense model) (the collective's n; seconds
-    per step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
-    collective_all_reduce_*_time_s).
-
-    Closed form::
-
-        cp*d*t/(ep*t_exp)
-
-    Unit: count.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_ranks_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_reduce_stage_ranks_count",
-        ("cp", "d", "ep", "t", "t_exp"),
+        "dp_expert_all_reduce_stage_ranks_count", ("cp", "d", "ep", "t", "t_exp"),
         (cp, d, ep, t, t_exp),
     )
     _dp_expert_all_reduce_stage_ranks_count(out, *arrays)
@@ -1686,40 +820,8 @@ def _dp_expert_reduce_scatter_stage_calls_count(out, P_r, bytes_grad, cp, d, ep,
 
 
 def dp_expert_reduce_scatter_stage_calls_count(*, P_r, bytes_grad, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp):
-    """Calls per rank per step of the stage's routed-expert gradient reduce-scatters over the expert
-    data-parallel group, as the dense ones (none in a dense model), for the pipeline stage.
-
-    Closed form::
-
-        (m*(-(1 - grad_shard_as_params)*(1 - zero3_exp) + 1) + zero2_exp*(1 -
-        grad_shard_as_params))*Piecewise((0, P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1,
-        True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_calls_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_reduce_scatter_stage_calls_count",
@@ -1737,30 +839,8 @@ def _dp_expert_reduce_scatter_stage_msg_bytes(out, P_r, bytes_grad, ep, n_moe_la
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
-    """nccl-tests size S of one call of the stage's routed-expert gradient reduce-scatters over the
-    expert data-parallel group, as the dense ones (none in a dense model).
-
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_msg_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_reduce_scatter_stage_msg_bytes",
@@ -1782,42 +862,8 @@ def _dp_expert_reduce_scatter_stage_step_bytes(out, P_r, bytes_grad, cp, d, ep, 
 
 
 def dp_expert_reduce_scatter_stage_step_bytes(*, P_r, bytes_grad, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, t, t_exp, zero2_exp, zero3_exp):
-    """Bytes one rank sends per step for the stage's routed-expert gradient reduce-scatters over the
-    expert data-parallel group, as the dense ones (none in a dense model), for the pipeline stage
-    (calls x the collective's share of S).
-
-    Closed form::
-
-        P_r*bytes_grad*n_moe_layers_stage*(m*(-(1 - grad_shard_as_params)*(1 - zero3_exp) + 1) +
-        zero2_exp*(1 - grad_shard_as_params))*(cp*d*t/(ep*t_exp) - 1)*Piecewise((0,
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0,
-        cp*d*t/(ep*t_exp) < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_reduce_scatter_stage_step_bytes",
@@ -1835,36 +881,11 @@ def _dp_expert_reduce_scatter_stage_ranks_count(out, cp, d, ep, t, t_exp):
 
 
 def dp_expert_reduce_scatter_stage_ranks_count(*, cp, d, ep, t, t_exp):
-    """Ranks of the group of the stage's routed-expert gradient reduce-scatters over the expert
-    data-parallel group, as the dense ones (none in a dense model) (the collective's n; seconds per
-    step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
-    collective_reduce_scatter_*_time_s).
-
-    Closed form::
-
-        cp*d*t/(ep*t_exp)
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_ranks_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_reduce_scatter_stage_ranks_count",
-        ("cp", "d", "ep", "t", "t_exp"),
+        "dp_expert_reduce_scatter_stage_ranks_count", ("cp", "d", "ep", "t", "t_exp"),
         (cp, d, ep, t, t_exp),
     )
     _dp_expert_reduce_scatter_stage_ranks_count(out, *arrays)
@@ -1879,41 +900,8 @@ def _dp_expert_all_gather_stage_calls_count(out, P_r, bytes_p, cp, d, ep, grad_s
 
 
 def dp_expert_all_gather_stage_calls_count(*, P_r, bytes_p, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, reshards, t, t_exp, zero2_exp, zero3_exp):
-    """Calls per rank per step of the stage's routed-expert weight all-gathers over the expert
-    data-parallel group, as the dense ones (none in a dense model), for the pipeline stage.
-
-    Closed form::
-
-        (grad_shard_as_params*(2*m*reshards - reshards + 1) + (1 - grad_shard_as_params)*(zero2_exp
-        + zero3_exp))*Piecewise((0, P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) <= 0), (1,
-        True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_calls_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_gather_stage_calls_count",
@@ -1931,30 +919,8 @@ def _dp_expert_all_gather_stage_msg_bytes(out, P_r, bytes_p, ep, n_moe_layers_st
 
 
 def dp_expert_all_gather_stage_msg_bytes(*, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
-    """nccl-tests size S of one call of the stage's routed-expert weight all-gathers over the expert
-    data-parallel group, as the dense ones (none in a dense model).
-
-    Closed form::
-
-        P_r*bytes_p*n_moe_layers_stage/(ep*t_exp)
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_msg_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_gather_stage_msg_bytes",
@@ -1975,43 +941,8 @@ def _dp_expert_all_gather_stage_step_bytes(out, P_r, bytes_p, cp, d, ep, grad_sh
 
 
 def dp_expert_all_gather_stage_step_bytes(*, P_r, bytes_p, cp, d, ep, grad_shard_as_params, m, n_moe_layers_stage, reshards, t, t_exp, zero2_exp, zero3_exp):
-    """Bytes one rank sends per step for the stage's routed-expert weight all-gathers over the
-    expert data-parallel group, as the dense ones (none in a dense model), for the pipeline stage
-    (calls x the collective's share of S).
-
-    Closed form::
-
-        P_r*bytes_p*n_moe_layers_stage*(grad_shard_as_params*(2*m*reshards - reshards + 1) + (1 -
-        grad_shard_as_params)*(zero2_exp + zero3_exp))*(cp*d*t/(ep*t_exp) - 1)*Piecewise((0,
-        P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0, cp*d*t/(ep*t_exp)
-        < 3/2), (1, True))/(cp*d*t)
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_step_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_gather_stage_step_bytes",
@@ -2029,36 +960,11 @@ def _dp_expert_all_gather_stage_ranks_count(out, cp, d, ep, t, t_exp):
 
 
 def dp_expert_all_gather_stage_ranks_count(*, cp, d, ep, t, t_exp):
-    """Ranks of the group of the stage's routed-expert weight all-gathers over the expert
-    data-parallel group, as the dense ones (none in a dense model) (the collective's n; seconds per
-    step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
-    collective_all_gather_*_time_s).
-
-    Closed form::
-
-        cp*d*t/(ep*t_exp)
-
-    Unit: count.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_ranks_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_gather_stage_ranks_count",
-        ("cp", "d", "ep", "t", "t_exp"),
+        "dp_expert_all_gather_stage_ranks_count", ("cp", "d", "ep", "t", "t_exp"),
         (cp, d, ep, t, t_exp),
     )
     _dp_expert_all_gather_stage_ranks_count(out, *arrays)
@@ -2072,31 +978,11 @@ def _dp_all_reduce_stage_msg_bytes__d_t(out, P_ne, bytes_grad, n_layers_stage, t
 
 
 def dp_all_reduce_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
-    """Partial derivative of dp_all_reduce_stage_msg_bytes with respect to t, in bytes per ranks of
-    t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -P_ne*bytes_grad*n_layers_stage/t**2
-
-    Unit: derivative.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_msg_bytes__d_t`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_stage_msg_bytes__d_t",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        "dp_all_reduce_stage_msg_bytes__d_t", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
         (P_ne, bytes_grad, n_layers_stage, t),
     )
     _dp_all_reduce_stage_msg_bytes__d_t(out, *arrays)
@@ -2110,30 +996,11 @@ def _dp_all_reduce_stage_msg_bytes__d_n_layers_stage(out, P_ne, bytes_grad, t):
 
 
 def dp_all_reduce_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
-    """Partial derivative of dp_all_reduce_stage_msg_bytes with respect to n_layers_stage, in bytes
-    per layers of n_layers_stage; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        P_ne*bytes_grad/t
-
-    Unit: derivative.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_msg_bytes__d_n_layers_stage`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_stage_msg_bytes__d_n_layers_stage",
-        ("P_ne", "bytes_grad", "t"),
+        "dp_all_reduce_stage_msg_bytes__d_n_layers_stage", ("P_ne", "bytes_grad", "t"),
         (P_ne, bytes_grad, t),
     )
     _dp_all_reduce_stage_msg_bytes__d_n_layers_stage(out, *arrays)
@@ -2147,30 +1014,10 @@ def _dp_all_reduce_stage_ranks_count__d_cp(out, d):
 
 
 def dp_all_reduce_stage_ranks_count__d_cp(*, d):
-    """Partial derivative of dp_all_reduce_stage_ranks_count with respect to cp, in count per ranks
-    of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        d
-
-    Unit: derivative.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_ranks_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_stage_ranks_count__d_cp",
-        ("d",),
-        (d,),
-    )
+    result, out, arrays = _runtime.prepare("dp_all_reduce_stage_ranks_count__d_cp", ("d",), (d,))
     _dp_all_reduce_stage_ranks_count__d_cp(out, *arrays)
     return result
 
@@ -2182,30 +1029,10 @@ def _dp_all_reduce_stage_ranks_count__d_d(out, cp):
 
 
 def dp_all_reduce_stage_ranks_count__d_d(*, cp):
-    """Partial derivative of dp_all_reduce_stage_ranks_count with respect to d, in count per ranks
-    of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        cp
-
-    Unit: derivative.
-
-    Source: Li et al. 2020 PyTorch DDP (arXiv:2006.15704); differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_reduce_stage_ranks_count__d_d`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_all_reduce_stage_ranks_count__d_d",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("dp_all_reduce_stage_ranks_count__d_d", ("cp",), (cp,))
     _dp_all_reduce_stage_ranks_count__d_d(out, *arrays)
     return result
 
@@ -2217,32 +1044,8 @@ def _dp_reduce_scatter_stage_calls_count__d_m(out, cp, d, grad_shard_as_params, 
 
 
 def dp_reduce_scatter_stage_calls_count__d_m(*, cp, d, grad_shard_as_params, zero3_non_exp):
-    """Partial derivative of dp_reduce_scatter_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        (-(1 - grad_shard_as_params)*(1 - zero3_non_exp) + 1)*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_reduce_scatter_stage_calls_count__d_m",
@@ -2260,35 +1063,11 @@ def _dp_reduce_scatter_stage_msg_bytes__d_t(out, P_ne, bytes_grad, n_layers_stag
 
 
 def dp_reduce_scatter_stage_msg_bytes__d_t(*, P_ne, bytes_grad, n_layers_stage, t):
-    """Partial derivative of dp_reduce_scatter_stage_msg_bytes with respect to t, in bytes per ranks
-    of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -P_ne*bytes_grad*n_layers_stage/t**2
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_msg_bytes__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_reduce_scatter_stage_msg_bytes__d_t",
-        ("P_ne", "bytes_grad", "n_layers_stage", "t"),
+        "dp_reduce_scatter_stage_msg_bytes__d_t", ("P_ne", "bytes_grad", "n_layers_stage", "t"),
         (P_ne, bytes_grad, n_layers_stage, t),
     )
     _dp_reduce_scatter_stage_msg_bytes__d_t(out, *arrays)
@@ -2302,34 +1081,11 @@ def _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(out, P_ne, bytes_grad, 
 
 
 def dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_grad, t):
-    """Partial derivative of dp_reduce_scatter_stage_msg_bytes with respect to n_layers_stage, in
-    bytes per layers of n_layers_stage; every other symbol held; floors flat, Max/Min/Piecewise by
-    their active branch (almost everywhere).
-
-    Closed form::
-
-        P_ne*bytes_grad/t
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage",
-        ("P_ne", "bytes_grad", "t"),
+        "dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage", ("P_ne", "bytes_grad", "t"),
         (P_ne, bytes_grad, t),
     )
     _dp_reduce_scatter_stage_msg_bytes__d_n_layers_stage(out, *arrays)
@@ -2343,33 +1099,11 @@ def _dp_reduce_scatter_stage_ranks_count__d_cp(out, d):
 
 
 def dp_reduce_scatter_stage_ranks_count__d_cp(*, d):
-    """Partial derivative of dp_reduce_scatter_stage_ranks_count with respect to cp, in count per
-    ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        d
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_ranks_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_reduce_scatter_stage_ranks_count__d_cp",
-        ("d",),
-        (d,),
+        "dp_reduce_scatter_stage_ranks_count__d_cp", ("d",), (d,),
     )
     _dp_reduce_scatter_stage_ranks_count__d_cp(out, *arrays)
     return result
@@ -2382,33 +1116,11 @@ def _dp_reduce_scatter_stage_ranks_count__d_d(out, cp):
 
 
 def dp_reduce_scatter_stage_ranks_count__d_d(*, cp):
-    """Partial derivative of dp_reduce_scatter_stage_ranks_count with respect to d, in count per
-    ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_reduce_scatter_stage_ranks_count__d_d`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_reduce_scatter_stage_ranks_count__d_d",
-        ("cp",),
-        (cp,),
+        "dp_reduce_scatter_stage_ranks_count__d_d", ("cp",), (cp,),
     )
     _dp_reduce_scatter_stage_ranks_count__d_d(out, *arrays)
     return result
@@ -2421,36 +1133,11 @@ def _dp_all_gather_stage_calls_count__d_m(out, cp, d, grad_shard_as_params, resh
 
 
 def dp_all_gather_stage_calls_count__d_m(*, cp, d, grad_shard_as_params, reshards):
-    """Partial derivative of dp_all_gather_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        2*grad_shard_as_params*reshards*Piecewise((0, cp*d < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_calls_count__d_m",
-        ("cp", "d", "grad_shard_as_params", "reshards"),
+        "dp_all_gather_stage_calls_count__d_m", ("cp", "d", "grad_shard_as_params", "reshards"),
         (cp, d, grad_shard_as_params, reshards),
     )
     _dp_all_gather_stage_calls_count__d_m(out, *arrays)
@@ -2464,35 +1151,11 @@ def _dp_all_gather_stage_msg_bytes__d_t(out, P_ne, bytes_p, n_layers_stage, t):
 
 
 def dp_all_gather_stage_msg_bytes__d_t(*, P_ne, bytes_p, n_layers_stage, t):
-    """Partial derivative of dp_all_gather_stage_msg_bytes with respect to t, in bytes per ranks of
-    t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -P_ne*bytes_p*n_layers_stage/t**2
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_msg_bytes__d_t`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_msg_bytes__d_t",
-        ("P_ne", "bytes_p", "n_layers_stage", "t"),
+        "dp_all_gather_stage_msg_bytes__d_t", ("P_ne", "bytes_p", "n_layers_stage", "t"),
         (P_ne, bytes_p, n_layers_stage, t),
     )
     _dp_all_gather_stage_msg_bytes__d_t(out, *arrays)
@@ -2506,34 +1169,11 @@ def _dp_all_gather_stage_msg_bytes__d_n_layers_stage(out, P_ne, bytes_p, t):
 
 
 def dp_all_gather_stage_msg_bytes__d_n_layers_stage(*, P_ne, bytes_p, t):
-    """Partial derivative of dp_all_gather_stage_msg_bytes with respect to n_layers_stage, in bytes
-    per layers of n_layers_stage; every other symbol held; floors flat, Max/Min/Piecewise by their
-    active branch (almost everywhere).
-
-    Closed form::
-
-        P_ne*bytes_p/t
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        bytes_p: bytes per parameter [bytes].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_msg_bytes__d_n_layers_stage`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_msg_bytes__d_n_layers_stage",
-        ("P_ne", "bytes_p", "t"),
+        "dp_all_gather_stage_msg_bytes__d_n_layers_stage", ("P_ne", "bytes_p", "t"),
         (P_ne, bytes_p, t),
     )
     _dp_all_gather_stage_msg_bytes__d_n_layers_stage(out, *arrays)
@@ -2547,34 +1187,10 @@ def _dp_all_gather_stage_ranks_count__d_cp(out, d):
 
 
 def dp_all_gather_stage_ranks_count__d_cp(*, d):
-    """Partial derivative of dp_all_gather_stage_ranks_count with respect to cp, in count per ranks
-    of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        d
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_ranks_count__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_ranks_count__d_cp",
-        ("d",),
-        (d,),
-    )
+    result, out, arrays = _runtime.prepare("dp_all_gather_stage_ranks_count__d_cp", ("d",), (d,))
     _dp_all_gather_stage_ranks_count__d_cp(out, *arrays)
     return result
 
@@ -2586,34 +1202,10 @@ def _dp_all_gather_stage_ranks_count__d_d(out, cp):
 
 
 def dp_all_gather_stage_ranks_count__d_d(*, cp):
-    """Partial derivative of dp_all_gather_stage_ranks_count with respect to d, in count per ranks
-    of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        cp
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_all_gather_stage_ranks_count__d_d`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "dp_all_gather_stage_ranks_count__d_d",
-        ("cp",),
-        (cp,),
-    )
+    result, out, arrays = _runtime.prepare("dp_all_gather_stage_ranks_count__d_d", ("cp",), (cp,))
     _dp_all_gather_stage_ranks_count__d_d(out, *arrays)
     return result
 
@@ -2625,29 +1217,8 @@ def _dp_expert_all_reduce_stage_msg_bytes__d_ep(out, P_r, bytes_grad, ep, n_moe_
 
 
 def dp_expert_all_reduce_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
-    """Partial derivative of dp_expert_all_reduce_stage_msg_bytes with respect to ep, in bytes per
-    ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -P_r*bytes_grad*n_moe_layers_stage/(ep**2*t_exp)
-
-    Unit: derivative.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_msg_bytes__d_ep`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_stage_msg_bytes__d_ep",
@@ -2665,33 +1236,12 @@ def _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(out, P_r, bytes_
 
 
 def dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_grad, ep, t_exp):
-    """Partial derivative of dp_expert_all_reduce_stage_msg_bytes with respect to
-    n_moe_layers_stage, in bytes per layers of n_moe_layers_stage; every other symbol held; floors
-    flat, Max/Min/Piecewise by their active branch (almost everywhere).
-
-    Closed form::
-
-        P_r*bytes_grad/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage",
-        ("P_r", "bytes_grad", "ep", "t_exp"),
-        (P_r, bytes_grad, ep, t_exp),
+        ("P_r", "bytes_grad", "ep", "t_exp"), (P_r, bytes_grad, ep, t_exp),
     )
     _dp_expert_all_reduce_stage_msg_bytes__d_n_moe_layers_stage(out, *arrays)
     return result
@@ -2704,32 +1254,11 @@ def _dp_expert_all_reduce_stage_ranks_count__d_t(out, cp, d, ep, t_exp):
 
 
 def dp_expert_all_reduce_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
-    """Partial derivative of dp_expert_all_reduce_stage_ranks_count with respect to t, in count per
-    ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp*d/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_ranks_count__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_reduce_stage_ranks_count__d_t",
-        ("cp", "d", "ep", "t_exp"),
+        "dp_expert_all_reduce_stage_ranks_count__d_t", ("cp", "d", "ep", "t_exp"),
         (cp, d, ep, t_exp),
     )
     _dp_expert_all_reduce_stage_ranks_count__d_t(out, *arrays)
@@ -2743,32 +1272,11 @@ def _dp_expert_all_reduce_stage_ranks_count__d_cp(out, d, ep, t, t_exp):
 
 
 def dp_expert_all_reduce_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
-    """Partial derivative of dp_expert_all_reduce_stage_ranks_count with respect to cp, in count per
-    ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        d*t/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_ranks_count__d_cp`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_reduce_stage_ranks_count__d_cp",
-        ("d", "ep", "t", "t_exp"),
+        "dp_expert_all_reduce_stage_ranks_count__d_cp", ("d", "ep", "t", "t_exp"),
         (d, ep, t, t_exp),
     )
     _dp_expert_all_reduce_stage_ranks_count__d_cp(out, *arrays)
@@ -2782,33 +1290,11 @@ def _dp_expert_all_reduce_stage_ranks_count__d_ep(out, cp, d, ep, t, t_exp):
 
 
 def dp_expert_all_reduce_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
-    """Partial derivative of dp_expert_all_reduce_stage_ranks_count with respect to ep, in count per
-    ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -cp*d*t/(ep**2*t_exp)
-
-    Unit: derivative.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_ranks_count__d_ep`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_reduce_stage_ranks_count__d_ep",
-        ("cp", "d", "ep", "t", "t_exp"),
+        "dp_expert_all_reduce_stage_ranks_count__d_ep", ("cp", "d", "ep", "t", "t_exp"),
         (cp, d, ep, t, t_exp),
     )
     _dp_expert_all_reduce_stage_ranks_count__d_ep(out, *arrays)
@@ -2822,32 +1308,11 @@ def _dp_expert_all_reduce_stage_ranks_count__d_d(out, cp, ep, t, t_exp):
 
 
 def dp_expert_all_reduce_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
-    """Partial derivative of dp_expert_all_reduce_stage_ranks_count with respect to d, in count per
-    ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp*t/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Megatron-LM MoE: expert gradients reduce over the expert data-parallel group;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_reduce_stage_ranks_count__d_d`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_reduce_stage_ranks_count__d_d",
-        ("cp", "ep", "t", "t_exp"),
+        "dp_expert_all_reduce_stage_ranks_count__d_d", ("cp", "ep", "t", "t_exp"),
         (cp, ep, t, t_exp),
     )
     _dp_expert_all_reduce_stage_ranks_count__d_d(out, *arrays)
@@ -2862,40 +1327,8 @@ def _dp_expert_reduce_scatter_stage_calls_count__d_m(out, P_r, bytes_grad, cp, d
 
 
 def dp_expert_reduce_scatter_stage_calls_count__d_m(*, P_r, bytes_grad, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, t, t_exp, zero3_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_calls_count with respect to m, in count
-    per micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        (-(1 - grad_shard_as_params)*(1 - zero3_exp) + 1)*Piecewise((0,
-        P_r*bytes_grad*n_moe_layers_stage/(ep*t_exp) <= 0), (1, True))*Piecewise((0,
-        cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_calls_count__d_m`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_reduce_scatter_stage_calls_count__d_m",
@@ -2913,32 +1346,8 @@ def _dp_expert_reduce_scatter_stage_msg_bytes__d_ep(out, P_r, bytes_grad, ep, n_
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes__d_ep(*, P_r, bytes_grad, ep, n_moe_layers_stage, t_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_msg_bytes with respect to ep, in bytes
-    per ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -P_r*bytes_grad*n_moe_layers_stage/(ep**2*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_msg_bytes__d_ep`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_reduce_scatter_stage_msg_bytes__d_ep",
@@ -2956,36 +1365,12 @@ def _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(out, P_r, by
 
 
 def dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_grad, ep, t_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_msg_bytes with respect to
-    n_moe_layers_stage, in bytes per layers of n_moe_layers_stage; every other symbol held; floors
-    flat, Max/Min/Piecewise by their active branch (almost everywhere).
-
-    Closed form::
-
-        P_r*bytes_grad/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage",
-        ("P_r", "bytes_grad", "ep", "t_exp"),
-        (P_r, bytes_grad, ep, t_exp),
+        ("P_r", "bytes_grad", "ep", "t_exp"), (P_r, bytes_grad, ep, t_exp),
     )
     _dp_expert_reduce_scatter_stage_msg_bytes__d_n_moe_layers_stage(out, *arrays)
     return result
@@ -2998,35 +1383,11 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_t(out, cp, d, ep, t_exp):
 
 
 def dp_expert_reduce_scatter_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_ranks_count with respect to t, in count
-    per ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp*d/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_ranks_count__d_t`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_t",
-        ("cp", "d", "ep", "t_exp"),
+        "dp_expert_reduce_scatter_stage_ranks_count__d_t", ("cp", "d", "ep", "t_exp"),
         (cp, d, ep, t_exp),
     )
     _dp_expert_reduce_scatter_stage_ranks_count__d_t(out, *arrays)
@@ -3040,35 +1401,11 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_cp(out, d, ep, t, t_exp):
 
 
 def dp_expert_reduce_scatter_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_ranks_count with respect to cp, in count
-    per ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        d*t/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_ranks_count__d_cp`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_cp",
-        ("d", "ep", "t", "t_exp"),
+        "dp_expert_reduce_scatter_stage_ranks_count__d_cp", ("d", "ep", "t", "t_exp"),
         (d, ep, t, t_exp),
     )
     _dp_expert_reduce_scatter_stage_ranks_count__d_cp(out, *arrays)
@@ -3082,36 +1419,11 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_ep(out, cp, d, ep, t, t_exp):
 
 
 def dp_expert_reduce_scatter_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_ranks_count with respect to ep, in count
-    per ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -cp*d*t/(ep**2*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_ranks_count__d_ep`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_ep",
-        ("cp", "d", "ep", "t", "t_exp"),
+        "dp_expert_reduce_scatter_stage_ranks_count__d_ep", ("cp", "d", "ep", "t", "t_exp"),
         (cp, d, ep, t, t_exp),
     )
     _dp_expert_reduce_scatter_stage_ranks_count__d_ep(out, *arrays)
@@ -3125,35 +1437,11 @@ def _dp_expert_reduce_scatter_stage_ranks_count__d_d(out, cp, ep, t, t_exp):
 
 
 def dp_expert_reduce_scatter_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
-    """Partial derivative of dp_expert_reduce_scatter_stage_ranks_count with respect to d, in count
-    per ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp*t/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_reduce_scatter_stage_ranks_count__d_d`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_reduce_scatter_stage_ranks_count__d_d",
-        ("cp", "ep", "t", "t_exp"),
+        "dp_expert_reduce_scatter_stage_ranks_count__d_d", ("cp", "ep", "t", "t_exp"),
         (cp, ep, t, t_exp),
     )
     _dp_expert_reduce_scatter_stage_ranks_count__d_d(out, *arrays)
@@ -3168,39 +1456,8 @@ def _dp_expert_all_gather_stage_calls_count__d_m(out, P_r, bytes_p, cp, d, ep, g
 
 
 def dp_expert_all_gather_stage_calls_count__d_m(*, P_r, bytes_p, cp, d, ep, grad_shard_as_params, n_moe_layers_stage, reshards, t, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        2*grad_shard_as_params*reshards*Piecewise((0, P_r*bytes_p*n_moe_layers_stage/(ep*t_exp) <=
-        0), (1, True))*Piecewise((0, cp*d*t/(ep*t_exp) < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        grad_shard_as_params: 1 where DP runs as FSDP (weights sharded like the gradients and
-            optimizer states), else 0 [1].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_gather_stage_calls_count__d_m",
@@ -3218,32 +1475,8 @@ def _dp_expert_all_gather_stage_msg_bytes__d_ep(out, P_r, bytes_p, ep, n_moe_lay
 
 
 def dp_expert_all_gather_stage_msg_bytes__d_ep(*, P_r, bytes_p, ep, n_moe_layers_stage, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_msg_bytes with respect to ep, in bytes per
-    ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -P_r*bytes_p*n_moe_layers_stage/(ep**2*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_msg_bytes__d_ep`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_gather_stage_msg_bytes__d_ep",
@@ -3261,36 +1494,12 @@ def _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(out, P_r, bytes_
 
 
 def dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(*, P_r, bytes_p, ep, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_msg_bytes with respect to
-    n_moe_layers_stage, in bytes per layers of n_moe_layers_stage; every other symbol held; floors
-    flat, Max/Min/Piecewise by their active branch (almost everywhere).
-
-    Closed form::
-
-        P_r*bytes_p/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        bytes_p: bytes per parameter [bytes].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage",
-        ("P_r", "bytes_p", "ep", "t_exp"),
-        (P_r, bytes_p, ep, t_exp),
+        ("P_r", "bytes_p", "ep", "t_exp"), (P_r, bytes_p, ep, t_exp),
     )
     _dp_expert_all_gather_stage_msg_bytes__d_n_moe_layers_stage(out, *arrays)
     return result
@@ -3303,35 +1512,11 @@ def _dp_expert_all_gather_stage_ranks_count__d_t(out, cp, d, ep, t_exp):
 
 
 def dp_expert_all_gather_stage_ranks_count__d_t(*, cp, d, ep, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_ranks_count with respect to t, in count per
-    ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp*d/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_ranks_count__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_gather_stage_ranks_count__d_t",
-        ("cp", "d", "ep", "t_exp"),
+        "dp_expert_all_gather_stage_ranks_count__d_t", ("cp", "d", "ep", "t_exp"),
         (cp, d, ep, t_exp),
     )
     _dp_expert_all_gather_stage_ranks_count__d_t(out, *arrays)
@@ -3345,35 +1530,11 @@ def _dp_expert_all_gather_stage_ranks_count__d_cp(out, d, ep, t, t_exp):
 
 
 def dp_expert_all_gather_stage_ranks_count__d_cp(*, d, ep, t, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_ranks_count with respect to cp, in count per
-    ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        d*t/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_ranks_count__d_cp`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_gather_stage_ranks_count__d_cp",
-        ("d", "ep", "t", "t_exp"),
+        "dp_expert_all_gather_stage_ranks_count__d_cp", ("d", "ep", "t", "t_exp"),
         (d, ep, t, t_exp),
     )
     _dp_expert_all_gather_stage_ranks_count__d_cp(out, *arrays)
@@ -3387,36 +1548,11 @@ def _dp_expert_all_gather_stage_ranks_count__d_ep(out, cp, d, ep, t, t_exp):
 
 
 def dp_expert_all_gather_stage_ranks_count__d_ep(*, cp, d, ep, t, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_ranks_count with respect to ep, in count per
-    ranks of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -cp*d*t/(ep**2*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_ranks_count__d_ep`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_gather_stage_ranks_count__d_ep",
-        ("cp", "d", "ep", "t", "t_exp"),
+        "dp_expert_all_gather_stage_ranks_count__d_ep", ("cp", "d", "ep", "t", "t_exp"),
         (cp, d, ep, t, t_exp),
     )
     _dp_expert_all_gather_stage_ranks_count__d_ep(out, *arrays)
@@ -3430,35 +1566,11 @@ def _dp_expert_all_gather_stage_ranks_count__d_d(out, cp, ep, t, t_exp):
 
 
 def dp_expert_all_gather_stage_ranks_count__d_d(*, cp, ep, t, t_exp):
-    """Partial derivative of dp_expert_all_gather_stage_ranks_count with respect to d, in count per
-    ranks of d; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        cp*t/(ep*t_exp)
-
-    Unit: derivative.
-
-    Source: Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et al. 2023 PyTorch
-    FSDP (arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after
-    the backward; Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one
-    reduce-scatter when the backward passes finish, one all-gather after the optimizer step;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.dp_expert_all_gather_stage_ranks_count__d_d`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "dp_expert_all_gather_stage_ranks_count__d_d",
-        ("cp", "ep", "t", "t_exp"),
+        "dp_expert_all_gather_stage_ranks_count__d_d", ("cp", "ep", "t", "t_exp"),
         (cp, ep, t, t_exp),
     )
     _dp_expert_all_gather_stage_ranks_count__d_d(out, *arrays)

@@ -5,7 +5,8 @@
 """Fused evaluators of the ep formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.ep``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -43,33 +44,8 @@ def _ep_balanced_layer_bytes(out, b, bytes_compute, comm_ep, cp, ep, h, mb, n_ch
 
 
 def ep_balanced_layer_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, mb, n_chosen_exp, s):
-    """Bytes a rank moves in the EP dispatch and combine all-to-alls of one layer for mb
-    micro-batches, every rank routing n_chosen_exp·s·b/cp tokens; 0 when ep <= 1 or comm_ep = 0.
-
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*mb*n_chosen_exp*s*(ep - 1)/(cp*ep), True))
-
-    Unit: bytes.
-
-    Source: published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
-    ep_comm_layer_balanced; comm_time.py lines 503, 605-607
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_balanced_layer_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_balanced_layer_bytes",
@@ -87,31 +63,8 @@ def _ep_imbalanced_layer_bytes(out, bytes_compute, comm_ep, ep, h, max_rank_toke
 
 
 def ep_imbalanced_layer_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens, mb):
-    """Bytes the busiest rank moves in the EP dispatch and combine all-to-alls of one layer for mb
-    micro-batches, from its measured per-micro-batch load max_rank_tokens (no division by cp); 0
-    when ep <= 1 or comm_ep = 0.
-
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)), (2*bytes_compute*comm_ep*h*max_rank_tokens*mb*(ep
-        - 1)/ep, True))
-
-    Unit: bytes.
-
-    Source: published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
-    ep_comm_layer_imbalanced
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        max_rank_tokens: most tokens one EP rank's experts receive per micro-batch [tokens].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_imbalanced_layer_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_imbalanced_layer_bytes",
@@ -129,34 +82,8 @@ def _ep_legacy_ff_mm_bytes(out, b, bytes_compute, cap_fact, device_intra_node_nu
 
 
 def ep_legacy_ff_mm_bytes(*, b, bytes_compute, cap_fact, device_intra_node_num, ep, h, n_chosen_exp, os_max_shard, s, t):
-    """fill_ep_table n_ffMM: EP all-to-all bytes of one MoE layer with os_max_shard counted twice
-    and an inter-node term above D devices per node (§10 item 6).
-
-    Closed form::
-
-        4*b*bytes_compute*cap_fact*h*n_chosen_exp*s*(os_max_shard/Min(device_intra_node_num, ep) +
-        Piecewise((device_intra_node_num*os_max_shard/ep, device_intra_node_num < ep), (0,
-        True)))*Max(4, os_max_shard)/t
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 257-284
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        device_intra_node_num: devices per node of the device type (D) [devices].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        os_max_shard: optimizer-shard size [ranks].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_legacy_ff_mm_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_legacy_ff_mm_bytes",
@@ -174,31 +101,8 @@ def _ep_all_to_all_msg_bytes(out, b, bytes_compute, cap_fact, cp, h, n_chosen_ex
 
 
 def ep_all_to_all_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
-    """nccl-tests size S of one EP all-to-all: the rank's routed tokens (its SP shard times top-k
-    and the capacity factor) times h.
-
-    Closed form::
-
-        b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
-
-    Unit: bytes.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-    (all-to-all dispatch and combine)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_msg_bytes",
@@ -216,29 +120,11 @@ def _ep_all_to_all_calls_count(out, m, n_moe_layers_stage):
 
 
 def ep_all_to_all_calls_count(*, m, n_moe_layers_stage):
-    """EP all-to-alls per rank per step: dispatch and combine forward, their gradients backward, per
-    MoE layer per micro-batch.
-
-    Closed form::
-
-        4*m*n_moe_layers_stage
-
-    Unit: count.
-
-    Source: Megatron-LM MoE token dispatcher
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_calls_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "ep_all_to_all_calls_count",
-        ("m", "n_moe_layers_stage"),
-        (m, n_moe_layers_stage),
+        "ep_all_to_all_calls_count", ("m", "n_moe_layers_stage"), (m, n_moe_layers_stage),
     )
     _ep_all_to_all_calls_count(out, *arrays)
     return result
@@ -251,32 +137,8 @@ def _ep_all_to_all_step_bytes(out, b, bytes_compute, cap_fact, cp, ep, h, m, n_c
 
 
 def ep_all_to_all_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, n_moe_layers_stage, s, t):
-    """Bytes one rank sends per step for EP all-to-alls ((ep - 1)/ep of S per call).
-
-    Closed form::
-
-        4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*n_moe_layers_stage*s*(ep - 1)/(cp*ep*t)
-
-    Unit: bytes.
-
-    Source: calls x share x S
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_moe_layers_stage: MoE layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_step_bytes",
@@ -294,30 +156,10 @@ def _ep_all_to_all_stage_calls_count(out, ep, m):
 
 
 def ep_all_to_all_stage_calls_count(*, ep, m):
-    """Calls per rank per step of EP token dispatch and combine all-to-alls of one MoE layer
-    (forward and backward), for one MoE layer.
-
-    Closed form::
-
-        4*m*Piecewise((0, ep < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        ep: expert-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "ep_all_to_all_stage_calls_count",
-        ("ep", "m"),
-        (ep, m),
-    )
+    result, out, arrays = _runtime.prepare("ep_all_to_all_stage_calls_count", ("ep", "m"), (ep, m))
     _ep_all_to_all_stage_calls_count(out, *arrays)
     return result
 
@@ -329,30 +171,8 @@ def _ep_all_to_all_stage_msg_bytes(out, b, bytes_compute, cap_fact, cp, h, n_cho
 
 
 def ep_all_to_all_stage_msg_bytes(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
-    """nccl-tests size S of one call of EP token dispatch and combine all-to-alls of one MoE layer
-    (forward and backward).
-
-    Closed form::
-
-        b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
-
-    Unit: bytes.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_stage_msg_bytes",
@@ -370,33 +190,8 @@ def _ep_all_to_all_stage_step_bytes(out, b, bytes_compute, cap_fact, cp, ep, h, 
 
 
 def ep_all_to_all_stage_step_bytes(*, b, bytes_compute, cap_fact, cp, ep, h, m, n_chosen_exp, s, t):
-    """Bytes one rank sends per step for EP token dispatch and combine all-to-alls of one MoE layer
-    (forward and backward), for one MoE layer (calls x the collective's share of S).
-
-    Closed form::
-
-        4*b*bytes_compute*cap_fact*h*m*n_chosen_exp*s*(ep - 1)*Piecewise((0, ep < 3/2), (1,
-        True))/(cp*ep*t)
-
-    Unit: bytes.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_stage_step_bytes",
@@ -414,30 +209,10 @@ def _ep_all_to_all_stage_ranks_count(out, ep):
 
 
 def ep_all_to_all_stage_ranks_count(*, ep):
-    """Ranks of the group of EP token dispatch and combine all-to-alls of one MoE layer (forward and
-    backward) (the collective's n; seconds per step = calls x the time of one call of S bytes over
-    these ranks, NCCL's pick: collective_all_to_all_*_time_s).
-
-    Closed form::
-
-        ep
-
-    Unit: count.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher
-
-    Args:
-        ep: expert-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "ep_all_to_all_stage_ranks_count",
-        ("ep",),
-        (ep,),
-    )
+    result, out, arrays = _runtime.prepare("ep_all_to_all_stage_ranks_count", ("ep",), (ep,))
     _ep_all_to_all_stage_ranks_count(out, *arrays)
     return result
 
@@ -449,31 +224,10 @@ def _ep_all_to_all_stage_calls_count__d_m(out, ep):
 
 
 def ep_all_to_all_stage_calls_count__d_m(*, ep):
-    """Partial derivative of ep_all_to_all_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        4*Piecewise((0, ep < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        ep: expert-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "ep_all_to_all_stage_calls_count__d_m",
-        ("ep",),
-        (ep,),
-    )
+    result, out, arrays = _runtime.prepare("ep_all_to_all_stage_calls_count__d_m", ("ep",), (ep,))
     _ep_all_to_all_stage_calls_count__d_m(out, *arrays)
     return result
 
@@ -485,32 +239,8 @@ def _ep_all_to_all_stage_msg_bytes__d_t(out, b, bytes_compute, cap_fact, cp, h, 
 
 
 def ep_all_to_all_stage_msg_bytes__d_t(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
-    """Partial derivative of ep_all_to_all_stage_msg_bytes with respect to t, in bytes per ranks of
-    t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t**2)
-
-    Unit: derivative.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_msg_bytes__d_t`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_stage_msg_bytes__d_t",
@@ -528,32 +258,8 @@ def _ep_all_to_all_stage_msg_bytes__d_cp(out, b, bytes_compute, cap_fact, cp, h,
 
 
 def ep_all_to_all_stage_msg_bytes__d_cp(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
-    """Partial derivative of ep_all_to_all_stage_msg_bytes with respect to cp, in bytes per ranks of
-    cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*cap_fact*h*n_chosen_exp*s/(cp**2*t)
-
-    Unit: derivative.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_msg_bytes__d_cp`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_stage_msg_bytes__d_cp",
@@ -571,31 +277,8 @@ def _ep_all_to_all_stage_msg_bytes__d_b(out, bytes_compute, cap_fact, cp, h, n_c
 
 
 def ep_all_to_all_stage_msg_bytes__d_b(*, bytes_compute, cap_fact, cp, h, n_chosen_exp, s, t):
-    """Partial derivative of ep_all_to_all_stage_msg_bytes with respect to b, in bytes per samples
-    of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        bytes_compute*cap_fact*h*n_chosen_exp*s/(cp*t)
-
-    Unit: derivative.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_msg_bytes__d_b`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_stage_msg_bytes__d_b",
@@ -613,31 +296,8 @@ def _ep_all_to_all_stage_msg_bytes__d_s(out, b, bytes_compute, cap_fact, cp, h, 
 
 
 def ep_all_to_all_stage_msg_bytes__d_s(*, b, bytes_compute, cap_fact, cp, h, n_chosen_exp, t):
-    """Partial derivative of ep_all_to_all_stage_msg_bytes with respect to s, in bytes per tokens of
-    s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        b*bytes_compute*cap_fact*h*n_chosen_exp/(cp*t)
-
-    Unit: derivative.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
-    differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_msg_bytes__d_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "ep_all_to_all_stage_msg_bytes__d_s",
@@ -655,27 +315,9 @@ def _ep_all_to_all_stage_ranks_count__d_ep(out):
 
 
 def ep_all_to_all_stage_ranks_count__d_ep():
-    """Partial derivative of ep_all_to_all_stage_ranks_count with respect to ep, in count per ranks
-    of ep; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher;
-    differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.ep_all_to_all_stage_ranks_count__d_ep`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "ep_all_to_all_stage_ranks_count__d_ep",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("ep_all_to_all_stage_ranks_count__d_ep", (), ())
     _ep_all_to_all_stage_ranks_count__d_ep(out, *arrays)
     return result

@@ -5,7 +5,8 @@
 """Fused evaluators of the fsdp formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.fsdp``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -53,34 +54,8 @@ def _fsdp_part_traffic_bytes(out, bytes_grad, bytes_p, gathers, part_computed, p
 
 
 def fsdp_part_traffic_bytes(*, bytes_grad, bytes_p, gathers, part_computed, part_held, part_sharded, part_size, reduces):
-    """Bytes a rank moves per micro-batch for one FSDP part (N, c, k, g): G parameter all-gathers
-    and a gradient reduce-scatter over its shards, plus R all-reduces between copies of a shard.
-
-    Closed form::
-
-        bytes_grad*part_size*reduces*(2*Max(1, part_held/Max(1, part_sharded)) - 2)/(Max(1,
-        part_computed)*Max(1, part_held/Max(1, part_sharded))*Max(1, part_sharded/Max(1,
-        part_computed))) + part_size*(bytes_grad + bytes_p*gathers)*(Max(1, part_sharded/Max(1,
-        part_computed)) - 1)/(Max(1, part_computed)*Max(1, part_sharded/Max(1, part_computed)))
-
-    Unit: bytes.
-
-    Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_traffic, one term of its sum)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_held: ranks holding one FSDP part, copies of the shard included (g) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_part_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_part_traffic_bytes",
@@ -100,31 +75,8 @@ def _fsdp_part_reduce_traffic_bytes(out, bytes_grad, part_computed, part_held, p
 
 
 def fsdp_part_reduce_traffic_bytes(*, bytes_grad, part_computed, part_held, part_sharded, part_size, reduces):
-    """Bytes a rank sends per micro-batch to all-reduce the gradients of one FSDP part's shard
-    between its copies, R times (the second term of fsdp_part_traffic_bytes).
-
-    Closed form::
-
-        bytes_grad*part_size*reduces*(2*Max(1, part_held/Max(1, part_sharded)) - 2)/(Max(1,
-        part_computed)*Max(1, part_held/Max(1, part_sharded))*Max(1, part_sharded/Max(1,
-        part_computed)))
-
-    Unit: bytes.
-
-    Source: inferred: EvalLayerComm.fsdp_reduce_traffic is not published; comm_time.py lines 594 and
-    600 call it
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_held: ranks holding one FSDP part, copies of the shard included (g) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_part_reduce_traffic_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_part_reduce_traffic_bytes",
@@ -142,30 +94,10 @@ def _fsdp_routed_part_size_params(out, P_r, ep):
 
 
 def fsdp_routed_part_size_params(*, P_r, ep):
-    """Routed-expert parameters a rank's EP group holds: P_r / ep.
-
-    Closed form::
-
-        P_r/ep
-
-    Unit: params.
-
-    Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts)
-
-    Args:
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        ep: expert-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_routed_part_size_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "fsdp_routed_part_size_params",
-        ("P_r", "ep"),
-        (P_r, ep),
-    )
+    result, out, arrays = _runtime.prepare("fsdp_routed_part_size_params", ("P_r", "ep"), (P_r, ep))
     _fsdp_routed_part_size_params(out, *arrays)
     return result
 
@@ -177,30 +109,11 @@ def _fsdp_non_expert_part_held_count(out, cp, d, t):
 
 
 def fsdp_non_expert_part_held_count(*, cp, d, t):
-    """Ranks holding the non-expert part of a layer (and the output table): d * cp * t.
-
-    Closed form::
-
-        cp*d*t
-
-    Unit: count.
-
-    Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts); HyperParallel SAPP-ND perf_estimation/comm_time.py line 529
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_non_expert_part_held_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_non_expert_part_held_count",
-        ("cp", "d", "t"),
-        (cp, d, t),
+        "fsdp_non_expert_part_held_count", ("cp", "d", "t"), (cp, d, t),
     )
     _fsdp_non_expert_part_held_count(out, *arrays)
     return result
@@ -213,30 +126,11 @@ def _fsdp_routed_part_held_count(out, cp, d_exp, t_exp):
 
 
 def fsdp_routed_part_held_count(*, cp, d_exp, t_exp):
-    """Ranks holding the routed-expert part of a layer: d_exp * cp * t_exp.
-
-    Closed form::
-
-        cp*d_exp*t_exp
-
-    Unit: count.
-
-    Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_routed_part_held_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_routed_part_held_count",
-        ("cp", "d_exp", "t_exp"),
-        (cp, d_exp, t_exp),
+        "fsdp_routed_part_held_count", ("cp", "d_exp", "t_exp"), (cp, d_exp, t_exp),
     )
     _fsdp_routed_part_held_count(out, *arrays)
     return result
@@ -249,30 +143,11 @@ def _fsdp_shared_part_held_count(out, cp, d, t_exp):
 
 
 def fsdp_shared_part_held_count(*, cp, d, t_exp):
-    """Ranks holding the shared-expert part of a layer: d * cp * t_exp.
-
-    Closed form::
-
-        cp*d*t_exp
-
-    Unit: count.
-
-    Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_shared_part_held_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_shared_part_held_count",
-        ("cp", "d", "t_exp"),
-        (cp, d, t_exp),
+        "fsdp_shared_part_held_count", ("cp", "d", "t_exp"), (cp, d, t_exp),
     )
     _fsdp_shared_part_held_count(out, *arrays)
     return result
@@ -285,27 +160,11 @@ def _fsdp_embedding_part_computed_count(out, gather_embed, shard_embed):
 
 
 def fsdp_embedding_part_computed_count(*, gather_embed, shard_embed):
-    """Ranks the embedding table is computed over: shard_embed / max(1, gather_embed or 1).
-
-    Closed form::
-
-        shard_embed/Max(1, gather_embed)
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 527
-
-    Args:
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        shard_embed: ranks that shard the embedding table [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_embedding_part_computed_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_embedding_part_computed_count",
-        ("gather_embed", "shard_embed"),
+        "fsdp_embedding_part_computed_count", ("gather_embed", "shard_embed"),
         (gather_embed, shard_embed),
     )
     _fsdp_embedding_part_computed_count(out, *arrays)
@@ -319,28 +178,11 @@ def _fsdp_embedding_part_held_count(out, d, gather_embed, shard_embed):
 
 
 def fsdp_embedding_part_held_count(*, d, gather_embed, shard_embed):
-    """Ranks holding the embedding table: d times its computed-over width.
-
-    Closed form::
-
-        d*shard_embed/Max(1, gather_embed)
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 528
-
-    Args:
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        shard_embed: ranks that shard the embedding table [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_embedding_part_held_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_embedding_part_held_count",
-        ("d", "gather_embed", "shard_embed"),
+        "fsdp_embedding_part_held_count", ("d", "gather_embed", "shard_embed"),
         (d, gather_embed, shard_embed),
     )
     _fsdp_embedding_part_held_count(out, *arrays)
@@ -354,29 +196,10 @@ def _fsdp_embedding_part_size_params(out, h, v):
 
 
 def fsdp_embedding_part_size_params(*, h, v):
-    """Parameters of the embedding table: h * v.
-
-    Closed form::
-
-        h*v
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 528 (EvalHead.num_params_embed)
-
-    Args:
-        h: hidden width [elements].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_embedding_part_size_params`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "fsdp_embedding_part_size_params",
-        ("h", "v"),
-        (h, v),
-    )
+    result, out, arrays = _runtime.prepare("fsdp_embedding_part_size_params", ("h", "v"), (h, v))
     _fsdp_embedding_part_size_params(out, *arrays)
     return result
 
@@ -388,29 +211,10 @@ def _fsdp_output_part_size_params(out, h, v):
 
 
 def fsdp_output_part_size_params(*, h, v):
-    """Parameters of the output layer: the h * v table and v biases.
-
-    Closed form::
-
-        h*v + v
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py line 529 (EvalTail.num_params_output)
-
-    Args:
-        h: hidden width [elements].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_output_part_size_params`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "fsdp_output_part_size_params",
-        ("h", "v"),
-        (h, v),
-    )
+    result, out, arrays = _runtime.prepare("fsdp_output_part_size_params", ("h", "v"), (h, v))
     _fsdp_output_part_size_params(out, *arrays)
     return result
 
@@ -436,49 +240,8 @@ def _fsdp_layer_traffic_bytes(out, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d
 
 
 def fsdp_layer_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, bytes_p, cp, d, d_exp, ep, gathers, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp):
-    """FSDP bytes a rank moves per micro-batch for one body layer, over its non-expert, routed and
-    shared parts, given the layer's parameter counts P_ne, P_r, P_s.
-
-    Closed form::
-
-        P_ne*bytes_grad*reduces*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + P_ne*(bytes_grad
-        + bytes_p*gathers)*(Max(1, shard_p_os_non_exp_partial/t) - 1)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)) + P_r*bytes_grad*reduces*(2*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp) - 2)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) + P_r*(bytes_grad + bytes_p*gathers)*(Max(1,
-        shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)) +
-        P_s*bytes_grad*reduces*(2*Max(1, cp*d*t_exp/shard_p_os_exp_partial) - 2)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) + P_s*(bytes_grad +
-        bytes_p*gathers)*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp))
-
-    Unit: bytes.
-
-    Source: published version of HyperParallel SAPP-ND memory_estimation/evaluators/comm.py
-    (fsdp_layer_parts, fsdp_traffic); HyperParallel SAPP-ND perf_estimation/comm_time.py line 593
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_layer_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 54 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_layer_traffic_bytes",
@@ -500,41 +263,8 @@ def _fsdp_layer_reduce_traffic_bytes(out, P_ne, P_r, P_s, bytes_grad, cp, d, d_e
 
 
 def fsdp_layer_reduce_traffic_bytes(*, P_ne, P_r, P_s, bytes_grad, cp, d, d_exp, ep, reduces, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, t, t_exp):
-    """The all-reduce share of fsdp_layer_traffic_bytes (inferred fsdp_reduce_traffic).
-
-    Closed form::
-
-        P_ne*bytes_grad*reduces*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        P_r*bytes_grad*reduces*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)) +
-        P_s*bytes_grad*reduces*(2*Max(1, cp*d*t_exp/shard_p_os_exp_partial) - 2)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial))
-
-    Unit: bytes.
-
-    Source: inferred fsdp_reduce_traffic; HyperParallel SAPP-ND perf_estimation/comm_time.py line
-    594
-
-    Args:
-        P_ne: non-expert parameters of one layer (num_params_layer[0]) [params].
-        P_r: routed-expert parameters of one layer (num_params_layer[1]) [params].
-        P_s: shared-expert parameters of one layer (num_params_layer[2]) [params].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        ep: expert-parallel degree [ranks].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_layer_reduce_traffic_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 38 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_layer_reduce_traffic_bytes",
@@ -556,35 +286,8 @@ def _fsdp_embedding_traffic_bytes(out, bytes_grad, bytes_p, d, gather_embed, gat
 
 
 def fsdp_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gathers, h, reduces, shard_embed, v):
-    """FSDP bytes a rank moves per micro-batch for the embedding table.
-
-    Closed form::
-
-        bytes_grad*h*reduces*v*(2*Max(1, d/Max(1, gather_embed)) - 2)/(Max(1, d/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        shard_embed/Max(1, gather_embed)))) + h*v*(bytes_grad + bytes_p*gathers)*(Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))) - 1)/(Max(1, shard_embed/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py line 599
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_embedding_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_embedding_traffic_bytes",
@@ -605,31 +308,8 @@ def _fsdp_embedding_reduce_traffic_bytes(out, bytes_grad, d, gather_embed, h, re
 
 
 def fsdp_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, reduces, shard_embed, v):
-    """The all-reduce share of fsdp_embedding_traffic_bytes (inferred fsdp_reduce_traffic).
-
-    Closed form::
-
-        bytes_grad*h*reduces*v*(2*Max(1, d/Max(1, gather_embed)) - 2)/(Max(1, d/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
-    inferred fsdp_reduce_traffic, HyperParallel SAPP-ND perf_estimation/comm_time.py line 600
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_embedding_reduce_traffic_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_embedding_reduce_traffic_bytes",
@@ -651,38 +331,8 @@ def _fsdp_tied_embedding_traffic_bytes(out, bytes_grad, bytes_p, d, gather_embed
 
 
 def fsdp_tied_embedding_traffic_bytes(*, bytes_grad, bytes_p, d, gather_embed, gathers, h, p, reduces, shard_embed, v):
-    """FSDP bytes a rank moves per micro-batch for an embedding table tied to the output layer
-    (nothing when p <= 1: the output layer holds it).
-
-    Closed form::
-
-        bytes_grad*reduces*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) + (bytes_grad +
-        bytes_p*gathers)*(Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))) -
-        1)*Piecewise((0, p <= 1), (h*v, True))/(Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py line 599
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_tied_embedding_traffic_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_tied_embedding_traffic_bytes",
@@ -703,32 +353,8 @@ def _fsdp_tied_embedding_reduce_traffic_bytes(out, bytes_grad, d, gather_embed, 
 
 
 def fsdp_tied_embedding_reduce_traffic_bytes(*, bytes_grad, d, gather_embed, h, p, reduces, shard_embed, v):
-    """The all-reduce share of fsdp_tied_embedding_traffic_bytes (inferred fsdp_reduce_traffic).
-
-    Closed form::
-
-        bytes_grad*reduces*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
-    inferred fsdp_reduce_traffic, HyperParallel SAPP-ND perf_estimation/comm_time.py line 600
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_tied_embedding_reduce_traffic_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_tied_embedding_reduce_traffic_bytes",
@@ -748,35 +374,8 @@ def _fsdp_output_traffic_bytes(out, bytes_grad, bytes_p, cp, d, gathers, h, redu
 
 
 def fsdp_output_traffic_bytes(*, bytes_grad, bytes_p, cp, d, gathers, h, reduces, shard_p_os_non_exp_partial, t, v):
-    """FSDP bytes a rank moves per micro-batch for the output layer.
-
-    Closed form::
-
-        bytes_grad*reduces*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad +
-        bytes_p*gathers)*(h*v + v)*(Max(1, shard_p_os_non_exp_partial/t) - 1)/(t*Max(1,
-        shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py line 599
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gathers: FSDP parameter all-gathers per micro-batch (G) [rounds].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_output_traffic_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_output_traffic_bytes",
@@ -795,31 +394,8 @@ def _fsdp_output_reduce_traffic_bytes(out, bytes_grad, cp, d, h, reduces, shard_
 
 
 def fsdp_output_reduce_traffic_bytes(*, bytes_grad, cp, d, h, reduces, shard_p_os_non_exp_partial, t, v):
-    """The all-reduce share of fsdp_output_traffic_bytes (inferred fsdp_reduce_traffic).
-
-    Closed form::
-
-        bytes_grad*reduces*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 518-529 (fsdp_root_parts);
-    inferred fsdp_reduce_traffic, HyperParallel SAPP-ND perf_estimation/comm_time.py line 600
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        reduces: FSDP all-reduces between copies of a shard per micro-batch (R) [rounds].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_output_reduce_traffic_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "fsdp_output_reduce_traffic_bytes",
@@ -837,26 +413,10 @@ def _fsdp_resharded_layer_gathers_count(out):
 
 
 def fsdp_resharded_layer_gathers_count():
-    """All-gathers of a layer per micro-batch when FSDP reshards after each pass: forward and
-    backward.
-
-    Closed form::
-
-        2
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_resharded_layer_gathers_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "fsdp_resharded_layer_gathers_count",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("fsdp_resharded_layer_gathers_count", (), ())
     _fsdp_resharded_layer_gathers_count(out, *arrays)
     return result
 
@@ -868,26 +428,10 @@ def _fsdp_resharded_root_gathers_count(out):
 
 
 def fsdp_resharded_root_gathers_count():
-    """All-gathers of the embedding or output table per micro-batch when FSDP reshards: once, kept
-    through its backward.
-
-    Closed form::
-
-        1
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_resharded_root_gathers_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "fsdp_resharded_root_gathers_count",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("fsdp_resharded_root_gathers_count", (), ())
     _fsdp_resharded_root_gathers_count(out, *arrays)
     return result
 
@@ -899,29 +443,10 @@ def _fsdp_kept_gathers_count(out, m):
 
 
 def fsdp_kept_gathers_count(*, m):
-    """All-gathers of a layer or root table per micro-batch when FSDP keeps parameters gathered:
-    once a step, 1/max(1, m) (§10 item 19).
-
-    Closed form::
-
-        1/m
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_kept_gathers_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 1 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "fsdp_kept_gathers_count",
-        ("m",),
-        (m,),
-    )
+    result, out, arrays = _runtime.prepare("fsdp_kept_gathers_count", ("m",), (m,))
     _fsdp_kept_gathers_count(out, *arrays)
     return result
 
@@ -933,30 +458,11 @@ def _fsdp_cp_spanning_reduces_count(out, m, shard_p_os_non_exp_partial, t):
 
 
 def fsdp_cp_spanning_reduces_count(*, m, shard_p_os_non_exp_partial, t):
-    """All-reduces between copies of a shard per micro-batch: once a step where the non-expert shard
-    is wider than t * param_cp (param_cp = 1, shard_spans_cp set), else every micro-batch (§10 item
-    19).
-
-    Closed form::
-
-        Piecewise((1/m, shard_p_os_non_exp_partial > t), (1, True))
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_cp_spanning_reduces_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_cp_spanning_reduces_count",
-        ("m", "shard_p_os_non_exp_partial", "t"),
+        "fsdp_cp_spanning_reduces_count", ("m", "shard_p_os_non_exp_partial", "t"),
         (m, shard_p_os_non_exp_partial, t),
     )
     _fsdp_cp_spanning_reduces_count(out, *arrays)
@@ -970,31 +476,11 @@ def _fsdp_cp_separate_reduces_count(out, cp, m, shard_p_os_non_exp_partial, t):
 
 
 def fsdp_cp_separate_reduces_count(*, cp, m, shard_p_os_non_exp_partial, t):
-    """All-reduces between copies of a shard per micro-batch: once a step where the non-expert shard
-    is wider than t * param_cp (param_cp = cp, shard_spans_cp unset), else every micro-batch (§10
-    item 19).
-
-    Closed form::
-
-        Piecewise((1/m, shard_p_os_non_exp_partial > cp*t), (1, True))
-
-    Unit: count.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 532-546 (_fsdp_rounds)
-
-    Args:
-        cp: context-parallel degree [ranks].
-        m: number of micro-batches per step [micro-batches].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.fsdp_cp_separate_reduces_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "fsdp_cp_separate_reduces_count",
-        ("cp", "m", "shard_p_os_non_exp_partial", "t"),
+        "fsdp_cp_separate_reduces_count", ("cp", "m", "shard_p_os_non_exp_partial", "t"),
         (cp, m, shard_p_os_non_exp_partial, t),
     )
     _fsdp_cp_separate_reduces_count(out, *arrays)

@@ -5,7 +5,8 @@
 """Fused evaluators of the memory formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.memory``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -125,29 +126,8 @@ def _memory_part_weights_bytes(out, bytes_p, part_computed, part_sharded, part_s
 
 
 def memory_part_weights_bytes(*, bytes_p, part_computed, part_sharded, part_size, zero_level):
-    """Weight bytes one rank keeps of a part of N parameters computed over c TP ranks and sharded
-    over k ranks, split over the k/c ZeRO shards from ZeRO stage 3 on.
-
-    Closed form::
-
-        bytes_p*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 3),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_part_weights_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_part_weights_bytes",
@@ -165,29 +145,8 @@ def _memory_part_gradients_bytes(out, bytes_grad, part_computed, part_sharded, p
 
 
 def memory_part_gradients_bytes(*, bytes_grad, part_computed, part_sharded, part_size, zero_level):
-    """Gradient bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from stage 2
-    on.
-
-    Closed form::
-
-        bytes_grad*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 2),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_part_gradients_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_part_gradients_bytes",
@@ -205,30 +164,8 @@ def _memory_part_optimizer_bytes(out, bytes_optimizer, part_computed, part_shard
 
 
 def memory_part_optimizer_bytes(*, bytes_optimizer, part_computed, part_sharded, part_size, zero_level):
-    """Optimizer-state bytes one rank keeps of a part (N, c, k), split over its ZeRO shards from
-    stage 1 on.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 1),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_part_optimizer_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_part_optimizer_bytes",
@@ -248,35 +185,8 @@ def _memory_part_model_states_bytes(out, bytes_grad, bytes_optimizer, bytes_p, p
 
 
 def memory_part_model_states_bytes(*, bytes_grad, bytes_optimizer, bytes_p, part_computed, part_sharded, part_size, zero_level):
-    """Model-state bytes (weights, gradients, optimizer states) one rank keeps of a part (N, c, k):
-    ZeRO Table 1's per-device memory for c = 1, k = N_d.
-
-    Closed form::
-
-        bytes_grad*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 2),
-        (part_size/Max(1, part_computed), True)) + bytes_optimizer*Piecewise((part_size/Max(1,
-        part_computed, part_sharded), zero_level >= 1), (part_size/Max(1, part_computed), True)) +
-        bytes_p*Piecewise((part_size/Max(1, part_computed, part_sharded), zero_level >= 3),
-        (part_size/Max(1, part_computed), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        part_computed: ranks one FSDP part is computed over, its TP width (c) [ranks].
-        part_sharded: ranks one FSDP part is sharded over (k) [ranks].
-        part_size: parameters of one FSDP part (N) [params].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_part_model_states_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_part_model_states_bytes",
@@ -296,32 +206,8 @@ def _memory_embedding_weights_bytes(out, bytes_p, gather_embed, h, shard_embed, 
 
 
 def memory_embedding_weights_bytes(*, bytes_p, gather_embed, h, shard_embed, v, zero_level):
-    """Weights bytes one rank keeps of the embedding table, ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts)
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_embedding_weights_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_embedding_weights_bytes",
@@ -341,32 +227,8 @@ def _memory_embedding_gradients_bytes(out, bytes_grad, gather_embed, h, shard_em
 
 
 def memory_embedding_gradients_bytes(*, bytes_grad, gather_embed, h, shard_embed, v, zero_level):
-    """Gradients bytes one rank keeps of the embedding table, ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >=
-        2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_embedding_gradients_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_embedding_gradients_bytes",
@@ -386,33 +248,8 @@ def _memory_embedding_optimizer_bytes(out, bytes_optimizer, gather_embed, h, sha
 
 
 def memory_embedding_optimizer_bytes(*, bytes_optimizer, gather_embed, h, shard_embed, v, zero_level):
-    """Optimizer bytes one rank keeps of the embedding table, ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts)
-
-    Args:
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_embedding_optimizer_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_embedding_optimizer_bytes",
@@ -431,35 +268,8 @@ def _memory_output_weights_bytes(out, bytes_p, h, p, shard_p_os_non_exp_partial,
 
 
 def memory_output_weights_bytes(*, bytes_p, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weights bytes one rank keeps of the output table, ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts)
-
-    Args:
-        bytes_p: bytes per parameter [bytes].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_output_weights_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_output_weights_bytes",
@@ -478,35 +288,8 @@ def _memory_output_gradients_bytes(out, bytes_grad, h, p, shard_p_os_non_exp_par
 
 
 def memory_output_gradients_bytes(*, bytes_grad, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Gradients bytes one rank keeps of the output table, ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_output_gradients_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_output_gradients_bytes",
@@ -525,36 +308,8 @@ def _memory_output_optimizer_bytes(out, bytes_optimizer, h, p, shard_p_os_non_ex
 
 
 def memory_output_optimizer_bytes(*, bytes_optimizer, h, p, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Optimizer bytes one rank keeps of the output table, ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; part:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts)
-
-    Args:
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        h: hidden width [elements].
-        p: pipeline-parallel degree [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_output_optimizer_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_output_optimizer_bytes",
@@ -577,59 +332,8 @@ def _memory_standard_dense_layer_weights_bytes(out, a, attn_extra_p, attn_output
 
 
 def memory_standard_dense_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate, bytes_p, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level):
-    """Weights bytes one rank keeps of one body layer (standard_dense): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_layer_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 41 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_layer_weights_bytes",
@@ -652,59 +356,8 @@ def _memory_standard_dense_layer_gradients_bytes(out, a, attn_extra_p, attn_outp
 
 
 def memory_standard_dense_layer_gradients_bytes(*, a, attn_extra_p, attn_output_gate, bytes_grad, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level):
-    """Gradients bytes one rank keeps of one body layer (standard_dense): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_layer_gradients_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 41 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_layer_gradients_bytes",
@@ -727,60 +380,8 @@ def _memory_standard_dense_layer_optimizer_bytes(out, a, attn_extra_p, attn_outp
 
 
 def memory_standard_dense_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, t, zero_level):
-    """Optimizer bytes one rank keeps of one body layer (standard_dense): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_layer_optimizer_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 41 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_layer_optimizer_bytes",
@@ -801,41 +402,8 @@ def _memory_standard_dense_layer_activations_bytes(out, a, b, bytes_compute, cp,
 
 
 def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t):
-    """Activation bytes one body layer (standard_dense, recompute none) keeps per micro-batch on one
-    rank.
-
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_layer_activations_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 34 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_layer_activations_bytes",
@@ -855,38 +423,8 @@ def _memory_standard_dense_layer_selective_activations_bytes(out, a, b, bytes_co
 
 
 def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t):
-    """Activation bytes one body layer (standard_dense, recompute selective) keeps per micro-batch
-    on one rank.
-
-    Closed form::
-
-        b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t +
-        (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_layer_selective_activations_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_layer_selective_activations_bytes",
@@ -916,73 +454,8 @@ def _memory_standard_moe_layer_weights_bytes(out, a, attn_extra_p, attn_output_g
 
 
 def memory_standard_moe_layer_weights_bytes(*, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Weights bytes one rank keeps of one body layer (standard_moe): non-expert, routed-expert and
-    shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_layer_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 68 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_layer_weights_bytes",
@@ -1012,73 +485,8 @@ def _memory_standard_moe_layer_gradients_bytes(out, a, attn_extra_p, attn_output
 
 
 def memory_standard_moe_layer_gradients_bytes(*, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Gradients bytes one rank keeps of one body layer (standard_moe): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_layer_gradients_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 68 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_layer_gradients_bytes",
@@ -1108,74 +516,8 @@ def _memory_standard_moe_layer_optimizer_bytes(out, a, attn_extra_p, attn_output
 
 
 def memory_standard_moe_layer_optimizer_bytes(*, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Optimizer bytes one rank keeps of one body layer (standard_moe): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_layer_optimizer_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 68 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_layer_optimizer_bytes",
@@ -1198,48 +540,8 @@ def _memory_standard_moe_layer_activations_bytes(out, a, b, bytes_compute, cap_f
 
 
 def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp):
-    """Activation bytes one body layer (standard_moe, recompute none) keeps per micro-batch on one
-    rank.
-
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_layer_activations_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 42 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_layer_activations_bytes",
@@ -1261,45 +563,8 @@ def _memory_standard_moe_layer_selective_activations_bytes(out, a, b, bytes_comp
 
 
 def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, s, sp, t, t_exp):
-    """Activation bytes one body layer (standard_moe, recompute selective) keeps per micro-batch on
-    one rank.
-
-    Closed form::
-
-        b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_layer_selective_activations_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 30 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_layer_selective_activations_bytes",
@@ -1319,57 +584,8 @@ def _memory_mla_q_latent_dense_layer_weights_bytes(out, a, bytes_p, dc_kv, dc_q,
 
 
 def memory_mla_q_latent_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level):
-    """Weights bytes one rank keeps of one body layer (mla_q_latent_dense): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_layer_weights_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 44 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_layer_weights_bytes",
@@ -1389,57 +605,8 @@ def _memory_mla_q_latent_dense_layer_gradients_bytes(out, a, bytes_grad, dc_kv, 
 
 
 def memory_mla_q_latent_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level):
-    """Gradients bytes one rank keeps of one body layer (mla_q_latent_dense): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_layer_gradients_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 44 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_layer_gradients_bytes",
@@ -1459,58 +626,8 @@ def _memory_mla_q_latent_dense_layer_optimizer_bytes(out, a, bytes_optimizer, dc
 
 
 def memory_mla_q_latent_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level):
-    """Optimizer bytes one rank keeps of one body layer (mla_q_latent_dense): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_layer_optimizer_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 44 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_layer_optimizer_bytes",
@@ -1531,46 +648,8 @@ def _memory_mla_q_latent_dense_layer_activations_bytes(out, a, b, bytes_compute,
 
 
 def memory_mla_q_latent_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t):
-    """Activation bytes one body layer (mla_q_latent_dense, recompute none) keeps per micro-batch on
-    one rank.
-
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_layer_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_layer_activations_bytes",
@@ -1590,42 +669,8 @@ def _memory_mla_q_latent_dense_layer_selective_activations_bytes(out, a, b, byte
 
 
 def memory_mla_q_latent_dense_layer_selective_activations_bytes(*, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t):
-    """Activation bytes one body layer (mla_q_latent_dense, recompute selective) keeps per
-    micro-batch on one rank.
-
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_layer_selective_activations_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_layer_selective_activations_bytes",
@@ -1652,69 +697,8 @@ def _memory_mla_q_latent_moe_layer_weights_bytes(out, a, bytes_p, dc_kv, dc_q, d
 
 
 def memory_mla_q_latent_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Weights bytes one rank keeps of one body layer (mla_q_latent_moe): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_layer_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_layer_weights_bytes",
@@ -1741,69 +725,8 @@ def _memory_mla_q_latent_moe_layer_gradients_bytes(out, a, bytes_grad, dc_kv, dc
 
 
 def memory_mla_q_latent_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Gradients bytes one rank keeps of one body layer (mla_q_latent_moe): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_layer_gradients_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_layer_gradients_bytes",
@@ -1830,71 +753,8 @@ def _memory_mla_q_latent_moe_layer_optimizer_bytes(out, a, bytes_optimizer, dc_k
 
 
 def memory_mla_q_latent_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Optimizer bytes one rank keeps of one body layer (mla_q_latent_moe): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_layer_optimizer_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_layer_optimizer_bytes",
@@ -1917,51 +777,8 @@ def _memory_mla_q_latent_moe_layer_activations_bytes(out, a, b, bytes_compute, c
 
 
 def memory_mla_q_latent_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp):
-    """Activation bytes one body layer (mla_q_latent_moe, recompute none) keeps per micro-batch on
-    one rank.
-
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_layer_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 48 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_layer_activations_bytes",
@@ -1983,48 +800,8 @@ def _memory_mla_q_latent_moe_layer_selective_activations_bytes(out, a, b, bytes_
 
 
 def memory_mla_q_latent_moe_layer_selective_activations_bytes(*, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp):
-    """Activation bytes one body layer (mla_q_latent_moe, recompute selective) keeps per micro-batch
-    on one rank.
-
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_layer_selective_activations_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 37 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_layer_selective_activations_bytes",
@@ -2045,55 +822,8 @@ def _memory_mla_q_direct_dense_layer_weights_bytes(out, a, bytes_p, dc_kv, dh, d
 
 
 def memory_mla_q_direct_dense_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level):
-    """Weights bytes one rank keeps of one body layer (mla_q_direct_dense): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_layer_weights_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_layer_weights_bytes",
@@ -2114,55 +844,8 @@ def _memory_mla_q_direct_dense_layer_gradients_bytes(out, a, bytes_grad, dc_kv, 
 
 
 def memory_mla_q_direct_dense_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level):
-    """Gradients bytes one rank keeps of one body layer (mla_q_direct_dense): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_layer_gradients_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_layer_gradients_bytes",
@@ -2183,56 +866,8 @@ def _memory_mla_q_direct_dense_layer_optimizer_bytes(out, a, bytes_optimizer, dc
 
 
 def memory_mla_q_direct_dense_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, t, zero_level):
-    """Optimizer bytes one rank keeps of one body layer (mla_q_direct_dense): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_layer_optimizer_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 40 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_layer_optimizer_bytes",
@@ -2253,44 +888,8 @@ def _memory_mla_q_direct_dense_layer_activations_bytes(out, a, b, bytes_compute,
 
 
 def memory_mla_q_direct_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t):
-    """Activation bytes one body layer (mla_q_direct_dense, recompute none) keeps per micro-batch on
-    one rank.
-
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_layer_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 38 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_layer_activations_bytes",
@@ -2310,41 +909,8 @@ def _memory_mla_q_direct_dense_layer_selective_activations_bytes(out, a, b, byte
 
 
 def memory_mla_q_direct_dense_layer_selective_activations_bytes(*, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, h, hff, n_ffMM, n_kv, qk_nope_head_dim, s, sp, t):
-    """Activation bytes one body layer (mla_q_direct_dense, recompute selective) keeps per
-    micro-batch on one rank.
-
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_layer_selective_activations_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_layer_selective_activations_bytes",
@@ -2372,69 +938,8 @@ def _memory_mla_q_direct_moe_layer_weights_bytes(out, a, bytes_p, dc_kv, dh, dhr
 
 
 def memory_mla_q_direct_moe_layer_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Weights bytes one rank keeps of one body layer (mla_q_direct_moe): non-expert, routed-expert
-    and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_layer_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_layer_weights_bytes",
@@ -2462,69 +967,8 @@ def _memory_mla_q_direct_moe_layer_gradients_bytes(out, a, bytes_grad, dc_kv, dh
 
 
 def memory_mla_q_direct_moe_layer_gradients_bytes(*, a, bytes_grad, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Gradients bytes one rank keeps of one body layer (mla_q_direct_moe): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1)))
-        + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_layer_gradients_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_layer_gradients_bytes",
@@ -2552,70 +996,8 @@ def _memory_mla_q_direct_moe_layer_optimizer_bytes(out, a, bytes_optimizer, dc_k
 
 
 def memory_mla_q_direct_moe_layer_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, zero_level):
-    """Optimizer bytes one rank keeps of one body layer (mla_q_direct_moe): non-expert,
-    routed-expert and shared-expert parts, each ZeRO-sharded as zero_level says.
-
-    Closed form::
-
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_layer_optimizer_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_layer_optimizer_bytes",
@@ -2638,50 +1020,8 @@ def _memory_mla_q_direct_moe_layer_activations_bytes(out, a, b, bytes_compute, c
 
 
 def memory_mla_q_direct_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp):
-    """Activation bytes one body layer (mla_q_direct_moe, recompute none) keeps per micro-batch on
-    one rank.
-
-    Closed form::
-
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_layer_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 46 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_layer_activations_bytes",
@@ -2703,47 +1043,8 @@ def _memory_mla_q_direct_moe_layer_selective_activations_bytes(out, a, b, bytes_
 
 
 def memory_mla_q_direct_moe_layer_selective_activations_bytes(*, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp):
-    """Activation bytes one body layer (mla_q_direct_moe, recompute selective) keeps per micro-batch
-    on one rank.
-
-    Closed form::
-
-        b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv
-        + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4.1
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_layer_selective_activations_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 35 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_layer_selective_activations_bytes",
@@ -2761,33 +1062,12 @@ def _memory_layer_full_recompute_activations_bytes(out, b, bytes_compute, cp, h,
 
 
 def memory_layer_full_recompute_activations_bytes(*, b, bytes_compute, cp, h, s, sp):
-    """Activation bytes a fully recomputed body layer keeps per micro-batch on one rank: its input.
-
-    Closed form::
-
-        b*bytes_compute*h*s/(cp*sp)
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 (full activation recomputation, 2sbh)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_layer_full_recompute_activations_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_layer_full_recompute_activations_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "sp"),
-        (b, bytes_compute, cp, h, s, sp),
+        ("b", "bytes_compute", "cp", "h", "s", "sp"), (b, bytes_compute, cp, h, s, sp),
     )
     _memory_layer_full_recompute_activations_bytes(out, *arrays)
     return result
@@ -2800,32 +1080,11 @@ def _memory_embedding_activations_bytes(out, b, cp, dropout, h, s, sp):
 
 
 def memory_embedding_activations_bytes(*, b, cp, dropout, h, s, sp):
-    """Activation bytes the embedding keeps per micro-batch on one rank (its dropout mask).
-
-    Closed form::
-
-        b*dropout*h*s/(cp*sp)
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §4.3
-
-    Args:
-        b: micro-batch size [samples].
-        cp: context-parallel degree [ranks].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_embedding_activations_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "memory_embedding_activations_bytes",
-        ("b", "cp", "dropout", "h", "s", "sp"),
+        "memory_embedding_activations_bytes", ("b", "cp", "dropout", "h", "s", "sp"),
         (b, cp, dropout, h, s, sp),
     )
     _memory_embedding_activations_bytes(out, *arrays)
@@ -2839,32 +1098,8 @@ def _memory_output_activations_bytes(out, b, bytes_compute, bytes_logits, cp, h,
 
 
 def memory_output_activations_bytes(*, b, bytes_compute, bytes_logits, cp, h, s, sp, t, v):
-    """Activation bytes the output layer keeps per micro-batch on one rank: norm and projection
-    inputs, the logits for the loss.
-
-    Closed form::
-
-        b*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §4.3
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_output_activations_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_output_activations_bytes",
@@ -2882,34 +1117,11 @@ def _memory_pp_in_flight_microbatches_count(out, m, p, pp_rank, vp):
 
 
 def memory_pp_in_flight_microbatches_count(*, m, p, pp_rank, vp):
-    """Micro-batches whose activations pipeline stage pp_rank holds at its peak (1F1B or
-    interleaved).
-
-    Closed form::
-
-        Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Eq. 5 and §4.2.3; Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_pp_in_flight_microbatches_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "memory_pp_in_flight_microbatches_count",
-        ("m", "p", "pp_rank", "vp"),
-        (m, p, pp_rank, vp),
+        "memory_pp_in_flight_microbatches_count", ("m", "p", "pp_rank", "vp"), (m, p, pp_rank, vp),
     )
     _memory_pp_in_flight_microbatches_count(out, *arrays)
     return result
@@ -2931,74 +1143,8 @@ def _memory_standard_dense_stage_weights_bytes(out, a, attn_extra_p, attn_output
 
 
 def memory_standard_dense_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, ZeRO-3 sharded when zero_level >= 3.
-
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_weights_bytes",
@@ -3025,74 +1171,8 @@ def _memory_standard_dense_stage_gradients_bytes(out, a, attn_extra_p, attn_outp
 
 
 def memory_standard_dense_stage_gradients_bytes(*, a, attn_extra_p, attn_output_gate, bytes_grad, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, sharded when zero_level >= 2.
-
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_grad*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_gradients_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_gradients_bytes",
@@ -3119,76 +1199,8 @@ def _memory_standard_dense_stage_optimizer_bytes(out, a, attn_extra_p, attn_outp
 
 
 def memory_standard_dense_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
-    body layers, sharded when zero_level >= 1.
-
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*(n_body + n_extra + n_extra_sel)*Piecewise(((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_optimizer_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_optimizer_bytes",
@@ -3223,112 +1235,8 @@ def _memory_standard_dense_stage_model_states_bytes(out, a, attn_extra_p, attn_o
 
 
 def memory_standard_dense_stage_model_states_bytes(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
-    embedding, output and body layers.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_model_states_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 89 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_model_states_bytes",
@@ -3351,64 +1259,8 @@ def _memory_standard_dense_stage_activations_bytes(out, a, b, bytes_compute, byt
 
 
 def memory_standard_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_logits, cp, dh, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, s, sp, t, v, vp):
-    """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
-    times its layers' activations per micro-batch, by recompute kind.
-
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
-    megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
-    forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
-    1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_activations_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 64 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_activations_bytes",
@@ -3431,52 +1283,8 @@ def _memory_standard_dense_stage_recompute_workspace_bytes(out, a, b, bytes_comp
 
 
 def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t):
-    """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
-    pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
-
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_recompute_workspace_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 42 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_recompute_workspace_bytes",
@@ -3521,152 +1329,8 @@ def _memory_standard_dense_stage_total_bytes(out, a, attn_extra_p, attn_output_g
 
 
 def memory_standard_dense_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-        + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params; Korthikanti et al. 2022, Reducing
-    Activation Recomputation in Large Transformer Models (arXiv:2205.05198), Table 2 and §4 (Eq. 5,
-    interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_total_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 157 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_total_bytes",
@@ -3711,150 +1375,8 @@ def _memory_standard_dense_stage_headroom_bytes(out, a, attn_extra_p, attn_outpu
 
 
 def memory_standard_dense_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """Device memory left per rank of one stage: capacity minus reserve minus the stage total
-    (negative when it does not fit).
-
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-        - (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) - Max((-b*s*(bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec))
-
-    Unit: bytes.
-
-    Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_headroom_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 159 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_headroom_bytes",
@@ -3899,149 +1421,8 @@ def _memory_standard_dense_stage_fits(out, a, attn_extra_p, attn_output_gate, b,
 
 
 def memory_standard_dense_stage_fits(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, device_memory_bytes, dh, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """1 when one stage's total fits into device memory after the reserve, else 0.
-
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-        + bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-        + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)*(n_body + n_extra
-        + n_extra_sel - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1),
-        (Min(m, (p*vp + p - 2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 4*h/sp + hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + 2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a,
-        True)))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 4*h/sp +
-        hff*n_ffMM/t + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + 2*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) + 2*dropout*h/sp)/cp)*Min(1,
-        n_full_rec))))
-
-    Unit: 1.
-
-    Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_dense_stage_fits`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 162 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_dense_stage_fits",
@@ -4076,88 +1457,8 @@ def _memory_standard_moe_stage_weights_bytes(out, a, attn_extra_p, attn_output_g
 
 
 def memory_standard_moe_stage_weights_bytes(*, a, attn_extra_p, attn_output_gate, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, ZeRO-3 sharded when zero_level >= 3.
-
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_weights_bytes",
@@ -4192,88 +1493,8 @@ def _memory_standard_moe_stage_gradients_bytes(out, a, attn_extra_p, attn_output
 
 
 def memory_standard_moe_stage_gradients_bytes(*, a, attn_extra_p, attn_output_gate, bytes_grad, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, sharded when zero_level >= 2.
-
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_gradients_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_gradients_bytes",
@@ -4308,89 +1529,8 @@ def _memory_standard_moe_stage_optimizer_bytes(out, a, attn_extra_p, attn_output
 
 
 def memory_standard_moe_stage_optimizer_bytes(*, a, attn_extra_p, attn_output_gate, bytes_optimizer, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
-    body layers, sharded when zero_level >= 1.
-
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) + (n_body +
-        n_extra + n_extra_sel)*(bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_optimizer_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_optimizer_bytes",
@@ -4439,142 +1579,8 @@ def _memory_standard_moe_stage_model_states_bytes(out, a, attn_extra_p, attn_out
 
 
 def memory_standard_moe_stage_model_states_bytes(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_optimizer, bytes_p, dh, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, o_bias, p, qkv_bias, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
-    embedding, output and body layers.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_model_states_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 133 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_model_states_bytes",
@@ -4598,72 +1604,8 @@ def _memory_standard_moe_stage_activations_bytes(out, a, b, bytes_compute, bytes
 
 
 def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, s, sp, t, t_exp, v, vp):
-    """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
-    times its layers' activations per micro-batch, by recompute kind.
-
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
-    megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
-    forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
-    1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_activations_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 72 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_activations_bytes",
@@ -4688,61 +1630,8 @@ def _memory_standard_moe_stage_recompute_workspace_bytes(out, a, b, bytes_comput
 
 
 def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, s, sp, t, t_exp):
-    """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
-    pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
-
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_recompute_workspace_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 50 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_recompute_workspace_bytes",
@@ -4801,189 +1690,8 @@ def _memory_standard_moe_stage_total_bytes(out, a, attn_extra_p, attn_output_gat
 
 
 def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params; Korthikanti et al. 2022, Reducing
-    Activation Recomputation in Large Transformer Models (arXiv:2205.05198), Table 2 and §4 (Eq. 5,
-    interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_total_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 218 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_total_bytes",
@@ -5042,187 +1750,8 @@ def _memory_standard_moe_stage_headroom_bytes(out, a, attn_extra_p, attn_output_
 
 
 def memory_standard_moe_stage_headroom_bytes(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """Device memory left per rank of one stage: capacity minus reserve minus the stage total
-    (negative when it does not fit).
-
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) - (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) - Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_headroom_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 220 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_headroom_bytes",
@@ -5281,186 +1810,8 @@ def _memory_standard_moe_stage_fits(out, a, attn_extra_p, attn_output_gate, b, b
 
 
 def memory_standard_moe_stage_fits(*, a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, device_memory_bytes, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """1 when one stage's total fits into device memory after the reserve, else 0.
-
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 2), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 1), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/Max(shard_p_os_non_exp_partial, t),
-        zero_level >= 3), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp
-        + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        2*Piecewise((dh, Ne(dh, 0)), (h/a, True))*Piecewise((n_kv, n_kv > 0), (a, True)))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
-    Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_standard_moe_stage_fits`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 223 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_standard_moe_stage_fits",
@@ -5484,72 +1835,8 @@ def _memory_mla_q_latent_dense_stage_weights_bytes(out, a, bytes_p, dc_kv, dc_q,
 
 
 def memory_mla_q_latent_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, ZeRO-3 sharded when zero_level >= 3.
-
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_weights_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 70 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_weights_bytes",
@@ -5573,72 +1860,8 @@ def _memory_mla_q_latent_dense_stage_gradients_bytes(out, a, bytes_grad, dc_kv, 
 
 
 def memory_mla_q_latent_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, sharded when zero_level >= 2.
-
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_grad*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_gradients_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 70 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_gradients_bytes",
@@ -5662,73 +1885,8 @@ def _memory_mla_q_latent_dense_stage_optimizer_bytes(out, a, bytes_optimizer, dc
 
 
 def memory_mla_q_latent_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
-    body layers, sharded when zero_level >= 1.
-
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*(n_body + n_extra + n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_optimizer_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 70 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_optimizer_bytes",
@@ -5760,104 +1918,8 @@ def _memory_mla_q_latent_dense_stage_model_states_bytes(out, a, bytes_grad, byte
 
 
 def memory_mla_q_latent_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
-    embedding, output and body layers.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_model_states_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 91 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_model_states_bytes",
@@ -5880,69 +1942,8 @@ def _memory_mla_q_latent_dense_stage_activations_bytes(out, a, b, bytes_compute,
 
 
 def memory_mla_q_latent_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
-    """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
-    times its layers' activations per micro-batch, by recompute kind.
-
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
-    megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
-    forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
-    1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 70 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_activations_bytes",
@@ -5965,57 +1966,8 @@ def _memory_mla_q_latent_dense_stage_recompute_workspace_bytes(out, a, b, bytes_
 
 
 def memory_mla_q_latent_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t):
-    """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
-    pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
-
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_recompute_workspace_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 48 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_recompute_workspace_bytes",
@@ -6060,144 +2012,8 @@ def _memory_mla_q_latent_dense_stage_total_bytes(out, a, b, bytes_compute, bytes
 
 
 def memory_mla_q_latent_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params; Korthikanti et al. 2022, Reducing
-    Activation Recomputation in Large Transformer Models (arXiv:2205.05198), Table 2 and §4 (Eq. 5,
-    interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_total_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 165 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_total_bytes",
@@ -6242,142 +2058,8 @@ def _memory_mla_q_latent_dense_stage_headroom_bytes(out, a, b, bytes_compute, by
 
 
 def memory_mla_q_latent_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """Device memory left per rank of one stage: capacity minus reserve minus the stage total
-    (negative when it does not fit).
-
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))) - (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_headroom_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 167 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_headroom_bytes",
@@ -6422,141 +2104,8 @@ def _memory_mla_q_latent_dense_stage_fits(out, a, b, bytes_compute, bytes_grad, 
 
 
 def memory_mla_q_latent_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """1 when one stage's total fits into device memory after the reserve, else 0.
-
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True)) + bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + 2*dc_q + dhr +
-        4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + 2*dc_q + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
-    Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_dense_stage_fits`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 170 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_dense_stage_fits",
@@ -6588,84 +2137,8 @@ def _memory_mla_q_latent_moe_stage_weights_bytes(out, a, bytes_p, dc_kv, dc_q, d
 
 
 def memory_mla_q_latent_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, ZeRO-3 sharded when zero_level >= 3.
-
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 97 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_weights_bytes",
@@ -6697,84 +2170,8 @@ def _memory_mla_q_latent_moe_stage_gradients_bytes(out, a, bytes_grad, dc_kv, dc
 
 
 def memory_mla_q_latent_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, sharded when zero_level >= 2.
-
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_gradients_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 97 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_gradients_bytes",
@@ -6806,86 +2203,8 @@ def _memory_mla_q_latent_moe_stage_optimizer_bytes(out, a, bytes_optimizer, dc_k
 
 
 def memory_mla_q_latent_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
-    body layers, sharded when zero_level >= 1.
-
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) + (n_body +
-        n_extra + n_extra_sel)*(bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_optimizer_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 97 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_optimizer_bytes",
@@ -6929,131 +2248,8 @@ def _memory_mla_q_latent_moe_stage_model_states_bytes(out, a, bytes_grad, bytes_
 
 
 def memory_mla_q_latent_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dc_q, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
-    embedding, output and body layers.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_model_states_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 132 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_model_states_bytes",
@@ -7077,76 +2273,8 @@ def _memory_mla_q_latent_moe_stage_activations_bytes(out, a, b, bytes_compute, b
 
 
 def memory_mla_q_latent_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
-    """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
-    times its layers' activations per micro-batch, by recompute kind.
-
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
-    megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
-    forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
-    1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 78 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_activations_bytes",
@@ -7171,65 +2299,8 @@ def _memory_mla_q_latent_moe_stage_recompute_workspace_bytes(out, a, b, bytes_co
 
 
 def memory_mla_q_latent_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp):
-    """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
-    pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
-
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_recompute_workspace_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 56 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_recompute_workspace_bytes",
@@ -7285,179 +2356,8 @@ def _memory_mla_q_latent_moe_stage_total_bytes(out, a, b, bytes_compute, bytes_g
 
 
 def memory_mla_q_latent_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params; Korthikanti et al. 2022, Reducing
-    Activation Recomputation in Large Transformer Models (arXiv:2205.05198), Table 2 and §4 (Eq. 5,
-    interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_total_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 223 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_total_bytes",
@@ -7513,177 +2413,8 @@ def _memory_mla_q_latent_moe_stage_headroom_bytes(out, a, b, bytes_compute, byte
 
 
 def memory_mla_q_latent_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """Device memory left per rank of one stage: capacity minus reserve minus the stage total
-    (negative when it does not fit).
-
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) -
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_headroom_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 225 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_headroom_bytes",
@@ -7739,176 +2470,8 @@ def _memory_mla_q_latent_moe_stage_fits(out, a, b, bytes_compute, bytes_grad, by
 
 
 def memory_mla_q_latent_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dc_q, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """1 when one stage's total fits into device memory after the reserve, else 0.
-
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1,
-        etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1,
-        etp), t_exp/Max(1, etp))), zero_level >= 2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t, True)) + bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp),
-        t_exp/Max(1, etp))), zero_level >= 3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp +
-        hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t +
-        n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec),
-        (-b*bytes_compute*h*s/(cp*sp) + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + 2*dc_q + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
-    Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_latent_moe_stage_fits`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 228 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_latent_moe_stage_fits",
@@ -7933,70 +2496,8 @@ def _memory_mla_q_direct_dense_stage_weights_bytes(out, a, bytes_p, dc_kv, dh, d
 
 
 def memory_mla_q_direct_dense_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, ZeRO-3 sharded when zero_level >= 3.
-
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_weights_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 66 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_weights_bytes",
@@ -8021,70 +2522,8 @@ def _memory_mla_q_direct_dense_stage_gradients_bytes(out, a, bytes_grad, dc_kv, 
 
 
 def memory_mla_q_direct_dense_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, sharded when zero_level >= 2.
-
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_grad*(n_body + n_extra +
-        n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_gradients_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 66 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_gradients_bytes",
@@ -8109,71 +2548,8 @@ def _memory_mla_q_direct_dense_stage_optimizer_bytes(out, a, bytes_optimizer, dc
 
 
 def memory_mla_q_direct_dense_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
-    body layers, sharded when zero_level >= 1.
-
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*(n_body + n_extra + n_extra_sel)*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_optimizer_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 66 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_optimizer_bytes",
@@ -8206,102 +2582,8 @@ def _memory_mla_q_direct_dense_stage_model_states_bytes(out, a, bytes_grad, byte
 
 
 def memory_mla_q_direct_dense_stage_model_states_bytes(*, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, gather_embed, h, hff, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_non_exp_partial, t, tie_emb_out, v, zero_level):
-    """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
-    embedding, output and body layers.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_model_states_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 87 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_model_states_bytes",
@@ -8324,68 +2606,8 @@ def _memory_mla_q_direct_dense_stage_activations_bytes(out, a, b, bytes_compute,
 
 
 def memory_mla_q_direct_dense_stage_activations_bytes(*, a, b, bytes_compute, bytes_logits, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, m, n_body, n_embedding, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, p, pp_rank, qk_nope_head_dim, s, sp, t, v, vp):
-    """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
-    times its layers' activations per micro-batch, by recompute kind.
-
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
-    megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
-    forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
-    1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 68 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_activations_bytes",
@@ -8408,56 +2630,8 @@ def _memory_mla_q_direct_dense_stage_recompute_workspace_bytes(out, a, b, bytes_
 
 
 def memory_mla_q_direct_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, qk_nope_head_dim, s, sp, t):
-    """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
-    pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
-
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_recompute_workspace_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 46 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_recompute_workspace_bytes",
@@ -8502,143 +2676,8 @@ def _memory_mla_q_direct_dense_stage_total_bytes(out, a, b, bytes_compute, bytes
 
 
 def memory_mla_q_direct_dense_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp)
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params; Korthikanti et al. 2022, Reducing
-    Activation Recomputation in Large Transformer Models (arXiv:2205.05198), Table 2 and §4 (Eq. 5,
-    interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_total_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 160 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_total_bytes",
@@ -8683,141 +2722,8 @@ def _memory_mla_q_direct_dense_stage_headroom_bytes(out, a, b, bytes_compute, by
 
 
 def memory_mla_q_direct_dense_stage_headroom_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """Device memory left per rank of one stage: capacity minus reserve minus the stage total
-    (negative when it does not fit).
-
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))) -
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp)
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_headroom_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 162 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_headroom_bytes",
@@ -8862,140 +2768,8 @@ def _memory_mla_q_direct_dense_stage_fits(out, a, b, bytes_compute, bytes_grad, 
 
 
 def memory_mla_q_direct_dense_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, flash_attention, gather_embed, h, hff, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_non_exp_partial, sp, t, tie_emb_out, v, vp, zero_level):
-    """1 when one stage's total fits into device memory after the reserve, else 0.
-
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, True))) +
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t +
-        (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv
-        + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))))/t) + 2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp)
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + 2*dc_kv + dhr + 4*h/sp + hff*n_ffMM/t + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
-    Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_dense_stage_fits`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 165 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_dense_stage_fits",
@@ -9028,84 +2802,8 @@ def _memory_mla_q_direct_moe_stage_weights_bytes(out, a, bytes_p, dc_kv, dh, dhr
 
 
 def memory_mla_q_direct_moe_stage_weights_bytes(*, a, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Weight bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, ZeRO-3 sharded when zero_level >= 3.
-
-    Closed form::
-
-        bytes_p*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 3), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_weights_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 93 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_weights_bytes",
@@ -9138,84 +2836,8 @@ def _memory_mla_q_direct_moe_stage_gradients_bytes(out, a, bytes_grad, dc_kv, dh
 
 
 def memory_mla_q_direct_moe_stage_gradients_bytes(*, a, bytes_grad, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Gradient bytes per rank of one pipeline stage, summed over its embedding, output and body
-    layers, sharded when zero_level >= 2.
-
-    Closed form::
-
-        bytes_grad*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_grad*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + (n_body + n_extra +
-        n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_gradients_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 93 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_gradients_bytes",
@@ -9248,85 +2870,8 @@ def _memory_mla_q_direct_moe_stage_optimizer_bytes(out, a, bytes_optimizer, dc_k
 
 
 def memory_mla_q_direct_moe_stage_optimizer_bytes(*, a, bytes_optimizer, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Optimizer-state bytes per rank of one pipeline stage, summed over its embedding, output and
-    body layers, sharded when zero_level >= 1.
-
-    Closed form::
-
-        bytes_optimizer*n_embedding*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1,
-        gather_embed)), zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*n_output*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) +
-        1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True)) + (n_body +
-        n_extra + n_extra_sel)*(bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_optimizer_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 93 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_optimizer_bytes",
@@ -9371,132 +2916,8 @@ def _memory_mla_q_direct_moe_stage_model_states_bytes(out, a, bytes_grad, bytes_
 
 
 def memory_mla_q_direct_moe_stage_model_states_bytes(*, a, bytes_grad, bytes_optimizer, bytes_p, dc_kv, dh, dhr, ep, etp, gather_embed, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_body, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_kv, n_output, n_qknorm, n_shared_exp, norm_bias, p, qk_nope_head_dim, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, t, t_exp, tie_emb_out, v, zero_level):
-    """Weights, gradients and optimizer states per rank of one pipeline stage, summed over its
-    embedding, output and body layers.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_model_states_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 128 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_model_states_bytes",
@@ -9520,75 +2941,8 @@ def _memory_mla_q_direct_moe_stage_activations_bytes(out, a, b, bytes_compute, b
 
 
 def memory_mla_q_direct_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_logits, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, qk_nope_head_dim, s, sp, t, t_exp, v, vp):
-    """Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches
-    times its layers' activations per micro-batch, by recompute kind.
-
-    Closed form::
-
-        (b*bytes_compute*h*n_full_rec*s/(cp*sp) + b*dropout*h*n_embedding*s/(cp*sp) +
-        b*n_output*s*(2*bytes_compute*h/sp + bytes_logits*v/t)/cp +
-        b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp)
-        + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)*(n_body + n_extra + n_extra_sel - n_full_rec -
-        n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p - 2*pp_rank -
-        1)/vp), True))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), Table 2 and §4 (Eq. 5, interleaving factor); in flight: Megatron-LM
-    megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of
-    forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
-    1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_activations_bytes`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 76 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_activations_bytes",
@@ -9613,64 +2967,8 @@ def _memory_mla_q_direct_moe_stage_recompute_workspace_bytes(out, a, b, bytes_co
 
 
 def memory_mla_q_direct_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cap_fact, cp, dc_kv, dh, dhr, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, sp, t, t_exp):
-    """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
-    pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
-
-    Closed form::
-
-        Max((-b*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp
-        + b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
-    (arXiv:2205.05198), §5 (recompute)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_recompute_workspace_bytes`` as one loop (its
+    docstring: what it counts, unit, source)."""
     # ops: 54 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_recompute_workspace_bytes",
@@ -9726,180 +3024,8 @@ def _memory_mla_q_direct_moe_stage_total_bytes(out, a, b, bytes_compute, bytes_g
 
 
 def memory_mla_q_direct_moe_stage_total_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """Memory per rank of one pipeline stage: model states, activations and the recompute workspace.
-
-    Closed form::
-
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp
-        + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp
-        + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv +
-        dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: Rajbhandari et al. 2020, ZeRO (arXiv:1910.02054v3), §5.1-5.3 and Table 1; parts:
-    HyperParallel SAPP-ND parts: published memory_estimation/evaluators/comm.py
-    (EvalLayerComm.fsdp_layer_parts) and perf_estimation/comm_time.py lines 518-529
-    (fsdp_root_parts); parameter counts: symbolic.params; Korthikanti et al. 2022, Reducing
-    Activation Recomputation in Large Transformer Models (arXiv:2205.05198), Table 2 and §4 (Eq. 5,
-    interleaving factor); in flight: Megatron-LM megatron/core/pipeline_parallel/schedules.py:
-    num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
-    _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_total_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 218 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_total_bytes",
@@ -9955,178 +3081,8 @@ def _memory_mla_q_direct_moe_stage_headroom_bytes(out, a, b, bytes_compute, byte
 
 
 def memory_mla_q_direct_moe_stage_headroom_bytes(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """Device memory left per rank of one stage: capacity minus reserve minus the stage total
-    (negative when it does not fit).
-
-    Closed form::
-
-        device_memory_bytes - memory_reserve -
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) -
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) - (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) - (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp
-        + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp
-        + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) - Max((-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv +
-        dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))
-
-    Unit: bytes.
-
-    Source: capacity - reserve - total
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_headroom_bytes`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 220 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_headroom_bytes",
@@ -10182,177 +3138,8 @@ def _memory_mla_q_direct_moe_stage_fits(out, a, b, bytes_compute, bytes_grad, by
 
 
 def memory_mla_q_direct_moe_stage_fits(*, a, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dc_kv, device_memory_bytes, dh, dhr, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, memory_reserve, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, p, pp_rank, qk_nope_head_dim, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level):
-    """1 when one stage's total fits into device memory after the reserve, else 0.
-
-    Closed form::
-
-        1 - Max(0, sign(-device_memory_bytes + memory_reserve +
-        n_embedding*(bytes_grad*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 2), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_optimizer*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)),
-        zero_level >= 1), (h*v/Max(1, shard_embed/Max(1, gather_embed)), True)) +
-        bytes_p*Piecewise((h*v/Max(shard_embed, shard_embed/Max(1, gather_embed)), zero_level >= 3),
-        (h*v/Max(1, shard_embed/Max(1, gather_embed)), True))) +
-        n_output*(bytes_grad*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) +
-        bytes_optimizer*Piecewise(((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) +
-        v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*v*(-tie_emb_out*Piecewise((1, p
-        <= 1), (0, True)) + 1) + v)/t, True)) + bytes_p*Piecewise(((h*v*(-tie_emb_out*Piecewise((1,
-        p <= 1), (0, True)) + 1) + v)/Max(shard_p_os_non_exp_partial, t), zero_level >= 3),
-        ((h*v*(-tie_emb_out*Piecewise((1, p <= 1), (0, True)) + 1) + v)/t, True))) + (n_body +
-        n_extra + n_extra_sel)*(bytes_grad*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 2),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_grad*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr
-        + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 2), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_grad*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        2), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_optimizer*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 1),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_optimizer*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 1), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_optimizer*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1,
-        etp))), zero_level >= 1), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))/(ep*Max(1, t_exp/Max(1, etp))), True)) +
-        bytes_p*Piecewise(((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0,
-        True)))/Max(shard_p_os_exp_partial, t_exp), zero_level >= 3),
-        ((n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))/t_exp, True)) +
-        bytes_p*Piecewise(((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))/Max(shard_p_os_non_exp_partial, t), zero_level >= 3), ((h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t, True)) +
-        bytes_p*Piecewise((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM -
-        1)/Max(1, etp)))/(ep*Max(1, shard_p_os_exp/Max(1, etp), t_exp/Max(1, etp))), zero_level >=
-        3), (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))/(ep*Max(1, t_exp/Max(1, etp))), True))) + (b*bytes_compute*h*n_full_rec*s/(cp*sp) +
-        b*dropout*h*n_embedding*s/(cp*sp) + b*n_output*s*(2*bytes_compute*h/sp +
-        bytes_logits*v/t)/cp + b*n_sel_rec*s*(bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp
-        + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp
-        + (a*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv +
-        n_kv*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t + a*s*(1 -
-        flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t + bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)*(n_body + n_extra + n_extra_sel
-        - n_full_rec - n_sel_rec)/cp)*Piecewise((Min(m, p - pp_rank), vp <= 1), (Min(m, (p*vp + p -
-        2*pp_rank - 1)/vp), True)) + Max((-b*s*(bytes_compute*(a*dh/t +
-        cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv + dhr + 4*h/sp +
-        hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))))/t) + 2*dropout*h/sp)/cp + b*s*(4*a*flash_attention/t
-        + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) + dropout)/t +
-        bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) + 2*dc_kv +
-        dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_sel_rec), (-b*bytes_compute*h*s/(cp*sp) +
-        b*s*(4*a*flash_attention/t + a*s*(1 - flash_attention)*(bytes_compute*(dropout + 1) +
-        dropout)/t + bytes_compute*(a*dh/t + cap_fact*n_chosen_exp*(2*h/sp + hff_exp*n_ffMM/t_exp) +
-        2*dc_kv + dhr + 4*h/sp + hff_exp*n_ffMM*n_shared_exp/t + n_exp/sp + (a*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dh*n_kv + n_kv*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))))/t) +
-        2*dropout*h/sp)/cp)*Min(1, n_full_rec))))
-
-    Unit: 1.
-
-    Source: headroom >= 0
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_logits: bytes per stored output logit for the cross-entropy loss (4: fp32) [bytes].
-        bytes_optimizer: optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32
-            master weight and two moments) [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cap_fact: MoE capacity factor [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        device_memory_bytes: device memory capacity per device (HBM) [bytes].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        dropout: 1 when dropout layers keep their 1-byte masks for the backward pass, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        flash_attention: 1 when a fused attention kernel (FlashAttention) keeps no s-by-s score
-            matrices, else 0 [1].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        memory_reserve: device memory set aside per device for the framework, CUDA context,
-            workspaces and fragmentation [bytes].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_body: body layers of the stage among the model's first n_lay [layers].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        n_embedding: embedding layers in the stage (0 or 1) [layers].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_extra: body layers past n_lay (MTP) that are not selective-recompute [layers].
-        n_extra_sel: body layers past n_lay (MTP) that are selective-recompute [layers].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_full_rec: fully recomputed layers of the stage [layers].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_output: output layers in the stage (0 or 1) [layers].
-        n_qknorm: query/key norms per layer [norms].
-        n_sel_rec: selectively recomputed layers of the stage [layers].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        p: pipeline-parallel degree [ranks].
-        pp_rank: index of the pipeline stage, 0 for the first [stages].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        s: sequence length: tokens per sample [tokens].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        tie_emb_out: 1 when the output layer reuses the embedding table, else 0 [1].
-        v: vocabulary size [tokens].
-        vp: virtual pipeline chunks per stage [chunks].
-        zero_level: ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and
-            gradients, 3 and weights (FSDP) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.memory_mla_q_direct_moe_stage_fits`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 223 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "memory_mla_q_direct_moe_stage_fits",

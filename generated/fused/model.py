@@ -5,7 +5,8 @@
 """Fused evaluators of the model formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.model``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -29,30 +30,11 @@ def _model_legacy_embed_bytes(out, bytes_compute, h, shard_embed, v):
 
 
 def model_legacy_embed_bytes(*, bytes_compute, h, shard_embed, v):
-    """comm_embed_ouput embed: bytes of the h x v embedding table per embedding shard, at
-    bytes_compute.
-
-    Closed form::
-
-        bytes_compute*h*v/shard_embed
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 305-309
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        h: hidden width [elements].
-        shard_embed: ranks that shard the embedding table [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.model_legacy_embed_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "model_legacy_embed_bytes",
-        ("bytes_compute", "h", "shard_embed", "v"),
+        "model_legacy_embed_bytes", ("bytes_compute", "h", "shard_embed", "v"),
         (bytes_compute, h, shard_embed, v),
     )
     _model_legacy_embed_bytes(out, *arrays)
@@ -66,30 +48,11 @@ def _model_legacy_output_elements(out, h, t, v):
 
 
 def model_legacy_output_elements(*, h, t, v):
-    """comm_embed_ouput output: elements of the h x v output table per TP rank, no byte factor (the
-    bulk path multiplies it by bytes_p later, §10 item 2).
-
-    Closed form::
-
-        h*v/t
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 305-309
-
-    Args:
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.model_legacy_output_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "model_legacy_output_elements",
-        ("h", "t", "v"),
-        (h, t, v),
+        "model_legacy_output_elements", ("h", "t", "v"), (h, t, v),
     )
     _model_legacy_output_elements(out, *arrays)
     return result

@@ -5,7 +5,8 @@
 """Fused evaluators of the params formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.params``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -41,46 +42,8 @@ def _params_standard_dense_non_expert_params(out, a, attn_extra_p, attn_output_g
 
 
 def params_standard_dense_non_expert_params(*, a, attn_extra_p, attn_output_gate, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias):
-    """Non-expert parameters of one dense layer with standard attention (P_ne): attention, norms and
-    the dense FFN; unstated biases and norms count 0 (§10 item 17).
-
-    Closed form::
-
-        attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalAttn.num_params_attn, EvalNorm.num_params_norm,
-    EvalFFn.num_params_ffn
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_standard_dense_non_expert_params`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 36 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_standard_dense_non_expert_params",
@@ -98,27 +61,10 @@ def _params_dense_routed_experts_params(out):
 
 
 def params_dense_routed_experts_params():
-    """Routed-expert parameters of one dense layer (P_r), expert-TP slice included: none, the FFN
-    counts as non-expert.
-
-    Closed form::
-
-        0
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalFFn.num_params_routed_expert
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_dense_routed_experts_params`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "params_dense_routed_experts_params",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("params_dense_routed_experts_params", (), ())
     _params_dense_routed_experts_params(out, *arrays)
     return result
 
@@ -130,27 +76,10 @@ def _params_dense_shared_experts_params(out):
 
 
 def params_dense_shared_experts_params():
-    """Shared-expert parameters of one dense layer (P_s), hff_exp wide each, with the gate weight
-    where n_shared_exp > 0 and shared_expert_gate is set: none, the FFN counts as non-expert.
-
-    Closed form::
-
-        0
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalFFn.num_params_shared_expert
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_dense_shared_experts_params`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "params_dense_shared_experts_params",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("params_dense_shared_experts_params", (), ())
     _params_dense_shared_experts_params(out, *arrays)
     return result
 
@@ -166,42 +95,8 @@ def _params_standard_moe_non_expert_params(out, a, attn_extra_p, attn_output_gat
 
 
 def params_standard_moe_non_expert_params(*, a, attn_extra_p, attn_output_gate, dh, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, o_bias, qkv_bias):
-    """Non-expert parameters of one moe layer with standard attention (P_ne): attention, norms and
-    the router; unstated biases and norms count 0 (§10 item 17).
-
-    Closed form::
-
-        attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalAttn.num_params_attn, EvalNorm.num_params_norm,
-    EvalFFn.num_params_router
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_standard_moe_non_expert_params`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 28 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_standard_moe_non_expert_params",
@@ -220,32 +115,11 @@ def _params_moe_routed_experts_params(out, etp, h, hff_exp, mlp_bias, n_exp, n_f
 
 
 def params_moe_routed_experts_params(*, etp, h, hff_exp, mlp_bias, n_exp, n_ffMM):
-    """Routed-expert parameters of one moe layer (P_r), expert-TP slice included.
-
-    Closed form::
-
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalFFn.num_params_routed_expert
-
-    Args:
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_moe_routed_experts_params`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "params_moe_routed_experts_params",
-        ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"),
+        "params_moe_routed_experts_params", ("etp", "h", "hff_exp", "mlp_bias", "n_exp", "n_ffMM"),
         (etp, h, hff_exp, mlp_bias, n_exp, n_ffMM),
     )
     _params_moe_routed_experts_params(out, *arrays)
@@ -259,30 +133,8 @@ def _params_moe_shared_experts_params(out, h, hff_exp, mlp_bias, n_ffMM, n_share
 
 
 def params_moe_shared_experts_params(*, h, hff_exp, mlp_bias, n_ffMM, n_shared_exp, shared_expert_gate):
-    """Shared-expert parameters of one moe layer (P_s), hff_exp wide each, with the gate weight
-    where n_shared_exp > 0 and shared_expert_gate is set.
-
-    Closed form::
-
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalFFn.num_params_shared_expert
-
-    Args:
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_shared_exp: shared experts [experts].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_moe_shared_experts_params`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_moe_shared_experts_params",
@@ -301,45 +153,8 @@ def _params_mla_q_latent_dense_non_expert_params(out, a, dc_kv, dc_q, dh, dhr, h
 
 
 def params_mla_q_latent_dense_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
-    """Non-expert parameters of one dense layer with mla q latent attention (P_ne): attention, norms
-    and the dense FFN; unstated biases and norms count 0 (§10 item 17).
-
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + dc_q*h + dc_q
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalAttn.num_params_mla (dc_q branch), EvalNorm.num_params_norm,
-    EvalFFn.num_params_ffn
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_mla_q_latent_dense_non_expert_params`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 39 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_mla_q_latent_dense_non_expert_params",
@@ -358,40 +173,8 @@ def _params_mla_q_latent_moe_non_expert_params(out, a, dc_kv, dc_q, dh, dhr, h, 
 
 
 def params_mla_q_latent_moe_non_expert_params(*, a, dc_kv, dc_q, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim):
-    """Non-expert parameters of one moe layer with mla q latent attention (P_ne): attention, norms
-    and the router; unstated biases and norms count 0 (§10 item 17).
-
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + a*dh*h +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalAttn.num_params_mla (dc_q branch), EvalNorm.num_params_norm,
-    EvalFFn.num_params_router
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_mla_q_latent_moe_non_expert_params`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 31 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_mla_q_latent_moe_non_expert_params",
@@ -411,44 +194,8 @@ def _params_mla_q_direct_dense_non_expert_params(out, a, dc_kv, dh, dhr, h, hff,
 
 
 def params_mla_q_direct_dense_non_expert_params(*, a, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim):
-    """Non-expert parameters of one dense layer with mla q direct attention (P_ne): attention, norms
-    and the dense FFN; unstated biases and norms count 0 (§10 item 17).
-
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim,
-        Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1)))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalAttn.num_params_mla (no query latent), EvalNorm.num_params_norm,
-    EvalFFn.num_params_ffn
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_mla_q_direct_dense_non_expert_params`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 35 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_mla_q_direct_dense_non_expert_params",
@@ -468,39 +215,8 @@ def _params_mla_q_direct_moe_non_expert_params(out, a, dc_kv, dh, dhr, h, layer_
 
 
 def params_mla_q_direct_moe_non_expert_params(*, a, dc_kv, dh, dhr, h, layer_norms, n_attMM, n_exp, n_kv, n_qknorm, norm_bias, qk_nope_head_dim):
-    """Non-expert parameters of one moe layer with mla q direct attention (P_ne): attention, norms
-    and the router; unstated biases and norms count 0 (§10 item 17).
-
-    Closed form::
-
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True))
-
-    Unit: params.
-
-    Source: published version of memory_estimation/evaluators (body.py, layer_block.py):
-    EvalBody.num_params_layer, EvalAttn.num_params_mla (no query latent), EvalNorm.num_params_norm,
-    EvalFFn.num_params_router
-
-    Args:
-        a: attention (query) heads [heads].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.params_mla_q_direct_moe_non_expert_params`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "params_mla_q_direct_moe_non_expert_params",

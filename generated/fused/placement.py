@@ -5,7 +5,8 @@
 """Fused evaluators of the placement formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.placement``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -33,30 +34,11 @@ def _placement_group_ranks_per_node_count(out, gpus_per_node, group_size, group_
 
 
 def placement_group_ranks_per_node_count(*, gpus_per_node, group_size, group_stride):
-    """Ranks of one parallel group inside one node, for members group_stride ranks apart.
-
-    Closed form::
-
-        Max(1, Min(group_size, floor(gpus_per_node/group_stride)))
-
-    Unit: count.
-
-    Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
-    group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
-    nodes: one NIC per GPU)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.placement_group_ranks_per_node_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "placement_group_ranks_per_node_count",
-        ("gpus_per_node", "group_size", "group_stride"),
+        "placement_group_ranks_per_node_count", ("gpus_per_node", "group_size", "group_stride"),
         (gpus_per_node, group_size, group_stride),
     )
     _placement_group_ranks_per_node_count(out, *arrays)
@@ -70,30 +52,11 @@ def _placement_group_nodes_count(out, gpus_per_node, group_size, group_stride):
 
 
 def placement_group_nodes_count(*, gpus_per_node, group_size, group_stride):
-    """Nodes one parallel group spans: its size over its ranks per node, rounded up.
-
-    Closed form::
-
-        ceiling(group_size/Max(1, Min(group_size, floor(gpus_per_node/group_stride))))
-
-    Unit: count.
-
-    Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
-    group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
-    nodes: one NIC per GPU)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.placement_group_nodes_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "placement_group_nodes_count",
-        ("gpus_per_node", "group_size", "group_stride"),
+        "placement_group_nodes_count", ("gpus_per_node", "group_size", "group_stride"),
         (gpus_per_node, group_size, group_stride),
     )
     _placement_group_nodes_count(out, *arrays)
@@ -107,30 +70,8 @@ def _placement_group_nics_used_count(out, gpus_per_node, group_size, group_strid
 
 
 def placement_group_nics_used_count(*, gpus_per_node, group_size, group_stride, nics_per_node):
-    """NICs of one node the group drives at once: one per member in the node on a rail-optimised
-    node (nics_per_node / gpus_per_node per GPU), at least one; a group of one GPU per node uses one
-    NIC, a group over whole nodes all of them.
-
-    Closed form::
-
-        Max(1, nics_per_node*Max(1, Min(group_size,
-        floor(gpus_per_node/group_stride)))/gpus_per_node)
-
-    Unit: count.
-
-    Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
-    group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
-    nodes: one NIC per GPU)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        nics_per_node: scale-out NICs of one node [NICs].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.placement_group_nics_used_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "placement_group_nics_used_count",
@@ -148,33 +89,8 @@ def _placement_group2_ranks_per_node_count(out, gpus_per_node, group_size, group
 
 
 def placement_group2_ranks_per_node_count(*, gpus_per_node, group_size, group_size_2, group_stride, group_stride_2):
-    """Ranks inside one node of a group over two dimensions of the rank order (group_size ranks
-    group_stride apart times group_size_2 ranks group_stride_2 apart).
-
-    Closed form::
-
-        Max(1, Min(group_size, floor(gpus_per_node/group_stride)))*Max(1, Min(group_size_2,
-        floor(gpus_per_node/group_stride_2)))
-
-    Unit: count.
-
-    Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
-    group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
-    nodes: one NIC per GPU); Megatron-LM megatron/core/parallel_state.py
-    (RankGenerator.get_ranks('dp-cp'): the gradients of a layout with context parallelism reduce
-    over the data-parallel and context-parallel ranks together)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_size_2: ranks along the second dimension of a group spanning two dimensions of the
-            rank order (DP with CP) [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        group_stride_2: distance between consecutive ranks along that second dimension [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.placement_group2_ranks_per_node_count`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "placement_group2_ranks_per_node_count",
@@ -192,34 +108,8 @@ def _placement_group2_nodes_count(out, gpus_per_node, group_size, group_size_2, 
 
 
 def placement_group2_nodes_count(*, gpus_per_node, group_size, group_size_2, group_stride, group_stride_2):
-    """Nodes a group over two dimensions of the rank order spans: its ranks over its ranks per node,
-    rounded up.
-
-    Closed form::
-
-        ceiling(group_size*group_size_2/(Max(1, Min(group_size,
-        floor(gpus_per_node/group_stride)))*Max(1, Min(group_size_2,
-        floor(gpus_per_node/group_stride_2)))))
-
-    Unit: count.
-
-    Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
-    group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
-    nodes: one NIC per GPU); Megatron-LM megatron/core/parallel_state.py
-    (RankGenerator.get_ranks('dp-cp'): the gradients of a layout with context parallelism reduce
-    over the data-parallel and context-parallel ranks together)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_size_2: ranks along the second dimension of a group spanning two dimensions of the
-            rank order (DP with CP) [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        group_stride_2: distance between consecutive ranks along that second dimension [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.placement_group2_nodes_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "placement_group2_nodes_count",
@@ -237,34 +127,8 @@ def _placement_group2_nics_used_count(out, gpus_per_node, group_size, group_size
 
 
 def placement_group2_nics_used_count(*, gpus_per_node, group_size, group_size_2, group_stride, group_stride_2, nics_per_node):
-    """NICs of one node a group over two dimensions of the rank order drives at once (as for one
-    dimension: one per member in the node on a rail-optimised node, at least one).
-
-    Closed form::
-
-        Max(1, nics_per_node*Max(1, Min(group_size, floor(gpus_per_node/group_stride)))*Max(1,
-        Min(group_size_2, floor(gpus_per_node/group_stride_2)))/gpus_per_node)
-
-    Unit: count.
-
-    Source: Megatron-LM megatron/core/parallel_state.py (RankGenerator, order 'tp-cp-ep-dp-pp'): a
-    group's members are stride apart; NCCL uses the NIC closest to each GPU (rail-optimised DGX/HGX
-    nodes: one NIC per GPU); Megatron-LM megatron/core/parallel_state.py
-    (RankGenerator.get_ranks('dp-cp'): the gradients of a layout with context parallelism reduce
-    over the data-parallel and context-parallel ranks together)
-
-    Args:
-        gpus_per_node: GPUs in one node (or one NVLink domain) [devices].
-        group_size: ranks in the parallel group [ranks].
-        group_size_2: ranks along the second dimension of a group spanning two dimensions of the
-            rank order (DP with CP) [ranks].
-        group_stride: distance between consecutive ranks of the group [ranks].
-        group_stride_2: distance between consecutive ranks along that second dimension [ranks].
-        nics_per_node: scale-out NICs of one node [NICs].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.placement_group2_nics_used_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "placement_group2_nics_used_count",

@@ -5,7 +5,8 @@
 """Fused evaluators of the pp formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.pp``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -39,32 +40,11 @@ def _pp_send_recv_msg_bytes(out, b, bytes_compute, cp, h, s, t):
 
 
 def pp_send_recv_msg_bytes(*, b, bytes_compute, cp, h, s, t):
-    """Bytes of one PP send/recv: one micro-batch's activation (or its gradient) split over the TP
-    group (Megatron's scatter/gather optimisation).
-
-    Closed form::
-
-        b*bytes_compute*h*s/(cp*t)
-
-    Unit: bytes.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 4.1
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "pp_send_recv_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _pp_send_recv_msg_bytes(out, *arrays)
@@ -78,30 +58,10 @@ def _pp_send_recv_calls_count(out, m, vp):
 
 
 def pp_send_recv_calls_count(*, m, vp):
-    """PP sends per rank per step: one activation forward and one gradient backward per micro-batch
-    and virtual chunk (the first and last stage send half as many).
-
-    Closed form::
-
-        2*m*vp
-
-    Unit: count.
-
-    Source: Narayanan et al. 2021 Sec. 2.2
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_calls_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "pp_send_recv_calls_count",
-        ("m", "vp"),
-        (m, vp),
-    )
+    result, out, arrays = _runtime.prepare("pp_send_recv_calls_count", ("m", "vp"), (m, vp))
     _pp_send_recv_calls_count(out, *arrays)
     return result
 
@@ -113,33 +73,11 @@ def _pp_send_recv_step_bytes(out, b, bytes_compute, cp, h, m, s, t, vp):
 
 
 def pp_send_recv_step_bytes(*, b, bytes_compute, cp, h, m, s, t, vp):
-    """Bytes one rank sends per step between pipeline stages.
-
-    Closed form::
-
-        2*b*bytes_compute*h*m*s*vp/(cp*t)
-
-    Unit: bytes.
-
-    Source: calls x message
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_step_bytes",
-        ("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp"),
+        "pp_send_recv_step_bytes", ("b", "bytes_compute", "cp", "h", "m", "s", "t", "vp"),
         (b, bytes_compute, cp, h, m, s, t, vp),
     )
     _pp_send_recv_step_bytes(out, *arrays)
@@ -153,31 +91,11 @@ def _pp_send_recv_stage_calls_count(out, m, p, vp):
 
 
 def pp_send_recv_stage_calls_count(*, m, p, vp):
-    """Calls per rank per step of the stage's pipeline sends of activations (forward) and their
-    gradients (backward) to its neighbour stage (every stage counted with 2 m vp sends; none with
-    one stage), for the pipeline stage.
-
-    Closed form::
-
-        2*m*vp*Piecewise((0, p < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_calls_count",
-        ("m", "p", "vp"),
-        (m, p, vp),
+        "pp_send_recv_stage_calls_count", ("m", "p", "vp"), (m, p, vp),
     )
     _pp_send_recv_stage_calls_count(out, *arrays)
     return result
@@ -190,33 +108,11 @@ def _pp_send_recv_stage_msg_bytes(out, b, bytes_compute, cp, h, s, t):
 
 
 def pp_send_recv_stage_msg_bytes(*, b, bytes_compute, cp, h, s, t):
-    """nccl-tests size S of one call of the stage's pipeline sends of activations (forward) and
-    their gradients (backward) to its neighbour stage (every stage counted with 2 m vp sends; none
-    with one stage).
-
-    Closed form::
-
-        b*bytes_compute*h*s/(cp*t)
-
-    Unit: bytes.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "pp_send_recv_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _pp_send_recv_stage_msg_bytes(out, *arrays)
@@ -230,32 +126,8 @@ def _pp_send_recv_stage_step_bytes(out, b, bytes_compute, cp, h, m, p, s, t, vp)
 
 
 def pp_send_recv_stage_step_bytes(*, b, bytes_compute, cp, h, m, p, s, t, vp):
-    """Bytes one rank sends per step for the stage's pipeline sends of activations (forward) and
-    their gradients (backward) to its neighbour stage (every stage counted with 2 m vp sends; none
-    with one stage), for the pipeline stage (calls x the collective's share of S).
-
-    Closed form::
-
-        2*b*bytes_compute*h*m*s*vp*Piecewise((0, p < 3/2), (1, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 11 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "pp_send_recv_stage_step_bytes",
@@ -273,28 +145,10 @@ def _pp_send_recv_stage_ranks_count(out):
 
 
 def pp_send_recv_stage_ranks_count():
-    """Ranks of the group of the stage's pipeline sends of activations (forward) and their gradients
-    (backward) to its neighbour stage (every stage counted with 2 m vp sends; none with one stage)
-    (the collective's n; seconds per step = calls x the time of one call of S bytes over these
-    ranks, NCCL's pick: collective_send_recv_*_time_s).
-
-    Closed form::
-
-        2
-
-    Unit: count.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_ranks_count",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("pp_send_recv_stage_ranks_count", (), ())
     _pp_send_recv_stage_ranks_count(out, *arrays)
     return result
 
@@ -306,31 +160,11 @@ def _pp_send_recv_stage_calls_count__d_m(out, p, vp):
 
 
 def pp_send_recv_stage_calls_count__d_m(*, p, vp):
-    """Partial derivative of pp_send_recv_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        2*vp*Piecewise((0, p < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
-    symbolic.sensitivity
-
-    Args:
-        p: pipeline-parallel degree [ranks].
-        vp: virtual pipeline chunks per stage [chunks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_calls_count__d_m`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_calls_count__d_m",
-        ("p", "vp"),
-        (p, vp),
+        "pp_send_recv_stage_calls_count__d_m", ("p", "vp"), (p, vp),
     )
     _pp_send_recv_stage_calls_count__d_m(out, *arrays)
     return result
@@ -343,34 +177,11 @@ def _pp_send_recv_stage_msg_bytes__d_t(out, b, bytes_compute, cp, h, s, t):
 
 
 def pp_send_recv_stage_msg_bytes__d_t(*, b, bytes_compute, cp, h, s, t):
-    """Partial derivative of pp_send_recv_stage_msg_bytes with respect to t, in bytes per ranks of
-    t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*h*s/(cp*t**2)
-
-    Unit: derivative.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
-    symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_msg_bytes__d_t`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_msg_bytes__d_t",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "pp_send_recv_stage_msg_bytes__d_t", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _pp_send_recv_stage_msg_bytes__d_t(out, *arrays)
@@ -384,34 +195,11 @@ def _pp_send_recv_stage_msg_bytes__d_cp(out, b, bytes_compute, cp, h, s, t):
 
 
 def pp_send_recv_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s, t):
-    """Partial derivative of pp_send_recv_stage_msg_bytes with respect to cp, in bytes per ranks of
-    cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*h*s/(cp**2*t)
-
-    Unit: derivative.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
-    symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_msg_bytes__d_cp`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "pp_send_recv_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _pp_send_recv_stage_msg_bytes__d_cp(out, *arrays)
@@ -425,33 +213,11 @@ def _pp_send_recv_stage_msg_bytes__d_b(out, bytes_compute, cp, h, s, t):
 
 
 def pp_send_recv_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s, t):
-    """Partial derivative of pp_send_recv_stage_msg_bytes with respect to b, in bytes per samples of
-    b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        bytes_compute*h*s/(cp*t)
-
-    Unit: derivative.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
-    symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_msg_bytes__d_b`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s", "t"),
+        "pp_send_recv_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s", "t"),
         (bytes_compute, cp, h, s, t),
     )
     _pp_send_recv_stage_msg_bytes__d_b(out, *arrays)
@@ -465,33 +231,11 @@ def _pp_send_recv_stage_msg_bytes__d_s(out, b, bytes_compute, cp, h, t):
 
 
 def pp_send_recv_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h, t):
-    """Partial derivative of pp_send_recv_stage_msg_bytes with respect to s, in bytes per tokens of
-    s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        b*bytes_compute*h/(cp*t)
-
-    Unit: derivative.
-
-    Source: Narayanan et al. 2021 (arXiv:2104.04473) Sec. 2.2 and 4.1; differentiated by
-    symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.pp_send_recv_stage_msg_bytes__d_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "pp_send_recv_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h", "t"),
+        "pp_send_recv_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h", "t"),
         (b, bytes_compute, cp, h, t),
     )
     _pp_send_recv_stage_msg_bytes__d_s(out, *arrays)

@@ -5,7 +5,8 @@
 """Fused evaluators of the recompute formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.recompute``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -52,35 +53,11 @@ def _recompute_tp_dense_full_elements(out, b, comm_t, cp, h, hff, n_gather, s):
 
 
 def recompute_tp_dense_full_elements(*, b, comm_t, cp, h, hff, n_gather, s):
-    """TP volume a full-recompute dense layer moves again, priced at mb = 1: the plain layer's, in
-    elements as tp_dense_layer_elements.
-
-    Closed form::
-
-        comm_t*(b*h*n_gather*s/4 + b*hff*n_gather*s/4)/cp
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
-    tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_tp_dense_full_elements`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "recompute_tp_dense_full_elements",
-        ("b", "comm_t", "cp", "h", "hff", "n_gather", "s"),
+        "recompute_tp_dense_full_elements", ("b", "comm_t", "cp", "h", "hff", "n_gather", "s"),
         (b, comm_t, cp, h, hff, n_gather, s),
     )
     _recompute_tp_dense_full_elements(out, *arrays)
@@ -94,32 +71,8 @@ def _recompute_tp_dense_selective_elements(out, b, comm_t, cp, gather, h, hff, n
 
 
 def recompute_tp_dense_selective_elements(*, b, comm_t, cp, gather, h, hff, n_gather, s):
-    """TP volume a selective-recompute dense layer moves again, priced at mb = 1: the plain layer's
-    less what its gather switch keeps, in elements as tp_dense_layer_elements.
-
-    Closed form::
-
-        comm_t*(1 - gather)*(b*h*n_gather*s/4 + b*hff*n_gather*s/4)/cp
-
-    Unit: elements.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
-    tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_tp_dense_selective_elements`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_tp_dense_selective_elements",
@@ -137,36 +90,8 @@ def _recompute_tp_moe_full_bytes(out, bytes_compute, comm_t, cp, ep, h, hff_exp,
 
 
 def recompute_tp_moe_full_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
-    """TP volume a full-recompute moe layer moves again, priced at mb = 1: the plain layer's, in
-    bytes as tp_moe_layer_bytes.
-
-    Closed form::
-
-        comm_t*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
-    tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_tp_moe_full_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_tp_moe_full_bytes",
@@ -184,37 +109,8 @@ def _recompute_tp_moe_selective_bytes(out, bytes_compute, comm_t, cp, ep, gather
 
 
 def recompute_tp_moe_selective_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
-    """TP volume a selective-recompute moe layer moves again, priced at mb = 1: the plain layer's
-    less what its gather switch keeps, in bytes as tp_moe_layer_bytes.
-
-    Closed form::
-
-        comm_t*(1 - gather)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    published version of memory_estimation/evaluators/comm.py: EvalLayerComm.tp_comm_non_exp,
-    tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_tp_moe_selective_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_tp_moe_selective_bytes",
@@ -232,32 +128,8 @@ def _recompute_ep_balanced_full_bytes(out, b, bytes_compute, comm_ep, cp, ep, h,
 
 
 def recompute_ep_balanced_full_bytes(*, b, bytes_compute, comm_ep, cp, ep, h, n_chosen_exp, s):
-    """EP bytes a full-recompute layer moves again, priced at mb = 1 as ep_balanced_layer_bytes.
-
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)), (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep -
-        1)/(cp*ep), True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
-    ep_comm_layer_balanced; comm_time.py lines 503, 605-607
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_ep_balanced_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_ep_balanced_full_bytes",
@@ -275,29 +147,8 @@ def _recompute_ep_imbalanced_full_bytes(out, bytes_compute, comm_ep, ep, h, max_
 
 
 def recompute_ep_imbalanced_full_bytes(*, bytes_compute, comm_ep, ep, h, max_rank_tokens):
-    """EP bytes a full-recompute layer moves again, priced at mb = 1 as ep_imbalanced_layer_bytes.
-
-    Closed form::
-
-        Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)), (2*bytes_compute*comm_ep*h*max_rank_tokens*(ep -
-        1)/ep, True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    published version of memory_estimation/evaluators/comm.py: EvalLayerComm.ep_comm_layer,
-    ep_comm_layer_imbalanced
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        max_rank_tokens: most tokens one EP rank's experts receive per micro-batch [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_ep_imbalanced_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_ep_imbalanced_full_bytes",
@@ -315,26 +166,10 @@ def _recompute_ep_selective_bytes(out):
 
 
 def recompute_ep_selective_bytes():
-    """EP bytes a selective-recompute layer moves again: none, as EP does not depend on the node
-    (§10 item 18).
-
-    Closed form::
-
-        0
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm)
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_ep_selective_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "recompute_ep_selective_bytes",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("recompute_ep_selective_bytes", (), ())
     _recompute_ep_selective_bytes(out, *arrays)
     return result
 
@@ -346,33 +181,11 @@ def _recompute_cp_ring_mha_full_bytes(out, b, bytes_compute, cp, h, s, t):
 
 
 def recompute_cp_ring_mha_full_bytes(*, b, bytes_compute, cp, h, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ring_mha_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_mha_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "recompute_cp_ring_mha_full_bytes",
-        ("b", "bytes_compute", "cp", "h", "s", "t"),
+        "recompute_cp_ring_mha_full_bytes", ("b", "bytes_compute", "cp", "h", "s", "t"),
         (b, bytes_compute, cp, h, s, t),
     )
     _recompute_cp_ring_mha_full_bytes(out, *arrays)
@@ -386,30 +199,8 @@ def _recompute_cp_ring_mha_selective_bytes(out, b, bytes_compute, cp, gather, h,
 
 
 def recompute_cp_ring_mha_selective_bytes(*, b, bytes_compute, cp, gather, h, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ring_mha_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_mha_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ring_mha_selective_bytes",
@@ -427,33 +218,11 @@ def _recompute_cp_linear_state_full_bytes(out, a, cp, dh, h, t):
 
 
 def recompute_cp_linear_state_full_bytes(*, a, cp, dh, h, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_linear_state_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2, True))/t, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_linear_state_full_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "recompute_cp_linear_state_full_bytes",
-        ("a", "cp", "dh", "h", "t"),
-        (a, cp, dh, h, t),
+        "recompute_cp_linear_state_full_bytes", ("a", "cp", "dh", "h", "t"), (a, cp, dh, h, t),
     )
     _recompute_cp_linear_state_full_bytes(out, *arrays)
     return result
@@ -466,34 +235,11 @@ def _recompute_cp_linear_state_selective_bytes(out, a, cp, dh, gather, h, t):
 
 
 def recompute_cp_linear_state_selective_bytes(*, a, cp, dh, gather, h, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_linear_state_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)), (h**2/a**2,
-        True))/t, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_linear_state_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "recompute_cp_linear_state_selective_bytes",
-        ("a", "cp", "dh", "gather", "h", "t"),
+        "recompute_cp_linear_state_selective_bytes", ("a", "cp", "dh", "gather", "h", "t"),
         (a, cp, dh, gather, h, t),
     )
     _recompute_cp_linear_state_selective_bytes(out, *arrays)
@@ -507,32 +253,8 @@ def _recompute_cp_ring_gqa_full_bytes(out, a, b, bytes_compute, cp, dh, n_kv, s,
 
 
 def recompute_cp_ring_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, n_kv, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ring_gqa_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_gqa_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ring_gqa_full_bytes",
@@ -550,33 +272,8 @@ def _recompute_cp_ring_gqa_selective_bytes(out, a, b, bytes_compute, cp, dh, gat
 
 
 def recompute_cp_ring_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, n_kv, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ring_gqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a,
-        n_kv), n_kv > 0), (a, True))/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_gqa_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ring_gqa_selective_bytes",
@@ -594,33 +291,11 @@ def _recompute_cp_ring_mqa_full_bytes(out, b, bytes_compute, cp, dh, s, t):
 
 
 def recompute_cp_ring_mqa_full_bytes(*, b, bytes_compute, cp, dh, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ring_mqa_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_mqa_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "recompute_cp_ring_mqa_full_bytes",
-        ("b", "bytes_compute", "cp", "dh", "s", "t"),
+        "recompute_cp_ring_mqa_full_bytes", ("b", "bytes_compute", "cp", "dh", "s", "t"),
         (b, bytes_compute, cp, dh, s, t),
     )
     _recompute_cp_ring_mqa_full_bytes(out, *arrays)
@@ -634,30 +309,8 @@ def _recompute_cp_ring_mqa_selective_bytes(out, b, bytes_compute, cp, dh, gather
 
 
 def recompute_cp_ring_mqa_selective_bytes(*, b, bytes_compute, cp, dh, gather, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ring_mqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_mqa_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ring_mqa_selective_bytes",
@@ -675,31 +328,8 @@ def _recompute_cp_ring_mla_full_bytes(out, b, bytes_compute, cp, dh, dhr, n_kv, 
 
 
 def recompute_cp_ring_mla_full_bytes(*, b, bytes_compute, cp, dh, dhr, n_kv, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ring_mla_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_mla_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ring_mla_full_bytes",
@@ -717,33 +347,8 @@ def _recompute_cp_ring_mla_selective_bytes(out, b, bytes_compute, cp, dh, dhr, g
 
 
 def recompute_cp_ring_mla_selective_bytes(*, b, bytes_compute, cp, dh, dhr, gather, n_kv, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ring_mla_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t),
-        True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ring_mla_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ring_mla_selective_bytes",
@@ -761,32 +366,8 @@ def _recompute_cp_ulysses_mha_full_bytes(out, a, b, bytes_compute, cp, dh, h, s,
 
 
 def recompute_cp_ulysses_mha_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_mha_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*h/t)/cp**2, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_mha_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_mha_full_bytes",
@@ -804,33 +385,8 @@ def _recompute_cp_ulysses_mha_selective_bytes(out, a, b, bytes_compute, cp, dh, 
 
 
 def recompute_cp_ulysses_mha_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, h, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_mha_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_mha_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_mha_selective_bytes",
@@ -848,33 +404,8 @@ def _recompute_cp_ulysses_gqa_full_bytes(out, a, b, bytes_compute, cp, dh, h, n_
 
 
 def recompute_cp_ulysses_gqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, n_kv, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_gqa_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_gqa_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_gqa_full_bytes",
@@ -892,35 +423,8 @@ def _recompute_cp_ulysses_gqa_selective_bytes(out, a, b, bytes_compute, cp, dh, 
 
 
 def recompute_cp_ulysses_gqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, h, n_kv, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_gqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2,
-        True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_gqa_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_gqa_selective_bytes",
@@ -938,32 +442,8 @@ def _recompute_cp_ulysses_mqa_full_bytes(out, a, b, bytes_compute, cp, dh, h, s,
 
 
 def recompute_cp_ulysses_mqa_full_bytes(*, a, b, bytes_compute, cp, dh, h, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_mqa_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + 2*dh/t)/cp**2, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_mqa_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_mqa_full_bytes",
@@ -981,33 +461,8 @@ def _recompute_cp_ulysses_mqa_selective_bytes(out, a, b, bytes_compute, cp, dh, 
 
 
 def recompute_cp_ulysses_mqa_selective_bytes(*, a, b, bytes_compute, cp, dh, gather, h, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_mqa_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_mqa_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_mqa_selective_bytes",
@@ -1026,35 +481,8 @@ def _recompute_cp_ulysses_mla_full_bytes(out, a, b, bytes_compute, cp, dh, dhr, 
 
 
 def recompute_cp_ulysses_mla_full_bytes(*, a, b, bytes_compute, cp, dh, dhr, h, n_kv, s, t):
-    """CP bytes a full-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_mla_record_comm_volume_bytes, 0 at cp <= 1).
-
-    Closed form::
-
-        Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2,
-        True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_mla_full_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_mla_full_bytes",
@@ -1073,36 +501,8 @@ def _recompute_cp_ulysses_mla_selective_bytes(out, a, b, bytes_compute, cp, dh, 
 
 
 def recompute_cp_ulysses_mla_selective_bytes(*, a, b, bytes_compute, cp, dh, dhr, gather, h, n_kv, s, t):
-    """CP bytes a selective-recompute layer moves again: half the record's comm_volume
-    (cp_ulysses_mla_record_comm_volume_bytes, 0 at cp <= 1) times 1 - gather (§10 item 18).
-
-    Closed form::
-
-        (1 - gather)*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh +
-        dhr)/t)/cp**2, True))/2
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 488-515 (_recomputed_comm);
-    HyperParallel SAPP-ND perf_estimation/comm_time.py lines 78, 132, 142
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.recompute_cp_ulysses_mla_selective_bytes`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "recompute_cp_ulysses_mla_selective_bytes",

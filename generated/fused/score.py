@@ -5,7 +5,8 @@
 """Fused evaluators of the score formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.score``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -30,33 +31,11 @@ def _score_levels1_comm_score(out, comm_volume, level_assign_0, level_bw_0, over
 
 
 def score_levels1_comm_score(*, comm_volume, level_assign_0, level_bw_0, overlap):
-    """Level score of a dimension's volume on a 1-level device hierarchy: per level, the volume not
-    overlapped times (ranks placed there − 1) times devices below over the level's GB/s; not a time
-    (§10 item 12).
-
-    Closed form::
-
-        comm_volume*(1 - overlap)*(level_assign_0 - 1)/level_bw_0
-
-    Unit: score.
-
-    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
-    docs/model.md, 'Level score'
-
-    Args:
-        comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
-            [mixed].
-        level_assign_0: ranks of the scored dimension placed inside one level-0 group [ranks].
-        level_bw_0: bandwidth of hierarchy level 0 [GB/s].
-        overlap: fraction of the scored volume hidden behind compute [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.score_levels1_comm_score`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 5 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "score_levels1_comm_score",
-        ("comm_volume", "level_assign_0", "level_bw_0", "overlap"),
+        "score_levels1_comm_score", ("comm_volume", "level_assign_0", "level_bw_0", "overlap"),
         (comm_volume, level_assign_0, level_bw_0, overlap),
     )
     _score_levels1_comm_score(out, *arrays)
@@ -70,33 +49,8 @@ def _score_levels2_comm_score(out, comm_volume, level_assign_0, level_assign_1, 
 
 
 def score_levels2_comm_score(*, comm_volume, level_assign_0, level_assign_1, level_bound_0, level_bw_0, level_bw_1, overlap):
-    """Level score of a dimension's volume on a 2-level device hierarchy: per level, the volume not
-    overlapped times (ranks placed there − 1) times devices below over the level's GB/s; not a time
-    (§10 item 12).
-
-    Closed form::
-
-        comm_volume*(1 - overlap)*(level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 -
-        1)/level_bw_0)
-
-    Unit: score.
-
-    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
-    docs/model.md, 'Level score'
-
-    Args:
-        comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
-            [mixed].
-        level_assign_0: ranks of the scored dimension placed inside one level-0 group [ranks].
-        level_assign_1: ranks of the scored dimension spread over level-1 groups [ranks].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        level_bw_0: bandwidth of hierarchy level 0 [GB/s].
-        level_bw_1: bandwidth of hierarchy level 1 [GB/s].
-        overlap: fraction of the scored volume hidden behind compute [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.score_levels2_comm_score`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "score_levels2_comm_score",
@@ -114,36 +68,8 @@ def _score_levels3_comm_score(out, comm_volume, level_assign_0, level_assign_1, 
 
 
 def score_levels3_comm_score(*, comm_volume, level_assign_0, level_assign_1, level_assign_2, level_bound_0, level_bound_1, level_bw_0, level_bw_1, level_bw_2, overlap):
-    """Level score of a dimension's volume on a 3-level device hierarchy: per level, the volume not
-    overlapped times (ranks placed there − 1) times devices below over the level's GB/s; not a time
-    (§10 item 12).
-
-    Closed form::
-
-        comm_volume*(1 - overlap)*(level_bound_0*level_bound_1*(level_assign_2 - 1)/level_bw_2 +
-        level_bound_0*(level_assign_1 - 1)/level_bw_1 + (level_assign_0 - 1)/level_bw_0)
-
-    Unit: score.
-
-    Source: published version of estimate_comm_score (HyperParallel SAPP-ND perf_estimation);
-    docs/model.md, 'Level score'
-
-    Args:
-        comm_volume: volume of one dimension handed to estimate_comm_score (bytes or params)
-            [mixed].
-        level_assign_0: ranks of the scored dimension placed inside one level-0 group [ranks].
-        level_assign_1: ranks of the scored dimension spread over level-1 groups [ranks].
-        level_assign_2: ranks of the scored dimension spread over level-2 groups [ranks].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        level_bound_1: level-0 groups in one level-1 group [groups].
-        level_bw_0: bandwidth of hierarchy level 0 [GB/s].
-        level_bw_1: bandwidth of hierarchy level 1 [GB/s].
-        level_bw_2: bandwidth of hierarchy level 2 [GB/s].
-        overlap: fraction of the scored volume hidden behind compute [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.score_levels3_comm_score`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "score_levels3_comm_score",

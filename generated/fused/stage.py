@@ -5,7 +5,8 @@
 """Fused evaluators of the stage formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.stage``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -155,38 +156,7 @@ def _stage_tp_dense_layer_at(b, comm_t, comm_tp_overlap, cp, h, hff, level_bound
 
 
 def stage_tp_dense_layer(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    """TP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
-    bytes (MoE).
-
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_dense_layer`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_dense_layer",
@@ -209,38 +179,8 @@ def _stage_tp_dense_selective_layer_at(b, comm_t, comm_tp_overlap, cp, gather, h
 
 
 def stage_tp_dense_selective_layer(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    """TP volume that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per
-    micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
-
-    Closed form::
-
-        comm_t*gather*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_dense_selective_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_dense_selective_layer",
@@ -263,38 +203,8 @@ def _stage_tp_dense_full_again_at(b, comm_t, comm_tp_overlap, cp, h, hff, level_
 
 
 def stage_tp_dense_full_again(*, b, comm_t, comm_tp_overlap, cp, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    """TP volume that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
-    bytes (MoE).
-
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(b*h*n_gather*s/4 +
-        b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_dense_full_again`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_dense_full_again",
@@ -317,39 +227,8 @@ def _stage_tp_dense_selective_again_at(b, comm_t, comm_tp_overlap, cp, gather, h
 
 
 def stage_tp_dense_selective_again(*, b, comm_t, comm_tp_overlap, cp, gather, h, hff, level_bound_0, n_gather, s, score_factor_tp, stage_cost_scale, t):
-    """TP volume that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense)
-    or bytes (MoE).
-
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 - gather)*(b*h*n_gather*s/4
-        + b*hff*n_gather*s/4)*Max(1, floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_dense_selective_again`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_dense_selective_again",
@@ -372,36 +251,8 @@ def _stage_ep_balanced_layer_at(b, bytes_compute, comm_ep, cp, ep, h, level_boun
 
 
 def stage_ep_balanced_layer(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
-    """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_ep_balanced_layer`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_ep_balanced_layer",
@@ -424,36 +275,8 @@ def _stage_ep_balanced_full_again_at(b, bytes_compute, comm_ep, cp, ep, h, level
 
 
 def stage_ep_balanced_full_again(*, b, bytes_compute, comm_ep, cp, ep, h, level_bound_0, n_chosen_exp, s, stage_cost_scale):
-    """EP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*b*bytes_compute*comm_ep*h*n_chosen_exp*s*(ep - 1)/(cp*ep), True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_chosen_exp: experts each token is routed to (top-k) [experts].
-        s: sequence length: tokens per sample [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_ep_balanced_full_again`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 17 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_ep_balanced_full_again",
@@ -476,34 +299,8 @@ def _stage_cp_colossalai_cp_mha_softmax_layer_at(b, bytes_compute, cp, h, level_
 
 
 def stage_cp_colossalai_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mha_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mha_softmax_layer",
@@ -526,34 +323,8 @@ def _stage_cp_colossalai_cp_mha_softmax_full_again_at(b, bytes_compute, cp, h, l
 
 
 def stage_cp_colossalai_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mha_softmax_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mha_softmax_full_again",
@@ -576,35 +347,8 @@ def _stage_cp_colossalai_cp_mha_softmax_selective_again_at(b, bytes_compute, cp,
 
 
 def stage_cp_colossalai_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mha_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mha_softmax_selective_again",
@@ -647,74 +391,8 @@ def _stage_dp_standard_dense_zero_layer_at(a, attn_extra_p, attn_output_gate, co
 
 
 def stage_dp_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise(((attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h
-        + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) +
-        Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate +
-        1) + a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t + (attn_extra_p + 2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv +
-        dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h
-        + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t + (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0,
-        True)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_standard_dense_zero_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 56 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_standard_dense_zero_layer",
@@ -757,67 +435,8 @@ def _stage_dp_unconverted_standard_dense_zero_layer_at(a, attn_extra_p, attn_out
 
 
 def stage_dp_unconverted_standard_dense_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, t, zero2_non_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate +
-        1) + a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) +
-        Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate +
-        1) + a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t + (attn_extra_p + 2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv +
-        dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h
-        + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)), ((attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t + (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True))
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_standard_dense_zero_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 52 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_standard_dense_zero_layer",
@@ -840,33 +459,8 @@ def _stage_cp_colossalai_cp_mha_linear_layer_at(a, cp, dh, h, level_bound_0, sco
 
 
 def stage_cp_colossalai_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mha_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mha_linear_layer",
@@ -889,33 +483,8 @@ def _stage_cp_colossalai_cp_mha_linear_full_again_at(a, cp, dh, h, level_bound_0
 
 
 def stage_cp_colossalai_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mha_linear_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mha_linear_full_again",
@@ -938,34 +507,8 @@ def _stage_cp_colossalai_cp_mha_linear_selective_again_at(a, cp, dh, gather, h, 
 
 
 def stage_cp_colossalai_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mha_linear_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mha_linear_selective_again",
@@ -988,34 +531,8 @@ def _stage_cp_hybrid_cp_mha_softmax_layer_at(b, bytes_compute, cp, h, level_boun
 
 
 def stage_cp_hybrid_cp_mha_softmax_layer(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mha_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mha_softmax_layer",
@@ -1038,34 +555,8 @@ def _stage_cp_hybrid_cp_mha_softmax_full_again_at(b, bytes_compute, cp, h, level
 
 
 def stage_cp_hybrid_cp_mha_softmax_full_again(*, b, bytes_compute, cp, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*h*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mha_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mha_softmax_full_again",
@@ -1088,35 +579,8 @@ def _stage_cp_hybrid_cp_mha_softmax_selective_again_at(b, bytes_compute, cp, gat
 
 
 def stage_cp_hybrid_cp_mha_softmax_selective_again(*, b, bytes_compute, cp, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*h*s*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mha_softmax_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mha_softmax_selective_again",
@@ -1139,33 +603,8 @@ def _stage_cp_hybrid_cp_mha_linear_layer_at(a, cp, dh, h, level_bound_0, score_f
 
 
 def stage_cp_hybrid_cp_mha_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mha_linear_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mha_linear_layer",
@@ -1188,33 +627,8 @@ def _stage_cp_hybrid_cp_mha_linear_full_again_at(a, cp, dh, h, level_bound_0, sc
 
 
 def stage_cp_hybrid_cp_mha_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mha_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mha_linear_full_again",
@@ -1237,34 +651,8 @@ def _stage_cp_hybrid_cp_mha_linear_selective_again_at(a, cp, dh, gather, h, leve
 
 
 def stage_cp_hybrid_cp_mha_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mha_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mha_linear_selective_again",
@@ -1287,37 +675,8 @@ def _stage_cp_ulysses_cp_mha_softmax_layer_at(a, b, bytes_compute, cp, dh, h, le
 
 
 def stage_cp_ulysses_cp_mha_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mha_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mha_softmax_layer",
@@ -1340,37 +699,8 @@ def _stage_cp_ulysses_cp_mha_softmax_full_again_at(a, b, bytes_compute, cp, dh, 
 
 
 def stage_cp_ulysses_cp_mha_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mha_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mha_softmax_full_again",
@@ -1393,38 +723,8 @@ def _stage_cp_ulysses_cp_mha_softmax_selective_again_at(a, b, bytes_compute, cp,
 
 
 def stage_cp_ulysses_cp_mha_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mha_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mha_softmax_selective_again",
@@ -1447,37 +747,8 @@ def _stage_cp_ulysses_cp_mha_linear_layer_at(a, b, bytes_compute, cp, dh, h, lev
 
 
 def stage_cp_ulysses_cp_mha_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mha_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mha_linear_layer",
@@ -1500,37 +771,8 @@ def _stage_cp_ulysses_cp_mha_linear_full_again_at(a, b, bytes_compute, cp, dh, h
 
 
 def stage_cp_ulysses_cp_mha_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mha_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mha_linear_full_again",
@@ -1553,38 +795,8 @@ def _stage_cp_ulysses_cp_mha_linear_selective_again_at(a, b, bytes_compute, cp, 
 
 
 def stage_cp_ulysses_cp_mha_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*h/t)/cp**2,
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mha_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mha_linear_selective_again",
@@ -1607,37 +819,8 @@ def _stage_cp_colossalai_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, le
 
 
 def stage_cp_colossalai_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_gqa_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_gqa_softmax_layer",
@@ -1660,37 +843,8 @@ def _stage_cp_colossalai_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, d
 
 
 def stage_cp_colossalai_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_gqa_softmax_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_gqa_softmax_full_again",
@@ -1713,38 +867,8 @@ def _stage_cp_colossalai_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, 
 
 
 def stage_cp_colossalai_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_gqa_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_gqa_softmax_selective_again",
@@ -1767,33 +891,8 @@ def _stage_cp_colossalai_cp_gqa_linear_layer_at(a, cp, dh, h, level_bound_0, sco
 
 
 def stage_cp_colossalai_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_gqa_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_gqa_linear_layer",
@@ -1816,33 +915,8 @@ def _stage_cp_colossalai_cp_gqa_linear_full_again_at(a, cp, dh, h, level_bound_0
 
 
 def stage_cp_colossalai_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_gqa_linear_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_gqa_linear_full_again",
@@ -1865,34 +939,8 @@ def _stage_cp_colossalai_cp_gqa_linear_selective_again_at(a, cp, dh, gather, h, 
 
 
 def stage_cp_colossalai_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_gqa_linear_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_gqa_linear_selective_again",
@@ -1915,37 +963,8 @@ def _stage_cp_hybrid_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, level_
 
 
 def stage_cp_hybrid_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_gqa_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_gqa_softmax_layer",
@@ -1968,37 +987,8 @@ def _stage_cp_hybrid_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, l
 
 
 def stage_cp_hybrid_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_gqa_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_gqa_softmax_full_again",
@@ -2021,38 +1011,8 @@ def _stage_cp_hybrid_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp, 
 
 
 def stage_cp_hybrid_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*(cp - 1)*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/(cp*t),
-        True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_gqa_softmax_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_gqa_softmax_selective_again",
@@ -2075,33 +1035,8 @@ def _stage_cp_hybrid_cp_gqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_f
 
 
 def stage_cp_hybrid_cp_gqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_gqa_linear_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_gqa_linear_layer",
@@ -2124,33 +1059,8 @@ def _stage_cp_hybrid_cp_gqa_linear_full_again_at(a, cp, dh, h, level_bound_0, sc
 
 
 def stage_cp_hybrid_cp_gqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_gqa_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_gqa_linear_full_again",
@@ -2173,34 +1083,8 @@ def _stage_cp_hybrid_cp_gqa_linear_selective_again_at(a, cp, dh, gather, h, leve
 
 
 def stage_cp_hybrid_cp_gqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_gqa_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_gqa_linear_selective_again",
@@ -2223,38 +1107,8 @@ def _stage_cp_ulysses_cp_gqa_softmax_layer_at(a, b, bytes_compute, cp, dh, h, le
 
 
 def stage_cp_ulysses_cp_gqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_gqa_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_gqa_softmax_layer",
@@ -2277,38 +1131,8 @@ def _stage_cp_ulysses_cp_gqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, 
 
 
 def stage_cp_ulysses_cp_gqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_gqa_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_gqa_softmax_full_again",
@@ -2331,40 +1155,8 @@ def _stage_cp_ulysses_cp_gqa_softmax_selective_again_at(a, b, bytes_compute, cp,
 
 
 def stage_cp_ulysses_cp_gqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_gqa_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_gqa_softmax_selective_again",
@@ -2387,38 +1179,8 @@ def _stage_cp_ulysses_cp_gqa_linear_layer_at(a, b, bytes_compute, cp, dh, h, lev
 
 
 def stage_cp_ulysses_cp_gqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_gqa_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_gqa_linear_layer",
@@ -2441,38 +1203,8 @@ def _stage_cp_ulysses_cp_gqa_linear_full_again_at(a, b, bytes_compute, cp, dh, h
 
 
 def stage_cp_ulysses_cp_gqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh*Piecewise((Min(a, n_kv), n_kv > 0),
-        (a, True))/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_gqa_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_gqa_linear_full_again",
@@ -2495,40 +1227,8 @@ def _stage_cp_ulysses_cp_gqa_linear_selective_again_at(a, b, bytes_compute, cp, 
 
 
 def stage_cp_ulysses_cp_gqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh*Piecewise((Min(a, n_kv), n_kv > 0), (a, True))/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_gqa_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_gqa_linear_selective_again",
@@ -2551,34 +1251,8 @@ def _stage_cp_colossalai_cp_mqa_softmax_layer_at(b, bytes_compute, cp, dh, level
 
 
 def stage_cp_colossalai_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mqa_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mqa_softmax_layer",
@@ -2601,34 +1275,8 @@ def _stage_cp_colossalai_cp_mqa_softmax_full_again_at(b, bytes_compute, cp, dh, 
 
 
 def stage_cp_colossalai_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mqa_softmax_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mqa_softmax_full_again",
@@ -2651,35 +1299,8 @@ def _stage_cp_colossalai_cp_mqa_softmax_selective_again_at(b, bytes_compute, cp,
 
 
 def stage_cp_colossalai_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mqa_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mqa_softmax_selective_again",
@@ -2702,33 +1323,8 @@ def _stage_cp_colossalai_cp_mqa_linear_layer_at(a, cp, dh, h, level_bound_0, sco
 
 
 def stage_cp_colossalai_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mqa_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mqa_linear_layer",
@@ -2751,33 +1347,8 @@ def _stage_cp_colossalai_cp_mqa_linear_full_again_at(a, cp, dh, h, level_bound_0
 
 
 def stage_cp_colossalai_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mqa_linear_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mqa_linear_full_again",
@@ -2800,34 +1371,8 @@ def _stage_cp_colossalai_cp_mqa_linear_selective_again_at(a, cp, dh, gather, h, 
 
 
 def stage_cp_colossalai_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mqa_linear_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mqa_linear_selective_again",
@@ -2850,34 +1395,8 @@ def _stage_cp_hybrid_cp_mqa_softmax_layer_at(b, bytes_compute, cp, dh, level_bou
 
 
 def stage_cp_hybrid_cp_mqa_softmax_layer(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mqa_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mqa_softmax_layer",
@@ -2900,34 +1419,8 @@ def _stage_cp_hybrid_cp_mqa_softmax_full_again_at(b, bytes_compute, cp, dh, leve
 
 
 def stage_cp_hybrid_cp_mqa_softmax_full_again(*, b, bytes_compute, cp, dh, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (4*b*bytes_compute*dh*s*(cp -
-        1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mqa_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mqa_softmax_full_again",
@@ -2950,35 +1443,8 @@ def _stage_cp_hybrid_cp_mqa_softmax_selective_again_at(b, bytes_compute, cp, dh,
 
 
 def stage_cp_hybrid_cp_mqa_softmax_selective_again(*, b, bytes_compute, cp, dh, gather, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (4*b*bytes_compute*dh*s*(cp - 1)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mqa_softmax_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mqa_softmax_selective_again",
@@ -3001,33 +1467,8 @@ def _stage_cp_hybrid_cp_mqa_linear_layer_at(a, cp, dh, h, level_bound_0, score_f
 
 
 def stage_cp_hybrid_cp_mqa_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mqa_linear_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mqa_linear_layer",
@@ -3050,33 +1491,8 @@ def _stage_cp_hybrid_cp_mqa_linear_full_again_at(a, cp, dh, h, level_bound_0, sc
 
 
 def stage_cp_hybrid_cp_mqa_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mqa_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mqa_linear_full_again",
@@ -3099,34 +1515,8 @@ def _stage_cp_hybrid_cp_mqa_linear_selective_again_at(a, cp, dh, gather, h, leve
 
 
 def stage_cp_hybrid_cp_mqa_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mqa_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mqa_linear_selective_again",
@@ -3149,37 +1539,8 @@ def _stage_cp_ulysses_cp_mqa_softmax_layer_at(a, b, bytes_compute, cp, dh, h, le
 
 
 def stage_cp_ulysses_cp_mqa_softmax_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mqa_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mqa_softmax_layer",
@@ -3202,37 +1563,8 @@ def _stage_cp_ulysses_cp_mqa_softmax_full_again_at(a, b, bytes_compute, cp, dh, 
 
 
 def stage_cp_ulysses_cp_mqa_softmax_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mqa_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mqa_softmax_full_again",
@@ -3255,38 +1587,8 @@ def _stage_cp_ulysses_cp_mqa_softmax_selective_again_at(a, b, bytes_compute, cp,
 
 
 def stage_cp_ulysses_cp_mqa_softmax_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mqa_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mqa_softmax_selective_again",
@@ -3309,37 +1611,8 @@ def _stage_cp_ulysses_cp_mqa_linear_layer_at(a, b, bytes_compute, cp, dh, h, lev
 
 
 def stage_cp_ulysses_cp_mqa_linear_layer(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mqa_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mqa_linear_layer",
@@ -3362,37 +1635,8 @@ def _stage_cp_ulysses_cp_mqa_linear_full_again_at(a, b, bytes_compute, cp, dh, h
 
 
 def stage_cp_ulysses_cp_mqa_linear_full_again(*, a, b, bytes_compute, cp, dh, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + 2*dh/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mqa_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mqa_linear_full_again",
@@ -3415,38 +1659,8 @@ def _stage_cp_ulysses_cp_mqa_linear_selective_again_at(a, b, bytes_compute, cp, 
 
 
 def stage_cp_ulysses_cp_mqa_linear_selective_again(*, a, b, bytes_compute, cp, dh, gather, h, level_bound_0, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(2*a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t +
-        2*dh/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mqa_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 23 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mqa_linear_selective_again",
@@ -3469,36 +1683,8 @@ def _stage_cp_colossalai_cp_mla_softmax_layer_at(b, bytes_compute, cp, dh, dhr, 
 
 
 def stage_cp_colossalai_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp -
-        1)*(2*dh + dhr)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mla_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mla_softmax_layer",
@@ -3521,36 +1707,8 @@ def _stage_cp_colossalai_cp_mla_softmax_full_again_at(b, bytes_compute, cp, dh, 
 
 
 def stage_cp_colossalai_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp -
-        1)*(2*dh + dhr)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mla_softmax_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mla_softmax_full_again",
@@ -3573,38 +1731,8 @@ def _stage_cp_colossalai_cp_mla_softmax_selective_again_at(b, bytes_compute, cp,
 
 
 def stage_cp_colossalai_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mla_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mla_softmax_selective_again",
@@ -3627,33 +1755,8 @@ def _stage_cp_colossalai_cp_mla_linear_layer_at(a, cp, dh, h, level_bound_0, sco
 
 
 def stage_cp_colossalai_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mla_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mla_linear_layer",
@@ -3676,33 +1779,8 @@ def _stage_cp_colossalai_cp_mla_linear_full_again_at(a, cp, dh, h, level_bound_0
 
 
 def stage_cp_colossalai_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mla_linear_full_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mla_linear_full_again",
@@ -3725,34 +1803,8 @@ def _stage_cp_colossalai_cp_mla_linear_selective_again_at(a, cp, dh, gather, h, 
 
 
 def stage_cp_colossalai_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_colossalai_cp_mla_linear_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_colossalai_cp_mla_linear_selective_again",
@@ -3775,36 +1827,8 @@ def _stage_cp_hybrid_cp_mla_softmax_layer_at(b, bytes_compute, cp, dh, dhr, leve
 
 
 def stage_cp_hybrid_cp_mla_softmax_layer(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp -
-        1)*(2*dh + dhr)/(cp*t), True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mla_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mla_softmax_layer",
@@ -3827,36 +1851,8 @@ def _stage_cp_hybrid_cp_mla_softmax_full_again_at(b, bytes_compute, cp, dh, dhr,
 
 
 def stage_cp_hybrid_cp_mla_softmax_full_again(*, b, bytes_compute, cp, dh, dhr, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*n_kv*s*(cp -
-        1)*(2*dh + dhr)/(cp*t), True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mla_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 19 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mla_softmax_full_again",
@@ -3879,38 +1875,8 @@ def _stage_cp_hybrid_cp_mla_softmax_selective_again_at(b, bytes_compute, cp, dh,
 
 
 def stage_cp_hybrid_cp_mla_softmax_selective_again(*, b, bytes_compute, cp, dh, dhr, gather, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*n_kv*s*(cp - 1)*(2*dh + dhr)/(cp*t), True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mla_softmax_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mla_softmax_selective_again",
@@ -3933,33 +1899,8 @@ def _stage_cp_hybrid_cp_mla_linear_layer_at(a, cp, dh, h, level_bound_0, score_f
 
 
 def stage_cp_hybrid_cp_mla_linear_layer(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mla_linear_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mla_linear_layer",
@@ -3982,33 +1923,8 @@ def _stage_cp_hybrid_cp_mla_linear_full_again_at(a, cp, dh, h, level_bound_0, sc
 
 
 def stage_cp_hybrid_cp_mla_linear_full_again(*, a, cp, dh, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2, Ne(dh, 0)),
-        (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mla_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mla_linear_full_again",
@@ -4031,34 +1947,8 @@ def _stage_cp_hybrid_cp_mla_linear_selective_again_at(a, cp, dh, gather, h, leve
 
 
 def stage_cp_hybrid_cp_mla_linear_selective_again(*, a, cp, dh, gather, h, level_bound_0, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1), (8*a*Piecewise((dh**2,
-        Ne(dh, 0)), (h**2/a**2, True))/t, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_hybrid_cp_mla_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 18 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_hybrid_cp_mla_linear_selective_again",
@@ -4083,39 +1973,8 @@ def _stage_cp_ulysses_cp_mla_softmax_layer_at(a, b, bytes_compute, cp, dh, dhr, 
 
 
 def stage_cp_ulysses_cp_mla_softmax_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mla_softmax_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mla_softmax_layer",
@@ -4140,39 +1999,8 @@ def _stage_cp_ulysses_cp_mla_softmax_full_again_at(a, b, bytes_compute, cp, dh, 
 
 
 def stage_cp_ulysses_cp_mla_softmax_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mla_softmax_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mla_softmax_full_again",
@@ -4197,41 +2025,8 @@ def _stage_cp_ulysses_cp_mla_softmax_selective_again_at(a, b, bytes_compute, cp,
 
 
 def stage_cp_ulysses_cp_mla_softmax_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t +
-        a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mla_softmax_selective_again`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mla_softmax_selective_again",
@@ -4256,39 +2051,8 @@ def _stage_cp_ulysses_cp_mla_linear_layer_at(a, b, bytes_compute, cp, dh, dhr, h
 
 
 def stage_cp_ulysses_cp_mla_linear_layer(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mla_linear_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 26 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mla_linear_layer",
@@ -4313,39 +2077,8 @@ def _stage_cp_ulysses_cp_mla_linear_full_again_at(a, b, bytes_compute, cp, dh, d
 
 
 def stage_cp_ulysses_cp_mla_linear_full_again(*, a, b, bytes_compute, cp, dh, dhr, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*Piecewise((0, cp <= 1), (2*b*bytes_compute*s*(cp -
-        1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t + a*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1, floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mla_linear_full_again`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 27 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mla_linear_full_again",
@@ -4370,41 +2103,8 @@ def _stage_cp_ulysses_cp_mla_linear_selective_again_at(a, b, bytes_compute, cp, 
 
 
 def stage_cp_ulysses_cp_mla_linear_selective_again(*, a, b, bytes_compute, cp, dh, dhr, gather, h, level_bound_0, n_kv, s, score_factor_cp, stage_cost_scale, t):
-    """CP bytes that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        score_factor_cp*stage_cost_scale*(1 - gather)*Piecewise((0, cp <= 1),
-        (2*b*bytes_compute*s*(cp - 1)*(a*(dhr + Piecewise((dh, Ne(dh, 0)), (h/a, True)))/t +
-        a*Piecewise((dh, Ne(dh, 0)), (h/a, True))/t + n_kv*(2*dh + dhr)/t)/cp**2, True))*Max(1,
-        floor(cp/level_bound_0))/2
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        s: sequence length: tokens per sample [tokens].
-        score_factor_cp: level score of a unit CP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_cp_ulysses_cp_mla_linear_selective_again`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 29 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_cp_ulysses_cp_mla_linear_selective_again",
@@ -4427,33 +2127,8 @@ def _stage_ep_imbalanced_layer_at(bytes_compute, comm_ep, ep, h, level_bound_0, 
 
 
 def stage_ep_imbalanced_layer(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
-    """EP bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its pipeline
-    stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep, True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        max_rank_tokens: most tokens one EP rank's experts receive per micro-batch [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_ep_imbalanced_layer`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_ep_imbalanced_layer",
@@ -4476,33 +2151,8 @@ def _stage_ep_imbalanced_full_again_at(bytes_compute, comm_ep, ep, h, level_boun
 
 
 def stage_ep_imbalanced_full_again(*, bytes_compute, comm_ep, ep, h, level_bound_0, max_rank_tokens, stage_cost_scale):
-    """EP bytes that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it.
-
-    Closed form::
-
-        stage_cost_scale*Piecewise((0, Eq(comm_ep, 0) | (ep <= 1)),
-        (2*bytes_compute*comm_ep*h*max_rank_tokens*(ep - 1)/ep, True))*Max(1,
-        floor(ep/level_bound_0))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_ep: 1 when expert parallelism communicates, else 0 [1].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        max_rank_tokens: most tokens one EP rank's experts receive per micro-batch [tokens].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_ep_imbalanced_full_again`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 14 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_ep_imbalanced_full_again",
@@ -4535,71 +2185,8 @@ def _stage_dp_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_gate, by
 
 
 def stage_dp_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(attn_extra_p + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 +
-        n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + n_kv*qkv_bias*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4
-        + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM
-        + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad +
-        bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) -
-        1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_standard_dense_fsdp_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 71 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_standard_dense_fsdp_layer",
@@ -4632,46 +2219,8 @@ def _stage_dp_fsdp_untied_embedding_at(bytes_grad, bytes_p, comm_dp_overlap, cp,
 
 
 def stage_dp_fsdp_untied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
-    """DP volume that the embedding table adds to its pipeline stage per micro-batch, converted as
-    _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*h*v*(2*Max(1, d/Max(1,
-        gather_embed)) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp)
-        + shard_spans_cp)), (1, True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) +
-        h*v*(bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(Max(1, shard_embed/Max(1,
-        shard_embed/Max(1, gather_embed))) - 1)/(Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_fsdp_untied_embedding`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 36 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_fsdp_untied_embedding",
@@ -4698,43 +2247,7 @@ def _stage_dp_fsdp_output_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, 
 
 
 def stage_dp_fsdp_output(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, h, m, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
-    """DP volume that the output layer's table adds to its pipeline stage per micro-batch, converted
-    as _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(h*v + v)*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad +
-        bytes_p*(reshards + (1 - reshards)/m))*(h*v + v)*(Max(1, shard_p_os_non_exp_partial/t) -
-        1)/(t*Max(1, shard_p_os_non_exp_partial/t)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_fsdp_output`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 34 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_fsdp_output",
@@ -4767,66 +2280,8 @@ def _stage_dp_unconverted_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_out
 
 
 def stage_dp_unconverted_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*Max(1,
-        shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_standard_dense_fsdp_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 67 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_standard_dense_fsdp_layer",
@@ -4859,42 +2314,8 @@ def _stage_dp_unconverted_fsdp_untied_embedding_at(bytes_grad, bytes_p, cp, d, g
 
 
 def stage_dp_unconverted_fsdp_untied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    """DP volume that the embedding table adds to its pipeline stage per micro-batch, before
-    _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*h*v*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) + h*v*(bytes_grad + bytes_p*(reshards
-        + (1 - reshards)/m))*(Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))) -
-        1)/(Max(1, shard_embed/Max(1, gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1,
-        gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_fsdp_untied_embedding`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 32 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_fsdp_untied_embedding",
@@ -4921,38 +2342,8 @@ def _stage_dp_unconverted_fsdp_output_at(bytes_grad, bytes_p, cp, d, h, m, resha
 
 
 def stage_dp_unconverted_fsdp_output(*, bytes_grad, bytes_p, cp, d, h, m, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    """DP volume that the output layer's table adds to its pipeline stage per micro-batch, before
-    _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        (bytes_grad + bytes_p*(reshards + (1 - reshards)/m))*(h*v + v)*(Max(1,
-        shard_p_os_non_exp_partial/t) - 1)/(t*Max(1, shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_fsdp_output`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 30 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_fsdp_output",
@@ -4985,57 +2376,8 @@ def _stage_dp_reduced_standard_dense_fsdp_layer_at(a, attn_extra_p, attn_output_
 
 
 def stage_dp_reduced_standard_dense_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, dh, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
-    its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
-    all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_standard_dense_fsdp_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 56 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_standard_dense_fsdp_layer",
@@ -5064,37 +2406,8 @@ def _stage_dp_reduced_fsdp_untied_embedding_at(bytes_grad, cp, d, gather_embed, 
 
 
 def stage_dp_reduced_fsdp_untied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    """FSDP all-reduce bytes that the embedding table adds to its pipeline stage per micro-batch,
-    the part of the FSDP traffic copies of a shard spend all-reducing it.
-
-    Closed form::
-
-        bytes_grad*h*v*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_fsdp_untied_embedding`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 24 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_fsdp_untied_embedding",
@@ -5119,34 +2432,8 @@ def _stage_dp_reduced_fsdp_output_at(bytes_grad, cp, d, h, m, shard_p_os_non_exp
 
 
 def stage_dp_reduced_fsdp_output(*, bytes_grad, cp, d, h, m, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    """FSDP all-reduce bytes that the output layer's table adds to its pipeline stage per
-    micro-batch, the part of the FSDP traffic copies of a shard spend all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(h*v + v)*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_fsdp_output`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_fsdp_output",
@@ -5179,48 +2466,8 @@ def _stage_dp_fsdp_tied_embedding_at(bytes_grad, bytes_p, comm_dp_overlap, cp, d
 
 
 def stage_dp_fsdp_tied_embedding(*, bytes_grad, bytes_p, comm_dp_overlap, cp, d, gather_embed, h, m, p, reshards, score_factor_dp, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t, v):
-    """DP volume that the embedding table adds to its pipeline stage per micro-batch, converted as
-    _stage_comm_time converts it; parameter counts without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(2*Max(1, d/Max(1,
-        gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v, True))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) + (bytes_grad + bytes_p*(reshards +
-        (1 - reshards)/m))*(Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))) -
-        1)*Piecewise((0, p <= 1), (h*v, True))/(Max(1, shard_embed/Max(1, gather_embed))*Max(1,
-        shard_embed/Max(1, shard_embed/Max(1, gather_embed)))))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_fsdp_tied_embedding`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 37 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_fsdp_tied_embedding",
@@ -5253,43 +2500,8 @@ def _stage_dp_unconverted_fsdp_tied_embedding_at(bytes_grad, bytes_p, cp, d, gat
 
 
 def stage_dp_unconverted_fsdp_tied_embedding(*, bytes_grad, bytes_p, cp, d, gather_embed, h, m, p, reshards, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    """DP volume that the embedding table adds to its pipeline stage per micro-batch, before
-    _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed)))) + (bytes_grad +
-        bytes_p*(reshards + (1 - reshards)/m))*(Max(1, shard_embed/Max(1, shard_embed/Max(1,
-        gather_embed))) - 1)*Piecewise((0, p <= 1), (h*v, True))/(Max(1, shard_embed/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_fsdp_tied_embedding`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 33 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_fsdp_tied_embedding",
@@ -5318,38 +2530,8 @@ def _stage_dp_reduced_fsdp_tied_embedding_at(bytes_grad, cp, d, gather_embed, h,
 
 
 def stage_dp_reduced_fsdp_tied_embedding(*, bytes_grad, cp, d, gather_embed, h, m, p, shard_embed, shard_p_os_non_exp_partial, shard_spans_cp, t, v):
-    """FSDP all-reduce bytes that the embedding table adds to its pipeline stage per micro-batch,
-    the part of the FSDP traffic copies of a shard spend all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, d/Max(1, gather_embed)) - 2)*Piecewise((0, p <= 1), (h*v,
-        True))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(Max(1, d/Max(1, gather_embed))*Max(1, shard_embed/Max(1,
-        gather_embed))*Max(1, shard_embed/Max(1, shard_embed/Max(1, gather_embed))))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        gather_embed: ranks the embedding table is gathered over (FSDP); 0 when unset [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        p: pipeline-parallel degree [ranks].
-        shard_embed: ranks that shard the embedding table [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        v: vocabulary size [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_fsdp_tied_embedding`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 25 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_fsdp_tied_embedding",
@@ -5372,44 +2554,7 @@ def _stage_tp_moe_layer_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hf
 
 
 def stage_tp_moe_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    """TP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
-    bytes (MoE).
-
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_moe_layer`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_moe_layer",
@@ -5432,44 +2577,8 @@ def _stage_tp_moe_selective_layer_at(bytes_compute, comm_t, comm_tp_overlap, cp,
 
 
 def stage_tp_moe_selective_layer(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    """TP volume that one selective-recompute layer past n_lay (MTP) adds to its pipeline stage per
-    micro-batch, converted as _stage_comm_time converts it; elements (dense) or bytes (MoE).
-
-    Closed form::
-
-        comm_t*gather*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_moe_selective_layer`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 21 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_moe_selective_layer",
@@ -5492,44 +2601,8 @@ def _stage_tp_moe_full_again_at(bytes_compute, comm_t, comm_tp_overlap, cp, ep, 
 
 
 def stage_tp_moe_full_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    """TP volume that what one fully recomputed layer adds again (the with_recomp sum) adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense) or
-    bytes (MoE).
-
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 -
-        comm_tp_overlap)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_moe_full_again`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 20 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_moe_full_again",
@@ -5552,45 +2625,8 @@ def _stage_tp_moe_selective_again_at(bytes_compute, comm_t, comm_tp_overlap, cp,
 
 
 def stage_tp_moe_selective_again(*, bytes_compute, comm_t, comm_tp_overlap, cp, ep, gather, h, hff_exp, level_bound_0, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp, score_factor_tp, stage_cost_scale, t):
-    """TP volume that what one selectively recomputed layer adds again (the with_recomp sum) adds to
-    its pipeline stage per micro-batch, converted as _stage_comm_time converts it; elements (dense)
-    or bytes (MoE).
-
-    Closed form::
-
-        comm_t*score_factor_tp*stage_cost_scale*(1 - comm_tp_overlap)*(1 -
-        gather)*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)*Max(1,
-        floor(t/level_bound_0))/cp
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        comm_tp_overlap: fraction of TP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        level_bound_0: devices in one level-0 group (a node) [devices].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-        score_factor_tp: level score of a unit TP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_tp_moe_selective_again`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 22 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_tp_moe_selective_again",
@@ -5657,99 +2693,8 @@ def _stage_dp_standard_moe_zero_layer_at(a, attn_extra_p, attn_output_gate, comm
 
 
 def stage_dp_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, comm_dp_overlap, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise(((attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4)/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0,
-        True)) + Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp
-        + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 +
-        n_attMM*(a*dh*h*(attn_output_gate + 1) + a*dh*qkv_bias*(attn_output_gate + 1))/4)/t +
-        (attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate +
-        1) + a*dh*qkv_bias*(attn_output_gate + 1))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/t + (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)),
-        (0, True)) + Piecewise((0, Eq(zero2_exp, 1) & ITE(Ne(n_shared_exp, 0),
-        Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0,
-        Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)),
-        ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero3_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_standard_moe_zero_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 90 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_standard_moe_zero_layer",
@@ -5816,94 +2761,8 @@ def _stage_dp_unconverted_standard_moe_zero_layer_at(a, attn_extra_p, attn_outpu
 
 
 def stage_dp_unconverted_standard_moe_zero_layer(*, a, attn_extra_p, attn_output_gate, cp, dh, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        Piecewise(((attn_extra_p + 2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 +
-        n_attMM*(a*dh*h*(attn_output_gate + 1) + a*dh*qkv_bias*(attn_output_gate + 1))/4)/t,
-        Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp
-        + n_attMM*(h**2 + h*o_bias)/4 + n_attMM*(h**2*(attn_output_gate + 1) +
-        h*qkv_bias*(attn_output_gate + 1))/4 + n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 +
-        2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((attn_extra_p +
-        2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + h*o_bias)/4 +
-        n_attMM*(dh*h*n_kv + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4)/t + (attn_extra_p + 2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + h*o_bias)/4 + n_attMM*(dh*h*n_kv
-        + dh*n_kv*qkv_bias)/2 + n_attMM*(a*dh*h*(attn_output_gate + 1) +
-        a*dh*qkv_bias*(attn_output_gate + 1))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/t + (attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(h**2 + h*o_bias)/4 +
-        n_attMM*(h**2*(attn_output_gate + 1) + h*qkv_bias*(attn_output_gate + 1))/4 +
-        n_attMM*(h**2*n_kv/a + h*n_kv*qkv_bias/a)/2 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)),
-        (0, True)) + Piecewise((0, Eq(zero2_exp, 1) & ITE(Ne(n_shared_exp, 0),
-        Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) + (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0,
-        Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)),
-        ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero3_exp, 1)), (0, True))
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        cp: context-parallel degree [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_standard_moe_zero_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 86 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_standard_moe_zero_layer",
@@ -5966,92 +2825,8 @@ def _stage_dp_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_gate, byte
 
 
 def stage_dp_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(Max(1,
-        shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1, shard_p_os_exp_partial/t_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/(t*Max(1, shard_p_os_non_exp_partial/t))
-        + n_exp*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(Max(1, shard_p_os_exp/t_exp) -
-        1)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_standard_moe_fsdp_layer`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 117 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_standard_moe_fsdp_layer",
@@ -6114,86 +2889,8 @@ def _stage_dp_unconverted_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_outpu
 
 
 def stage_dp_unconverted_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, bytes_p, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(Max(1,
-        shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1, shard_p_os_exp_partial/t_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(attn_extra_p + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 +
-        n_attMM*(a*h*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        a*qkv_bias*(attn_output_gate + 1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 +
-        2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/(t*Max(1, shard_p_os_non_exp_partial/t))
-        + n_exp*(bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp)
-        + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(Max(1, shard_p_os_exp/t_exp) -
-        1)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_standard_moe_fsdp_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 113 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_standard_moe_fsdp_layer",
@@ -6236,72 +2933,8 @@ def _stage_dp_reduced_standard_moe_fsdp_layer_at(a, attn_extra_p, attn_output_ga
 
 
 def stage_dp_reduced_standard_moe_fsdp_layer(*, a, attn_extra_p, attn_output_gate, bytes_grad, cp, d, d_exp, dh, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, o_bias, qkv_bias, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
-    its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
-    all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(attn_extra_p +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*h*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)) + h*o_bias)/4 + n_attMM*(h*n_kv*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        n_kv*qkv_bias*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/2 + n_attMM*(a*h*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + a*qkv_bias*(attn_output_gate +
-        1)*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        attn_extra_p: extra attention parameters per layer [parameters].
-        attn_output_gate: 1 when a fused output gate doubles the query projection, else 0 [1].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        o_bias: 1 when the attention output projection has a bias, else 0 (unset reads 0) [1].
-        qkv_bias: 1 when the Q, K and V projections have biases, else 0 (unset reads 0) [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_standard_moe_fsdp_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 92 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_standard_moe_fsdp_layer",
@@ -6350,87 +2983,8 @@ def _stage_dp_mla_q_latent_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc
 
 
 def stage_dp_mla_q_latent_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t,
-        Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) +
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1)))
-        + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) +
-        2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_latent_dense_zero_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 64 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_latent_dense_zero_layer",
@@ -6479,82 +3033,8 @@ def _stage_dp_unconverted_mla_q_latent_dense_zero_layer_at(a, cp, dc_kv, dc_q, d
 
 
 def stage_dp_unconverted_mla_q_latent_dense_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t, Eq(zero3_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) +
-        2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1)
-        & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t +
-        (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1)
-        & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) +
-        a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t
-        + (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dh + dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) +
-        2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1)), (0, True))
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_latent_dense_zero_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 60 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_latent_dense_zero_layer",
@@ -6585,68 +3065,8 @@ def _stage_dp_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_o
 
 
 def stage_dp_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/(t*Max(1, shard_p_os_non_exp_partial/t)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_latent_dense_fsdp_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 73 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_latent_dense_fsdp_layer",
@@ -6677,62 +3097,8 @@ def _stage_dp_unconverted_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, bytes_
 
 
 def stage_dp_unconverted_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/(t*Max(1, shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_latent_dense_fsdp_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 69 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_latent_dense_fsdp_layer",
@@ -6759,55 +3125,8 @@ def _stage_dp_reduced_mla_q_latent_dense_fsdp_layer_at(a, bytes_grad, cp, d, dc_
 
 
 def stage_dp_reduced_mla_q_latent_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dc_q, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
-    its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
-    all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True)))
-        + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)),
-        (h/a, True)) + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_mla_q_latent_dense_fsdp_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 59 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_mla_q_latent_dense_fsdp_layer",
@@ -6880,110 +3199,8 @@ def _stage_dp_mla_q_latent_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dc_q
 
 
 def stage_dp_mla_q_latent_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise((0, Eq(zero2_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) +
-        (h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)),
-        ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) +
-        (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero2_exp, 1)), (0, True)) + Piecewise((0, Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0),
-        Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp,
-        0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero3_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t,
-        Eq(zero3_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh +
-        qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/(cp*t), Eq(zero2_non_exp, 1) &
-        Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1) &
-        Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh +
-        dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) +
-        a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_latent_moe_zero_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 98 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_latent_moe_zero_layer",
@@ -7056,104 +3273,8 @@ def _stage_dp_unconverted_mla_q_latent_moe_zero_layer_at(a, cp, dc_kv, dc_q, dh,
 
 
 def stage_dp_unconverted_mla_q_latent_moe_zero_layer(*, a, cp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        Piecewise((0, Eq(zero2_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/Max(ep, t_exp) + (h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero2_exp, 1) & Ne(n_shared_exp,
-        0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep,
-        t_exp) + (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0, Eq(zero3_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero3_exp, 1)), (0, True)) +
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4)/t, Eq(zero3_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)),
-        ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) +
-        a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t, Eq(zero3_non_exp,
-        1) & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias +
-        1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh +
-        qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) + a*dh*h +
-        2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4)/(cp*t), Eq(zero2_non_exp, 1) &
-        Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dhr +
-        qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + dc_q*h + dc_q +
-        h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dc_q*(dhr + qk_nope_head_dim) + a*dh*h + dc_kv*n_kv*(dh + qk_nope_head_dim) +
-        dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1) &
-        Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh +
-        dhr) + a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dc_q*(dh + dhr) +
-        a*dh*h + 2*dc_kv*dh*n_kv + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True))
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_latent_moe_zero_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_latent_moe_zero_layer",
@@ -7210,89 +3331,8 @@ def _stage_dp_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_ove
 
 
 def stage_dp_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)))/(t*Max(1, shard_p_os_non_exp_partial/t)) + n_exp*(bytes_grad +
-        bytes_p*(2*reshards + (1 - reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_latent_moe_fsdp_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 120 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_latent_moe_fsdp_layer",
@@ -7349,83 +3389,8 @@ def _stage_dp_unconverted_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, bytes_p,
 
 
 def stage_dp_unconverted_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp,
-        0)), (0, True)))*(Max(1, shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t) - 1)*(h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh,
-        0)), (h/a, True)))/(t*Max(1, shard_p_os_non_exp_partial/t)) + n_exp*(bytes_grad +
-        bytes_p*(2*reshards + (1 - reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1,
-        shard_p_os_exp/t_exp))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_latent_moe_fsdp_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 116 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_latent_moe_fsdp_layer",
@@ -7464,70 +3429,8 @@ def _stage_dp_reduced_mla_q_latent_moe_fsdp_layer_at(a, bytes_grad, cp, d, d_exp
 
 
 def stage_dp_reduced_mla_q_latent_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dc_q, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
-    its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
-    all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dc_q*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + a*dh*h + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv + dc_q*h + dc_q + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh,
-        Ne(dh, 0)), (h/a, True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 -
-        shard_spans_cp) + shard_spans_cp)), (1, True))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) - 2)*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1, cp*d_exp*t_exp/shard_p_os_exp))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dc_q: MLA query latent rank; 0 means no query compression [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_mla_q_latent_moe_fsdp_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 95 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_mla_q_latent_moe_fsdp_layer",
@@ -7576,84 +3479,8 @@ def _stage_dp_mla_q_direct_dense_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh
 
 
 def stage_dp_mla_q_direct_dense_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, stage_cost_scale, t, zero2_non_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim)
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias +
-        1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) +
-        dc_kv + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h +
-        hff*(n_ffMM - 1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dh + dhr)
-        + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t +
-        (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t +
-        (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv
-        + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))) + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_direct_dense_zero_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 60 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_direct_dense_zero_layer",
@@ -7702,78 +3529,8 @@ def _stage_dp_unconverted_mla_q_direct_dense_zero_layer_at(a, cp, dc_kv, dh, dhr
 
 
 def stage_dp_unconverted_mla_q_direct_dense_zero_layer(*, a, cp, dc_kv, dh, dhr, h, hff, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, t, zero2_non_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp
-        + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim)
-        + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias +
-        1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) +
-        dc_kv + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h +
-        hff*(n_ffMM - 1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv +
-        dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv +
-        h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))))/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dh + dhr)
-        + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM +
-        mlp_bias*(h + hff*(n_ffMM - 1))))/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t +
-        (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))) + 2*h*n_qknorm/a)/t +
-        (h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv
-        + h*(dc_kv + dhr))/4 + (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM -
-        1))) + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True))
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        t: tensor-parallel degree [ranks].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_direct_dense_zero_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 56 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_direct_dense_zero_layer",
@@ -7806,67 +3563,8 @@ def _stage_dp_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_o
 
 
 def stage_dp_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_non_exp_partial, shard_spans_cp, stage_cost_scale, t):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(bytes_grad*(2*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h +
-        a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) +
-        dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_direct_dense_fsdp_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 69 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_direct_dense_fsdp_layer",
@@ -7899,61 +3597,8 @@ def _stage_dp_unconverted_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, bytes_
 
 
 def stage_dp_unconverted_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(h*layer_norms*(norm_bias + 1) + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) + (n_exp +
-        n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))/(t*Max(1,
-        shard_p_os_non_exp_partial/t))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_direct_dense_fsdp_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 65 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_direct_dense_fsdp_layer",
@@ -7982,53 +3627,8 @@ def _stage_dp_reduced_mla_q_direct_dense_fsdp_layer_at(a, bytes_grad, cp, d, dc_
 
 
 def stage_dp_reduced_mla_q_direct_dense_fsdp_layer(*, a, bytes_grad, cp, d, dc_kv, dh, dhr, h, hff, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_non_exp_partial, shard_spans_cp, t):
-    """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
-    its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
-    all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh,
-        True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)) +
-        (n_exp + n_shared_exp)*(h*hff*n_ffMM + mlp_bias*(h + hff*(n_ffMM - 1))))*Piecewise((1/m,
-        shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1,
-        True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1, cp*d*t/shard_p_os_non_exp_partial))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_mla_q_direct_dense_fsdp_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 55 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_mla_q_direct_dense_fsdp_layer",
@@ -8101,106 +3701,8 @@ def _stage_dp_mla_q_direct_moe_zero_layer_at(a, comm_dp_overlap, cp, dc_kv, dh, 
 
 
 def stage_dp_mla_q_direct_moe_zero_layer(*, a, comm_dp_overlap, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, score_factor_dp, shared_expert_gate, stage_cost_scale, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 - comm_dp_overlap)*(Piecewise((0, Eq(zero2_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) +
-        (h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero2_exp, 1) & Ne(n_shared_exp, 0)),
-        ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep, t_exp) +
-        (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero2_exp, 1)), (0, True)) + Piecewise((0, Eq(zero3_exp, 1) & ITE(Ne(n_shared_exp, 0),
-        Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero3_exp, 1) & Ne(n_shared_exp,
-        0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero3_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4)/t, Eq(zero3_non_exp, 1) &
-        Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv +
-        dhr))/4)/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv
-        + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) +
-        2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0,
-        True)) + Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv
-        + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv
-        + h*(dc_kv + dhr))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)),
-        ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr)
-        + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv
-        + dc_kv + h*(dc_kv + dhr))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh, 0)),
-        ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t +
-        (h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh +
-        dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/(cp*t),
-        Eq(zero2_non_exp, 1)), (0, True)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_direct_moe_zero_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 94 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_direct_moe_zero_layer",
@@ -8273,100 +3775,8 @@ def _stage_dp_unconverted_mla_q_direct_moe_zero_layer_at(a, cp, dc_kv, dh, dhr, 
 
 
 def stage_dp_unconverted_mla_q_direct_moe_zero_layer(*, a, cp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shared_expert_gate, t, t_exp, zero2_exp, zero2_non_exp, zero3_exp, zero3_non_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        Piecewise((0, Eq(zero2_exp, 1) & ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0),
-        Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))),
-        ((h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/Max(ep, t_exp) + (h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero2_exp, 1) & Ne(n_shared_exp,
-        0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/Max(ep,
-        t_exp) + (n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM -
-        1))))/(cp*ep*t_exp), Eq(zero2_exp, 1)), (0, True)) + Piecewise((0, Eq(zero3_exp, 1) &
-        ITE(Ne(n_shared_exp, 0), Eq(h*shared_expert_gate + n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0), Eq(n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1))), 0))), ((h*shared_expert_gate +
-        n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp))) +
-        n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp),
-        Eq(zero3_exp, 1) & Ne(n_shared_exp, 0)), ((n_exp*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h
-        + hff_exp*(n_ffMM - 1)/Max(1, etp))) + n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h +
-        hff_exp*(n_ffMM - 1))))/(cp*ep*t_exp), Eq(zero3_exp, 1)), (0, True)) +
-        Piecewise(((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h +
-        a*h*(dhr + qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv +
-        dhr))/4)/t, Eq(zero3_non_exp, 1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv
-        + dc_kv + h*(dc_kv + dhr))/4)/t, Eq(zero3_non_exp, 1) & Ne(dh, 0)),
-        ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t,
-        Eq(zero3_non_exp, 1) & Ne(qk_nope_head_dim, 0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp +
-        n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/t, Eq(zero3_non_exp, 1)), (0, True)) + Piecewise(((2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4)/t + (2*dh*n_qknorm +
-        h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + qk_nope_head_dim) +
-        dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4)/(cp*t), Eq(zero2_non_exp,
-        1) & Ne(dh, 0) & Ne(qk_nope_head_dim, 0)), ((2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) +
-        h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4)/t
-        + (2*dh*n_qknorm + h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh +
-        dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4)/(cp*t), Eq(zero2_non_exp, 1) & Ne(dh,
-        0)), ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        qk_nope_head_dim) + dc_kv*n_kv*(dh + qk_nope_head_dim) + dc_kv + h*(dc_kv + dhr))/4 +
-        2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1) & Ne(qk_nope_head_dim, 0)),
-        ((h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) +
-        2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv + dhr))/4 + 2*h*n_qknorm/a)/t + (h*layer_norms*(norm_bias
-        + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dh + dhr) + 2*dc_kv*dh*n_kv + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*h*n_qknorm/a)/(cp*t), Eq(zero2_non_exp, 1)), (0, True))
-
-    Unit: params.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        cp: context-parallel degree [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-        zero2_exp: 1 where comm_d_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero2_non_exp: 1 where comm_d_non_exp selects ZeRO-2 (the value 2), else 0 [1].
-        zero3_exp: 1 where comm_d_exp selects ZeRO-3 (the value 3), else 0 [1].
-        zero3_non_exp: 1 where comm_d_non_exp selects ZeRO-3 (the value 3), else 0 [1].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_direct_moe_zero_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 90 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_direct_moe_zero_layer",
@@ -8425,87 +3835,8 @@ def _stage_dp_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, bytes_p, comm_dp_ove
 
 
 def stage_dp_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, comm_dp_overlap, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, score_factor_dp, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, stage_cost_scale, t, t_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, converted as _stage_comm_time converts it; parameter counts
-    without FSDP, bytes with it.
-
-    Closed form::
-
-        score_factor_dp*stage_cost_scale*(1 -
-        comm_dp_overlap)*(bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM
-        - 1))) + Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(Max(1,
-        shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1, shard_p_os_exp_partial/t_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)) + n_exp*(bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)))
-
-    Unit: mixed.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        comm_dp_overlap: fraction of DP communication hidden behind compute [1].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        score_factor_dp: level score of a unit DP volume (TIME path) [score/volume].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        stage_cost_scale: factor the original applies to every stage dimension on a device (1; 1/2
-            on A3: the system file's original_stage_cost_scale) [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_mla_q_direct_moe_fsdp_layer`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 116 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_mla_q_direct_moe_fsdp_layer",
@@ -8564,81 +3895,8 @@ def _stage_dp_unconverted_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, bytes_p,
 
 
 def stage_dp_unconverted_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, bytes_p, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, reshards, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    """DP volume that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to its
-    pipeline stage per micro-batch, before _stage_comm_time converts it.
-
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp)) + (bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(Max(1,
-        shard_p_os_exp_partial/t_exp) - 1)/(t_exp*Max(1, shard_p_os_exp_partial/t_exp)) +
-        (bytes_grad + bytes_p*(2*reshards + (1 - reshards)/m))*(Max(1, shard_p_os_non_exp_partial/t)
-        - 1)*(h*layer_norms*(norm_bias + 1) + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv*n_kv*(dh +
-        Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)), (dh, True))) + dc_kv + h*(dc_kv +
-        dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a, True)))/(t*Max(1,
-        shard_p_os_non_exp_partial/t)) + n_exp*(bytes_grad + bytes_p*(2*reshards + (1 -
-        reshards)/m))*(h*hff_exp*n_ffMM/Max(1, etp) + mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1,
-        etp)))*(Max(1, shard_p_os_exp/t_exp) - 1)/(ep*t_exp*Max(1, shard_p_os_exp/t_exp))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        bytes_p: bytes per parameter [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        reshards: 1 where FSDP frees gathered parameters after each pass, else 0 [1].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_unconverted_mla_q_direct_moe_fsdp_layer`` as one loop (its docstring:
+    what it counts, unit, source)."""
     # ops: 112 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_unconverted_mla_q_direct_moe_fsdp_layer",
@@ -8679,69 +3937,8 @@ def _stage_dp_reduced_mla_q_direct_moe_fsdp_layer_at(a, bytes_grad, cp, d, d_exp
 
 
 def stage_dp_reduced_mla_q_direct_moe_fsdp_layer(*, a, bytes_grad, cp, d, d_exp, dc_kv, dh, dhr, ep, etp, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_exp, n_ffMM, n_kv, n_qknorm, n_shared_exp, norm_bias, qk_nope_head_dim, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shard_spans_cp, shared_expert_gate, t, t_exp):
-    """FSDP all-reduce bytes that one layer of the kinds STAGE_TERMS weighs as a plain layer adds to
-    its pipeline stage per micro-batch, the part of the FSDP traffic copies of a shard spend
-    all-reducing it.
-
-    Closed form::
-
-        bytes_grad*(n_shared_exp*(h*hff_exp*n_ffMM + mlp_bias*(h + hff_exp*(n_ffMM - 1))) +
-        Piecewise((h*shared_expert_gate, Ne(n_shared_exp, 0)), (0, True)))*(2*Max(1,
-        cp*d*t_exp/shard_p_os_exp_partial) - 2)*Piecewise((1/m, shard_p_os_non_exp_partial >
-        t*(cp*(1 - shard_spans_cp) + shard_spans_cp)), (1, True))/(t_exp*Max(1,
-        shard_p_os_exp_partial/t_exp)*Max(1, cp*d*t_exp/shard_p_os_exp_partial)) +
-        bytes_grad*(2*Max(1, cp*d*t/shard_p_os_non_exp_partial) - 2)*(h*layer_norms*(norm_bias + 1)
-        + h*n_exp + n_attMM*(a*dh*h + a*h*(dhr + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim,
-        0)), (dh, True))) + dc_kv*n_kv*(dh + Piecewise((qk_nope_head_dim, Ne(qk_nope_head_dim, 0)),
-        (dh, True))) + dc_kv + h*(dc_kv + dhr))/4 + 2*n_qknorm*Piecewise((dh, Ne(dh, 0)), (h/a,
-        True)))*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(t*Max(1, shard_p_os_non_exp_partial/t)*Max(1,
-        cp*d*t/shard_p_os_non_exp_partial)) + bytes_grad*n_exp*(h*hff_exp*n_ffMM/Max(1, etp) +
-        mlp_bias*(h + hff_exp*(n_ffMM - 1)/Max(1, etp)))*(2*Max(1, cp*d_exp*t_exp/shard_p_os_exp) -
-        2)*Piecewise((1/m, shard_p_os_non_exp_partial > t*(cp*(1 - shard_spans_cp) +
-        shard_spans_cp)), (1, True))/(ep*t_exp*Max(1, shard_p_os_exp/t_exp)*Max(1,
-        cp*d_exp*t_exp/shard_p_os_exp))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 549-712
-    (estimate_from_mem_comm)
-
-    Args:
-        a: attention (query) heads [heads].
-        bytes_grad: bytes per gradient element [bytes].
-        cp: context-parallel degree [ranks].
-        d: data-parallel degree [ranks].
-        d_exp: data-parallel degree seen by an expert layer [ranks].
-        dc_kv: MLA key/value latent rank; > 0 means MLA [elements].
-        dh: head width (MLA: value-head width); 0 when unset (falls back to h/a) [elements].
-        dhr: rotary part of an MLA key head [elements].
-        ep: expert-parallel degree [ranks].
-        etp: expert tensor-parallel degree; 0 when unset [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        layer_norms: norms per layer the model states; 0 when unset [norms].
-        m: number of micro-batches per step [micro-batches].
-        mlp_bias: 1 when the feed-forward projections have biases, else 0 (unset reads 0) [1].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_kv: key/value heads; 0 when unset (read as a) [heads].
-        n_qknorm: query/key norms per layer [norms].
-        n_shared_exp: shared experts [experts].
-        norm_bias: 1 when each norm has a bias beside its weight (LayerNorm), else 0 [1].
-        qk_nope_head_dim: MLA non-rotary key width; 0 falls back to dh [elements].
-        shard_p_os_exp: ranks that shard the routed experts [ranks].
-        shard_p_os_exp_partial: ranks that shard the shared experts [ranks].
-        shard_p_os_non_exp_partial: ranks that shard the non-expert parameters [ranks].
-        shard_spans_cp: 1 where the stated FSDP shard already spans CP, else 0 [1].
-        shared_expert_gate: 1 when the shared experts' output is gated by a weight, else 0 [1].
-        t: tensor-parallel degree [ranks].
-        t_exp: tensor-parallel degree seen by an expert layer [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.stage_dp_reduced_mla_q_direct_moe_fsdp_layer`` as one loop (its docstring: what
+    it counts, unit, source)."""
     # ops: 91 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "stage_dp_reduced_mla_q_direct_moe_fsdp_layer",

@@ -5,7 +5,8 @@
 """Fused evaluators of the tp formulas: one numba loop per formula, one pass over the inputs.
 
 The same functions, keyword arguments and numbers as ``generated.tp``
-(the NumPy target). Each public function broadcasts its arguments
+(the NumPy target), whose docstrings say what each counts, its unit and source
+(``docs/formulas.md`` gives the closed forms). Each public function broadcasts its arguments
 (``_runtime.prepare``) and runs its kernel, ``_<name>``: a loop over the
 elements whose body is the formula's CSE form, each temporary a scalar.
 numba compiles a kernel on its first call and keeps the machine code in
@@ -67,35 +68,11 @@ def _tp_dense_layer_elements(out, b, comm_t, cp, h, hff, mb, n_gather, s):
 
 
 def tp_dense_layer_elements(*, b, comm_t, cp, h, hff, mb, n_gather, s):
-    """TP gather volume of one dense layer for mb micro-batches at any layer but a
-    selective-recompute one, in elements, no bytes (§10 item 11).
-
-    Closed form::
-
-        comm_t*(b*h*mb*n_gather*s/4 + b*hff*mb*n_gather*s/4)/cp
-
-    Unit: elements.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_dense_layer_elements`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_dense_layer_elements",
-        ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
+        "tp_dense_layer_elements", ("b", "comm_t", "cp", "h", "hff", "mb", "n_gather", "s"),
         (b, comm_t, cp, h, hff, mb, n_gather, s),
     )
     _tp_dense_layer_elements(out, *arrays)
@@ -109,32 +86,8 @@ def _tp_dense_selective_layer_elements(out, b, comm_t, cp, gather, h, hff, mb, n
 
 
 def tp_dense_selective_layer_elements(*, b, comm_t, cp, gather, h, hff, mb, n_gather, s):
-    """TP gather volume of one dense layer for mb micro-batches at a selective-recompute layer, kept
-    only where rec_op.gather is 1, in elements, no bytes (§10 item 11).
-
-    Closed form::
-
-        comm_t*gather*(b*h*mb*n_gather*s/4 + b*hff*mb*n_gather*s/4)/cp
-
-    Unit: elements.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        b: micro-batch size [samples].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff: dense FFN width [elements].
-        mb: micro-batches a per-layer call is priced for [micro-batches].
-        n_gather: TP gathers per layer [ops].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_dense_selective_layer_elements`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 9 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "tp_dense_selective_layer_elements",
@@ -152,35 +105,7 @@ def _tp_moe_layer_bytes(out, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM,
 
 
 def tp_moe_layer_bytes(*, bytes_compute, comm_t, cp, ep, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
-    """TP gather volume of one moe layer per call, whatever mb at any layer but a
-    selective-recompute one, in bytes of a parameter-like size, no s, b or mb (§10 item 11).
-
-    Closed form::
-
-        comm_t*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_moe_layer_bytes`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 12 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "tp_moe_layer_bytes",
@@ -198,36 +123,8 @@ def _tp_moe_selective_layer_bytes(out, bytes_compute, comm_t, cp, ep, gather, h,
 
 
 def tp_moe_selective_layer_bytes(*, bytes_compute, comm_t, cp, ep, gather, h, hff_exp, n_attMM, n_exp, n_ffMM, n_gather, n_shared_exp):
-    """TP gather volume of one moe layer per call, whatever mb at a selective-recompute layer, kept
-    only where rec_op.gather is 1, in bytes of a parameter-like size, no s, b or mb (§10 item 11).
-
-    Closed form::
-
-        comm_t*gather*(bytes_compute*h**2*n_attMM*n_gather/4 +
-        bytes_compute*h*n_ffMM*n_gather*(hff_exp*n_shared_exp + hff_exp*n_exp/ep)/4)/cp
-
-    Unit: bytes.
-
-    Source: published version of memory_estimation/evaluators/comm.py:
-    EvalLayerComm.tp_comm_non_exp, tp_comm_exp, tp_comm_layer; comm_time.py lines 502, 602-604
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        comm_t: 1 when tensor parallelism communicates (t > 1), else 0 [1].
-        cp: context-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        gather: selective-recompute switch rec_op.gather: 1 keeps the gathered activation [1].
-        h: hidden width [elements].
-        hff_exp: width of one expert [elements].
-        n_attMM: attention matrix multiplies per layer [ops].
-        n_exp: routed experts (1 for a dense layer) [experts].
-        n_ffMM: feed-forward matrix multiplies per layer [ops].
-        n_gather: TP gathers per layer [ops].
-        n_shared_exp: shared experts [experts].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_moe_selective_layer_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 13 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "tp_moe_selective_layer_bytes",
@@ -245,31 +142,11 @@ def _tp_legacy_gather_bytes(out, b, bytes_compute, h, s, t):
 
 
 def tp_legacy_gather_bytes(*, b, bytes_compute, h, s, t):
-    """fill_tp_table n_gather: bytes of one s x b x h activation gather, scaled by 11/16 at t >= 8
-    (the original's 'Fix this' bias, §10 item 5).
-
-    Closed form::
-
-        b*bytes_compute*h*s*Piecewise((11/16, t >= 8), (1, True))
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 240-247
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_legacy_gather_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_legacy_gather_bytes",
-        ("b", "bytes_compute", "h", "s", "t"),
+        "tp_legacy_gather_bytes", ("b", "bytes_compute", "h", "s", "t"),
         (b, bytes_compute, h, s, t),
     )
     _tp_legacy_gather_bytes(out, *arrays)
@@ -283,31 +160,11 @@ def _tp_legacy_exp_gather_bytes(out, b, bytes_compute, d, ep, h, s):
 
 
 def tp_legacy_exp_gather_bytes(*, b, bytes_compute, d, ep, h, s):
-    """fill_tp_table exp_tp n_gather: 1.5 activation gathers scaled by ep/d (§10 item 5).
-
-    Closed form::
-
-        3*b*bytes_compute*ep*h*s/(2*d)
-
-    Unit: bytes.
-
-    Source: HyperParallel SAPP-ND perf_estimation/comm_time.py lines 249-254
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        d: data-parallel degree [ranks].
-        ep: expert-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_legacy_exp_gather_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_legacy_exp_gather_bytes",
-        ("b", "bytes_compute", "d", "ep", "h", "s"),
+        "tp_legacy_exp_gather_bytes", ("b", "bytes_compute", "d", "ep", "h", "s"),
         (b, bytes_compute, d, ep, h, s),
     )
     _tp_legacy_exp_gather_bytes(out, *arrays)
@@ -321,32 +178,11 @@ def _tp_sp_collective_msg_bytes(out, b, bytes_compute, cp, h, s):
 
 
 def tp_sp_collective_msg_bytes(*, b, bytes_compute, cp, h, s):
-    """nccl-tests size S of one SP all-gather (gathered buffer) or reduce-scatter (input buffer)
-    over the TP group: one micro-batch's activation, s b h / cp elements.
-
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
-    2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_sp_collective_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_sp_collective_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_sp_collective_msg_bytes", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_sp_collective_msg_bytes(out, *arrays)
@@ -360,30 +196,11 @@ def _tp_sp_all_gather_calls_count(out, m, n_layers_stage):
 
 
 def tp_sp_all_gather_calls_count(*, m, n_layers_stage):
-    """SP all-gathers per rank per step: 2 per layer forward, 2 backward (the gradients of the
-    reduce-scatters), for every micro-batch.
-
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
-    2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_sp_all_gather_calls_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_sp_all_gather_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
+        "tp_sp_all_gather_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage),
     )
     _tp_sp_all_gather_calls_count(out, *arrays)
     return result
@@ -396,29 +213,11 @@ def _tp_sp_reduce_scatter_calls_count(out, m, n_layers_stage):
 
 
 def tp_sp_reduce_scatter_calls_count(*, m, n_layers_stage):
-    """SP reduce-scatters per rank per step: 2 per layer forward, 2 backward, for every micro-batch.
-
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
-    2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_sp_reduce_scatter_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_sp_reduce_scatter_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
+        "tp_sp_reduce_scatter_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage),
     )
     _tp_sp_reduce_scatter_calls_count(out, *arrays)
     return result
@@ -431,35 +230,10 @@ def _tp_sp_step_bytes(out, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
 
 
 def tp_sp_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
-    """Bytes one rank sends per step for SP's all-gathers and reduce-scatters (ring: (t - 1)/t of S
-    per call).
-
-    Closed form::
-
-        8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2: SP = all-gather + reduce-scatter,
-    2 of each per layer in the forward, 2 in the backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_sp_step_bytes`` as one loop (its docstring: what it counts, unit, source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_sp_step_bytes",
-        ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
+        "tp_sp_step_bytes", ("b", "bytes_compute", "cp", "h", "m", "n_layers_stage", "s", "t"),
         (b, bytes_compute, cp, h, m, n_layers_stage, s, t),
     )
     _tp_sp_step_bytes(out, *arrays)
@@ -473,31 +247,11 @@ def _tp_all_reduce_msg_bytes(out, b, bytes_compute, cp, h, s):
 
 
 def tp_all_reduce_msg_bytes(*, b, bytes_compute, cp, h, s):
-    """nccl-tests size S of one TP all-reduce without SP: one micro-batch's activation.
-
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward (g), 2
-    backward (f)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_all_reduce_msg_bytes", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_all_reduce_msg_bytes(out, *arrays)
@@ -511,29 +265,11 @@ def _tp_all_reduce_calls_count(out, m, n_layers_stage):
 
 
 def tp_all_reduce_calls_count(*, m, n_layers_stage):
-    """TP all-reduces per rank per step without SP: 2 per layer forward, 2 backward, per
-    micro-batch.
-
-    Closed form::
-
-        4*m*n_layers_stage
-
-    Unit: count.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_calls_count`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 2 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_calls_count",
-        ("m", "n_layers_stage"),
-        (m, n_layers_stage),
+        "tp_all_reduce_calls_count", ("m", "n_layers_stage"), (m, n_layers_stage),
     )
     _tp_all_reduce_calls_count(out, *arrays)
     return result
@@ -546,29 +282,8 @@ def _tp_all_reduce_step_bytes(out, b, bytes_compute, cp, h, m, n_layers_stage, s
 
 
 def tp_all_reduce_step_bytes(*, b, bytes_compute, cp, h, m, n_layers_stage, s, t):
-    """Bytes one rank sends per step for TP all-reduces without SP (ring: 2(t - 1)/t of S per call).
-
-    Closed form::
-
-        8*b*bytes_compute*h*m*n_layers_stage*s*(t - 1)/(cp*t)
-
-    Unit: bytes.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        n_layers_stage: transformer layers one pipeline stage holds [layers].
-        s: sequence length: tokens per sample [tokens].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_step_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 10 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "tp_all_reduce_step_bytes",
@@ -586,31 +301,11 @@ def _tp_all_gather_stage_calls_count(out, m, sp, t):
 
 
 def tp_all_gather_stage_calls_count(*, m, sp, t):
-    """Calls per rank per step of SP all-gathers of one transformer layer over the TP group, for one
-    transformer layer.
-
-    Closed form::
-
-        4*m*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_calls_count",
-        ("m", "sp", "t"),
-        (m, sp, t),
+        "tp_all_gather_stage_calls_count", ("m", "sp", "t"), (m, sp, t),
     )
     _tp_all_gather_stage_calls_count(out, *arrays)
     return result
@@ -623,31 +318,11 @@ def _tp_all_gather_stage_msg_bytes(out, b, bytes_compute, cp, h, s):
 
 
 def tp_all_gather_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
-    """nccl-tests size S of one call of SP all-gathers of one transformer layer over the TP group.
-
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_all_gather_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_all_gather_stage_msg_bytes(out, *arrays)
@@ -661,36 +336,11 @@ def _tp_all_gather_stage_step_bytes(out, b, bytes_compute, cp, h, m, s, sp, t):
 
 
 def tp_all_gather_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
-    """Bytes one rank sends per step for SP all-gathers of one transformer layer over the TP group,
-    for one transformer layer (calls x the collective's share of S).
-
-    Closed form::
-
-        4*b*bytes_compute*h*m*s*(t - 1)*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2),
-        (1, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_step_bytes",
-        ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+        "tp_all_gather_stage_step_bytes", ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
         (b, bytes_compute, cp, h, m, s, sp, t),
     )
     _tp_all_gather_stage_step_bytes(out, *arrays)
@@ -704,31 +354,10 @@ def _tp_all_gather_stage_ranks_count(out, t):
 
 
 def tp_all_gather_stage_ranks_count(*, t):
-    """Ranks of the group of SP all-gathers of one transformer layer over the TP group (the
-    collective's n; seconds per step = calls x the time of one call of S bytes over these ranks,
-    NCCL's pick: collective_all_gather_*_time_s).
-
-    Closed form::
-
-        t
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_ranks_count",
-        ("t",),
-        (t,),
-    )
+    result, out, arrays = _runtime.prepare("tp_all_gather_stage_ranks_count", ("t",), (t,))
     _tp_all_gather_stage_ranks_count(out, *arrays)
     return result
 
@@ -740,31 +369,11 @@ def _tp_reduce_scatter_stage_calls_count(out, m, sp, t):
 
 
 def tp_reduce_scatter_stage_calls_count(*, m, sp, t):
-    """Calls per rank per step of SP reduce-scatters of one transformer layer over the TP group, for
-    one transformer layer.
-
-    Closed form::
-
-        4*m*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_calls_count",
-        ("m", "sp", "t"),
-        (m, sp, t),
+        "tp_reduce_scatter_stage_calls_count", ("m", "sp", "t"), (m, sp, t),
     )
     _tp_reduce_scatter_stage_calls_count(out, *arrays)
     return result
@@ -777,32 +386,11 @@ def _tp_reduce_scatter_stage_msg_bytes(out, b, bytes_compute, cp, h, s):
 
 
 def tp_reduce_scatter_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
-    """nccl-tests size S of one call of SP reduce-scatters of one transformer layer over the TP
-    group.
-
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_msg_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_reduce_scatter_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_reduce_scatter_stage_msg_bytes(out, *arrays)
@@ -816,32 +404,8 @@ def _tp_reduce_scatter_stage_step_bytes(out, b, bytes_compute, cp, h, m, s, sp, 
 
 
 def tp_reduce_scatter_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
-    """Bytes one rank sends per step for SP reduce-scatters of one transformer layer over the TP
-    group, for one transformer layer (calls x the collective's share of S).
-
-    Closed form::
-
-        4*b*bytes_compute*h*m*s*(t - 1)*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2),
-        (1, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 15 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
         "tp_reduce_scatter_stage_step_bytes",
@@ -859,31 +423,10 @@ def _tp_reduce_scatter_stage_ranks_count(out, t):
 
 
 def tp_reduce_scatter_stage_ranks_count(*, t):
-    """Ranks of the group of SP reduce-scatters of one transformer layer over the TP group (the
-    collective's n; seconds per step = calls x the time of one call of S bytes over these ranks,
-    NCCL's pick: collective_reduce_scatter_*_time_s).
-
-    Closed form::
-
-        t
-
-    Unit: count.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward)
-
-    Args:
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_ranks_count",
-        ("t",),
-        (t,),
-    )
+    result, out, arrays = _runtime.prepare("tp_reduce_scatter_stage_ranks_count", ("t",), (t,))
     _tp_reduce_scatter_stage_ranks_count(out, *arrays)
     return result
 
@@ -895,31 +438,11 @@ def _tp_all_reduce_stage_calls_count(out, m, sp, t):
 
 
 def tp_all_reduce_stage_calls_count(*, m, sp, t):
-    """Calls per rank per step of TP all-reduces of one transformer layer without SP, for one
-    transformer layer.
-
-    Closed form::
-
-        4*m*(1 - Piecewise((0, sp < 3/2), (1, True)))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: count.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward
-
-    Args:
-        m: number of micro-batches per step [micro-batches].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_calls_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 8 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_calls_count",
-        ("m", "sp", "t"),
-        (m, sp, t),
+        "tp_all_reduce_stage_calls_count", ("m", "sp", "t"), (m, sp, t),
     )
     _tp_all_reduce_stage_calls_count(out, *arrays)
     return result
@@ -932,31 +455,11 @@ def _tp_all_reduce_stage_msg_bytes(out, b, bytes_compute, cp, h, s):
 
 
 def tp_all_reduce_stage_msg_bytes(*, b, bytes_compute, cp, h, s):
-    """nccl-tests size S of one call of TP all-reduces of one transformer layer without SP.
-
-    Closed form::
-
-        b*bytes_compute*h*s/cp
-
-    Unit: bytes.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_msg_bytes`` as one loop (its docstring: what it counts, unit,
+    source)."""
     # ops: 4 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_msg_bytes",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_all_reduce_stage_msg_bytes", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_all_reduce_stage_msg_bytes(out, *arrays)
@@ -970,36 +473,11 @@ def _tp_all_reduce_stage_step_bytes(out, b, bytes_compute, cp, h, m, s, sp, t):
 
 
 def tp_all_reduce_stage_step_bytes(*, b, bytes_compute, cp, h, m, s, sp, t):
-    """Bytes one rank sends per step for TP all-reduces of one transformer layer without SP, for one
-    transformer layer (calls x the collective's share of S).
-
-    Closed form::
-
-        8*b*bytes_compute*h*m*s*(1 - Piecewise((0, sp < 3/2), (1, True)))*(t - 1)*Piecewise((0, t <
-        3/2), (1, True))/(cp*t)
-
-    Unit: bytes.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        m: number of micro-batches per step [micro-batches].
-        s: sequence length: tokens per sample [tokens].
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_step_bytes`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 16 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_step_bytes",
-        ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
+        "tp_all_reduce_stage_step_bytes", ("b", "bytes_compute", "cp", "h", "m", "s", "sp", "t"),
         (b, bytes_compute, cp, h, m, s, sp, t),
     )
     _tp_all_reduce_stage_step_bytes(out, *arrays)
@@ -1013,31 +491,10 @@ def _tp_all_reduce_stage_ranks_count(out, t):
 
 
 def tp_all_reduce_stage_ranks_count(*, t):
-    """Ranks of the group of TP all-reduces of one transformer layer without SP (the collective's n;
-    seconds per step = calls x the time of one call of S bytes over these ranks, NCCL's pick:
-    collective_all_reduce_*_time_s).
-
-    Closed form::
-
-        t
-
-    Unit: count.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward
-
-    Args:
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_ranks_count`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_ranks_count",
-        ("t",),
-        (t,),
-    )
+    result, out, arrays = _runtime.prepare("tp_all_reduce_stage_ranks_count", ("t",), (t,))
     _tp_all_reduce_stage_ranks_count(out, *arrays)
     return result
 
@@ -1049,31 +506,11 @@ def _tp_all_gather_stage_calls_count__d_m(out, sp, t):
 
 
 def tp_all_gather_stage_calls_count__d_m(*, sp, t):
-    """Partial derivative of tp_all_gather_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        4*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_calls_count__d_m",
-        ("sp", "t"),
-        (sp, t),
+        "tp_all_gather_stage_calls_count__d_m", ("sp", "t"), (sp, t),
     )
     _tp_all_gather_stage_calls_count__d_m(out, *arrays)
     return result
@@ -1086,33 +523,11 @@ def _tp_all_gather_stage_msg_bytes__d_cp(out, b, bytes_compute, cp, h, s):
 
 
 def tp_all_gather_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
-    """Partial derivative of tp_all_gather_stage_msg_bytes with respect to cp, in bytes per ranks of
-    cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*h*s/cp**2
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_msg_bytes__d_cp`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_all_gather_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_all_gather_stage_msg_bytes__d_cp(out, *arrays)
@@ -1126,32 +541,11 @@ def _tp_all_gather_stage_msg_bytes__d_b(out, bytes_compute, cp, h, s):
 
 
 def tp_all_gather_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
-    """Partial derivative of tp_all_gather_stage_msg_bytes with respect to b, in bytes per samples
-    of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        bytes_compute*h*s/cp
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_msg_bytes__d_b`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s"),
+        "tp_all_gather_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s"),
         (bytes_compute, cp, h, s),
     )
     _tp_all_gather_stage_msg_bytes__d_b(out, *arrays)
@@ -1165,32 +559,11 @@ def _tp_all_gather_stage_msg_bytes__d_s(out, b, bytes_compute, cp, h):
 
 
 def tp_all_gather_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
-    """Partial derivative of tp_all_gather_stage_msg_bytes with respect to s, in bytes per tokens of
-    s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        b*bytes_compute*h/cp
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_msg_bytes__d_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h"),
+        "tp_all_gather_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h"),
         (b, bytes_compute, cp, h),
     )
     _tp_all_gather_stage_msg_bytes__d_s(out, *arrays)
@@ -1204,28 +577,10 @@ def _tp_all_gather_stage_ranks_count__d_t(out):
 
 
 def tp_all_gather_stage_ranks_count__d_t():
-    """Partial derivative of tp_all_gather_stage_ranks_count with respect to t, in count per ranks
-    of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_gather_stage_ranks_count__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "tp_all_gather_stage_ranks_count__d_t",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("tp_all_gather_stage_ranks_count__d_t", (), ())
     _tp_all_gather_stage_ranks_count__d_t(out, *arrays)
     return result
 
@@ -1237,31 +592,11 @@ def _tp_reduce_scatter_stage_calls_count__d_m(out, sp, t):
 
 
 def tp_reduce_scatter_stage_calls_count__d_m(*, sp, t):
-    """Partial derivative of tp_reduce_scatter_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        4*Piecewise((0, sp < 3/2), (1, True))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_calls_count__d_m",
-        ("sp", "t"),
-        (sp, t),
+        "tp_reduce_scatter_stage_calls_count__d_m", ("sp", "t"), (sp, t),
     )
     _tp_reduce_scatter_stage_calls_count__d_m(out, *arrays)
     return result
@@ -1274,33 +609,11 @@ def _tp_reduce_scatter_stage_msg_bytes__d_cp(out, b, bytes_compute, cp, h, s):
 
 
 def tp_reduce_scatter_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
-    """Partial derivative of tp_reduce_scatter_stage_msg_bytes with respect to cp, in bytes per
-    ranks of cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*h*s/cp**2
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_msg_bytes__d_cp`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_reduce_scatter_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_reduce_scatter_stage_msg_bytes__d_cp(out, *arrays)
@@ -1314,32 +627,11 @@ def _tp_reduce_scatter_stage_msg_bytes__d_b(out, bytes_compute, cp, h, s):
 
 
 def tp_reduce_scatter_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
-    """Partial derivative of tp_reduce_scatter_stage_msg_bytes with respect to b, in bytes per
-    samples of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        bytes_compute*h*s/cp
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_msg_bytes__d_b`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s"),
+        "tp_reduce_scatter_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s"),
         (bytes_compute, cp, h, s),
     )
     _tp_reduce_scatter_stage_msg_bytes__d_b(out, *arrays)
@@ -1353,32 +645,11 @@ def _tp_reduce_scatter_stage_msg_bytes__d_s(out, b, bytes_compute, cp, h):
 
 
 def tp_reduce_scatter_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
-    """Partial derivative of tp_reduce_scatter_stage_msg_bytes with respect to s, in bytes per
-    tokens of s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        b*bytes_compute*h/cp
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_msg_bytes__d_s`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h"),
+        "tp_reduce_scatter_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h"),
         (b, bytes_compute, cp, h),
     )
     _tp_reduce_scatter_stage_msg_bytes__d_s(out, *arrays)
@@ -1392,28 +663,10 @@ def _tp_reduce_scatter_stage_ranks_count__d_t(out):
 
 
 def tp_reduce_scatter_stage_ranks_count__d_t():
-    """Partial derivative of tp_reduce_scatter_stage_ranks_count with respect to t, in count per
-    ranks of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch
-    (almost everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2
-    reduce-scatters per layer forward, 2 of each backward); differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_reduce_scatter_stage_ranks_count__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "tp_reduce_scatter_stage_ranks_count__d_t",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("tp_reduce_scatter_stage_ranks_count__d_t", (), ())
     _tp_reduce_scatter_stage_ranks_count__d_t(out, *arrays)
     return result
 
@@ -1425,31 +678,11 @@ def _tp_all_reduce_stage_calls_count__d_m(out, sp, t):
 
 
 def tp_all_reduce_stage_calls_count__d_m(*, sp, t):
-    """Partial derivative of tp_all_reduce_stage_calls_count with respect to m, in count per
-    micro-batches of m; every other symbol held; floors flat, Max/Min/Piecewise by their active
-    branch (almost everywhere).
-
-    Closed form::
-
-        4*(1 - Piecewise((0, sp < 3/2), (1, True)))*Piecewise((0, t < 3/2), (1, True))
-
-    Unit: derivative.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward; differentiated by symbolic.sensitivity
-
-    Args:
-        sp: sequence-parallel divisor (t with SP, else 1) [ranks].
-        t: tensor-parallel degree [ranks].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_calls_count__d_m`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 7 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_calls_count__d_m",
-        ("sp", "t"),
-        (sp, t),
+        "tp_all_reduce_stage_calls_count__d_m", ("sp", "t"), (sp, t),
     )
     _tp_all_reduce_stage_calls_count__d_m(out, *arrays)
     return result
@@ -1462,33 +695,11 @@ def _tp_all_reduce_stage_msg_bytes__d_cp(out, b, bytes_compute, cp, h, s):
 
 
 def tp_all_reduce_stage_msg_bytes__d_cp(*, b, bytes_compute, cp, h, s):
-    """Partial derivative of tp_all_reduce_stage_msg_bytes with respect to cp, in bytes per ranks of
-    cp; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        -b*bytes_compute*h*s/cp**2
-
-    Unit: derivative.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward; differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_msg_bytes__d_cp`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 6 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_msg_bytes__d_cp",
-        ("b", "bytes_compute", "cp", "h", "s"),
+        "tp_all_reduce_stage_msg_bytes__d_cp", ("b", "bytes_compute", "cp", "h", "s"),
         (b, bytes_compute, cp, h, s),
     )
     _tp_all_reduce_stage_msg_bytes__d_cp(out, *arrays)
@@ -1502,32 +713,11 @@ def _tp_all_reduce_stage_msg_bytes__d_b(out, bytes_compute, cp, h, s):
 
 
 def tp_all_reduce_stage_msg_bytes__d_b(*, bytes_compute, cp, h, s):
-    """Partial derivative of tp_all_reduce_stage_msg_bytes with respect to b, in bytes per samples
-    of b; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        bytes_compute*h*s/cp
-
-    Unit: derivative.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward; differentiated by symbolic.sensitivity
-
-    Args:
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-        s: sequence length: tokens per sample [tokens].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_msg_bytes__d_b`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_msg_bytes__d_b",
-        ("bytes_compute", "cp", "h", "s"),
+        "tp_all_reduce_stage_msg_bytes__d_b", ("bytes_compute", "cp", "h", "s"),
         (bytes_compute, cp, h, s),
     )
     _tp_all_reduce_stage_msg_bytes__d_b(out, *arrays)
@@ -1541,32 +731,11 @@ def _tp_all_reduce_stage_msg_bytes__d_s(out, b, bytes_compute, cp, h):
 
 
 def tp_all_reduce_stage_msg_bytes__d_s(*, b, bytes_compute, cp, h):
-    """Partial derivative of tp_all_reduce_stage_msg_bytes with respect to s, in bytes per tokens of
-    s; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        b*bytes_compute*h/cp
-
-    Unit: derivative.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward; differentiated by symbolic.sensitivity
-
-    Args:
-        b: micro-batch size [samples].
-        bytes_compute: bytes per activation element [bytes].
-        cp: context-parallel degree [ranks].
-        h: hidden width [elements].
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_msg_bytes__d_s`` as one loop (its docstring: what it counts,
+    unit, source)."""
     # ops: 3 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
     result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_msg_bytes__d_s",
-        ("b", "bytes_compute", "cp", "h"),
+        "tp_all_reduce_stage_msg_bytes__d_s", ("b", "bytes_compute", "cp", "h"),
         (b, bytes_compute, cp, h),
     )
     _tp_all_reduce_stage_msg_bytes__d_s(out, *arrays)
@@ -1580,27 +749,9 @@ def _tp_all_reduce_stage_ranks_count__d_t(out):
 
 
 def tp_all_reduce_stage_ranks_count__d_t():
-    """Partial derivative of tp_all_reduce_stage_ranks_count with respect to t, in count per ranks
-    of t; every other symbol held; floors flat, Max/Min/Piecewise by their active branch (almost
-    everywhere).
-
-    Closed form::
-
-        1
-
-    Unit: derivative.
-
-    Source: Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2
-    backward; differentiated by symbolic.sensitivity
-
-    Returns:
-        float64 array of the arguments' broadcast shape.
-    """
+    """``generated.tp_all_reduce_stage_ranks_count__d_t`` as one loop (its docstring: what it
+    counts, unit, source)."""
     # ops: 0 (SymPy count_ops of the CSE form in the kernel above); one pass over the inputs.
-    result, out, arrays = _runtime.prepare(
-        "tp_all_reduce_stage_ranks_count__d_t",
-        (),
-        (),
-    )
+    result, out, arrays = _runtime.prepare("tp_all_reduce_stage_ranks_count__d_t", (), ())
     _tp_all_reduce_stage_ranks_count__d_t(out, *arrays)
     return result
