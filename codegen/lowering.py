@@ -687,9 +687,7 @@ class Lowered:
         quiet: evaluate under ``numpy.errstate(divide/invalid="ignore")``: the
             expression has a ``Piecewise``, whose dead branches may divide by zero.
         summary: the formula's one-sentence doc.
-        closed_form: ``sympy.sstr`` of the registered expression.
         unit, source, dimension, algorithm: the formula's metadata.
-        argument_docs: ``(name, meaning [unit])`` per argument.
         ops: ``sympy.count_ops`` of the CSE form (temporaries plus result).
         calls: array-library calls per evaluation (per block); 0 for an element-wise loop.
         rewrite: the name of the rewrite the CSE form was built from.
@@ -709,12 +707,10 @@ class Lowered:
     masks: tuple[str, ...]
     quiet: bool
     summary: str
-    closed_form: str
     unit: str
     source: str
     dimension: str
     algorithm: str
-    argument_docs: tuple[tuple[str, str], ...]
     ops: int
     calls: int
     rewrite: str
@@ -794,10 +790,6 @@ def _cse_forms(expr: sympy.Expr) -> tuple[tuple[str, tuple[tuple[sympy.Symbol, s
     return tuple(out)
 
 
-def _argument_docs(arguments: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    return tuple((a, f"{SPECS[a].meaning} [{SPECS[a].unit}].") for a in arguments)
-
-
 def _check_names(formula: Formula, arguments: Sequence[str], cand: _Candidate, backend: Backend) -> None:
     reserved = (set(backend.reserved) | set(cand.program.reals) | set(cand.program.masks)
                 | {s.name for s, _ in cand.temporaries} | {name for name, _ in cand.program.hoisted})
@@ -842,12 +834,10 @@ def lower(formula: Formula, backend: Backend = NUMPY) -> Lowered:
         masks=best.program.masks,
         quiet=bool(expr.has(sympy.Piecewise)),
         summary=" ".join(formula.doc.split()),
-        closed_form=sympy.sstr(expr),
         unit=formula.unit,
         source=" ".join(formula.source.split()),
         dimension=formula.dimension,
         algorithm=formula.algorithm,
-        argument_docs=_argument_docs(arguments),
         ops=best.program.ops if best.program.forms else best.ops,
         calls=best.program.calls,
         rewrite=best.rewrite,
