@@ -358,7 +358,7 @@ def _render_backend(env: jinja2.Environment, backend: Backend, formulas: list[Fo
                                                      fingerprint(by_module[module])) + "\n" + body
     init_template = backend.template("init")
     body = _render(env, init_template, backend.path("__init__.py"), modules=sorted(by_module),
-                   formulas=[lowered[f.name] for f in formulas], table=TABLE)
+                   formulas=[lowered[f.name] for f in formulas], table=TABLE, block=BLOCK)
     files[backend.path("__init__.py")] = header([init_template], fingerprint(formulas)) + "\n" + body
     if backend is NUMPY:  # the other packages read the NumPy package's table
         files[backend.path(TABLE)] = _table_json([lowered[f.name] for f in formulas], fingerprint(formulas))

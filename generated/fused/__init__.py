@@ -20,6 +20,7 @@ import importlib
 
 from .. import FORMULAS, MODULES
 from . import _runtime  # noqa: F401  (raises a clear ImportError when numba is missing)
+from ._runtime import seen_values as seen_values  # the fused pricer's scan of the key values
 
 __all__ = [
     "FORMULAS",
