@@ -32,7 +32,7 @@ The pieces come from one place each:
   ``_<name>_at(i, …)`` — the lowered CSE form of one element, the same statements as its loop
   kernel, inlined by numba into the caller; tabulated groups are the NumPy target's terms;
 * the plan (which terms, how they group, the weight tables over the pipeline shapes ``(p, vp)``)
-  is ``StagePricer``'s (``_plan``, ``_Pipelines``), imported, not restated;
+  is the engine's (``engine.PipelineShapes``, ``engine.stage_tables``, through ``StagePricer``), not restated;
 * the derived fields (expert degrees, optimizer shards, levels, …) and the validation are
   ``codegen.configs.layouts``' and ``codegen.pricing.stages``': the NumPy code stays the one
   source of truth for them, run on the tables' grids, so an invalid layout raises the same
@@ -64,14 +64,13 @@ from ..runtime import cache
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
 from ..runtime.inputs import DEVICES_MAX, bound, flag
-from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables
+from .engine import (KERNEL_BLOCK, PipelineShapes, StageTables, add_parts, blocks, field_sources, group_arguments,
+                     term_arguments, term_function)
+from .pricer import StagePrices, StagePricer
 from .levels import SCORE_FACTORS
 from .stages import BIND_SOURCES, Fields, bind
 
 __all__ = ["FusedPricer", "available"]
-
-#: Layouts per call of the kernel: the derived-field arrays of a block stay in the processor's cache.
-_BLOCK = 1 << 16
 
 #: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedPricer._price_keys`)
 #: at once; fewer go the batch path, whose first call costs less than the scan and the plan (some 40-70 ms).
@@ -150,13 +149,13 @@ def _module(template: str, **context: Any) -> Any:
 def _kernel(names: tuple[tuple[str, ...], ...], per_layout: frozenset[str]) -> tuple[Any, tuple[str, ...]]:
     """The compiled kernel for the term groups *names* with the arguments *per_layout* as arrays (the
     others numbers), and the argument names it reads after the tables."""
-    arguments = tuple(sorted({a for group in names for name in group for a in _arguments(name)}))
+    arguments = tuple(sorted({a for group in names for name in group for a in term_arguments(name)}))
     per_layout = frozenset(per_layout) & frozenset(arguments)
     kernel = _KERNELS.get((names, per_layout))
     if kernel is None:
         functions = sorted({name for group in names for name in group})
         module = _module("pricer.py.jinja", key=repr(names), functions=functions, groups=names, arguments=arguments,
-                         per_layout=sorted(per_layout), args={name: _arguments(name) for name in functions})
+                         per_layout=sorted(per_layout), args={name: term_arguments(name) for name in functions})
         kernel = _KERNELS[(names, per_layout)] = module.price
     return kernel, arguments
 
@@ -174,7 +173,7 @@ def _matrix(weights: Sequence[Any], width: int) -> np.ndarray:
     return out
 
 
-def _tables(tables: _StageTables) -> tuple[np.ndarray, ...]:
+def _tables(tables: StageTables) -> tuple[np.ndarray, ...]:
     """The weight tables as arrays indexed ``[group, pipeline]`` (kinds: ``[kind, group, pipeline]``)."""
     every = [*tables.total, *(w for kind in (*tables.every.kinds, *tables.front.kinds) for w in kind),
              *tables.every.common, *tables.front.common]
@@ -191,6 +190,10 @@ class FusedPricer(StagePricer):
     The same arguments and results; ``per_stage`` (every stage's parts) is priced as by
     ``StagePricer``. Raises ImportError naming the ``fast`` extra when numba is not installed.
     """
+
+    #: Layouts per call of the batch kernel (``engine.KERNEL_BLOCK``; ``block``, the NumPy passes', is the stage
+    #: pricer's).
+    kernel_block: int = KERNEL_BLOCK
 
     def __init__(self, *args: Any, **kwargs: Any):
         if not available():
@@ -403,7 +406,7 @@ class FusedPricer(StagePricer):
         terms = self._terms(head)
         probe = self._batch(settings, {**given, **{name: np.array([values[name][0], values[name][-1]])
                                                   for name in ("p", "vp") if name in varying}})
-        pipelines = _Pipelines.of(probe, functools.partial(self._stage_counts, probe), self._pipelines)
+        pipelines = PipelineShapes.of(probe, functools.partial(self._stage_counts, probe), self._pipelines)
         sums, tables = self._plan(terms, probe, pipelines)
         weights = _tables(tables)
         if pipelines.index is None:
@@ -427,7 +430,7 @@ class FusedPricer(StagePricer):
             return self._batch(settings, {**given, **grid_columns}), strides
 
         def bound_values(batch: LayoutBatch, names: Sequence[str]) -> dict[str, Any]:
-            derived = derive_fields_batch(self.model, batch, names=_sources(frozenset(names)), validated=True,
+            derived = derive_fields_batch(self.model, batch, names=field_sources(frozenset(names)), validated=True,
                                           compact=True)
             return bind(Fields(derived), names, system=self.system, ttype=self.ttype, score=self._score)
 
@@ -454,7 +457,7 @@ class FusedPricer(StagePricer):
         part_tables: list[tuple[tuple[str, ...], np.ndarray]] = []
         computed: set[str] = set()
         for group in sums.names:
-            arguments = sorted({a for name in group for a in _arguments(name)})
+            arguments = sorted({a for name in group for a in term_arguments(name)})
             reads = self._key_reads({key for a in arguments for key in self._reads(a, keys, varying)}, keys, varying)
             size = int(np.prod([len(values[key]) for key in reads])) if reads else 1
             if size > _PART_TABLE_LIMIT:
@@ -463,9 +466,7 @@ class FusedPricer(StagePricer):
                 continue
             batch, strides = grid(reads)
             found = bound_values(batch, arguments)
-            import generated
-
-            part = _add([getattr(generated, name)(**{a: found[a] for a in _arguments(name)}) for name in group])
+            part = add_parts([term_function(name)(**{a: found[a] for a in term_arguments(name)}) for name in group])
             parts.append(f"ptab{len(part_tables)}")
             part_tables.append((reads, np.broadcast_to(np.asarray(part, dtype=np.float64), (size,))[None, :]))
         for name in sorted(computed):
@@ -511,7 +512,7 @@ class FusedPricer(StagePricer):
             devices = "*".join(f"float(v_{name})" if name in varying else f"{float(shared[name])!r}"
                                for name in degrees)
         module = _module("pricer_keys.py.jinja", key=repr(sums.names), functions=functions, groups=sums.names,
-                         parts=parts, args={name: _arguments(name) for name in functions}, columns=list(varying),
+                         parts=parts, args={name: term_arguments(name) for name in functions}, columns=list(varying),
                          coded=list(coded_keys), tables=table_keys, check=check, pipeline=pipeline, gates=gates,
                          devices=devices, devices_max=DEVICES_MAX, front_kinds=len(weights[1]),
                          every_kinds=len(weights[3]), scalars=[f"s_{name}" for name in scalars],
@@ -532,13 +533,12 @@ class FusedPricer(StagePricer):
             check_batch(self.model, batch)
         terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
-        for start in range(0, n, _BLOCK):
-            rows = slice(start, start + _BLOCK)
-            block = batch.subset(rows) if n > _BLOCK else batch
+        for rows in blocks(n, self.kernel_block):
+            block = batch.subset(rows) if n > self.kernel_block else batch
             m = len(block)
-            pipelines = _Pipelines.of(block, lambda p, vp, _b=block: self._stage_counts(_b, p, vp), self._pipelines)
+            pipelines = PipelineShapes.of(block, lambda p, vp, _b=block: self._stage_counts(_b, p, vp), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
-            values = self._values(block, _needed(sums))
+            values = self._values(block, group_arguments(sums))
             # Arrays for the fields that vary by layout (by name, so that the kernel stays the same from
             # block to block), numbers for the model's and the run's; an array where a number was
             # expected makes its own kernel.
