@@ -48,7 +48,7 @@ from symbolic.vocabulary import CpAlgorithm, attention_variant
 
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
-from .chunks import distinct_rows
+from .engine import distinct_rows
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
            "time_item_keys"]
@@ -332,7 +332,7 @@ class StepTimePricer:
 
     def stage_groups(self, values: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per stage (first, last), the layouts of *values* grouped by everything :meth:`stage_parts`' forms read
-        that varies between them (``enumeration.distinct_rows``: ``(reps, inverse)``) — the layout arrays the forms
+        that varies between them (``engine.distinct_rows``: ``(reps, inverse)``) — the layout arrays the forms
         take and the stage's layer counts and output flag, under any recompute mode and ZeRO level (the
         recomputed layers are the stage's layers or none). Layouts that differ only in what the forms do not
         read (the pipeline shape, past the stage's layers) share a group."""
