@@ -29,14 +29,13 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from symbolic.vocabulary import RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES
 
 from ..configs.layouts import LayoutBatch
-from .stages import BIND_SOURCES, Terms
 
 # ----------------------------------------------------------------- sizes
 
@@ -454,6 +453,12 @@ class KeyColumns:
 # ----------------------------------------------------------------- pipeline shapes and stage tables
 
 
+class TermsByOutput(Protocol):
+    """What :func:`group_terms` reads of a variant's terms (``stages.Terms``): per output, count name → term."""
+
+    by_output: Mapping[str, Mapping[str, str]]
+
+
 @dataclass(frozen=True)
 class TermGroups:
     """The variant's terms grouped by how the stages weigh them.
@@ -470,7 +475,7 @@ class TermGroups:
     names: tuple[tuple[str, ...], ...]
 
 
-def group_terms(terms: Terms, outputs: Sequence[str], counts: tuple[str, ...]) -> TermGroups:
+def group_terms(terms: TermsByOutput, outputs: Sequence[str], counts: tuple[str, ...]) -> TermGroups:
     """Group the terms of *outputs* by their use of *counts* (a term used by two outputs counts twice)."""
     usage: dict[str, list[int]] = {}
     for output in outputs:
@@ -633,16 +638,6 @@ def term_calls(sums: TermGroups) -> tuple[tuple[str, Callable[..., np.ndarray], 
     """Each generated term the groups add, once: its name, its (NumPy) function and its arguments."""
     names = dict.fromkeys(name for group in sums.names for name in group)
     return tuple((name, term_function(name), term_arguments(name)) for name in names)
-
-
-@functools.lru_cache(maxsize=256)
-def field_sources(names: frozenset[str]) -> tuple[str, ...]:
-    """The fields :func:`bind` reads for the arguments *names* (layer counts are no fields)."""
-    wanted = {source for name in names for source in BIND_SOURCES.get(name, (name,))}
-    return tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
-
-
-
 
 
 def accumulate(parts: Sequence[np.ndarray]) -> np.ndarray:

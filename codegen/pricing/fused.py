@@ -64,11 +64,11 @@ from ..runtime import cache
 from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
 from ..runtime.inputs import DEVICES_MAX, bound, flag
-from .engine import (KERNEL_BLOCK, PipelineShapes, StageTables, add_parts, blocks, field_sources, group_arguments,
+from .engine import (KERNEL_BLOCK, PipelineShapes, StageTables, add_parts, blocks, group_arguments,
                      term_arguments, term_function)
 from .pricer import StagePrices, StagePricer
 from .levels import SCORE_FACTORS
-from .stages import BIND_SOURCES, Fields, bind
+from .stages import BIND_SOURCES, Fields, bind, field_sources
 
 __all__ = ["FusedPricer", "available"]
 

@@ -47,7 +47,7 @@ from ..configs.layouts import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBat
 from ..configs.models import ModelConfig, load_model
 from ..runtime.inputs import finite, flag
 from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, RowGroups, blocks, call_term,
-                     group_rows, term_function)
+                     group_rows, term_arguments, term_function)
 from .stages import stage_counts
 
 __all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",
@@ -460,9 +460,9 @@ class MemoryPricer:
         self.key = variant_key(model)
         names = {out: f"memory_{self.key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
         self._functions = {out: term_function(name, backend) for out, name in names.items()}
-        self._fused = any(f is not getattr(generated, names[out]) for out, f in self._functions.items())
+        self._fused = any(f is not term_function(names[out]) for out, f in self._functions.items())
         self._spreads: dict[tuple[str, str], np.ndarray] = {}
-        self._arguments = {out: generated.FORMULAS[name]["arguments"] for out, name in names.items()}
+        self._arguments = {out: term_arguments(name) for out, name in names.items()}
         arguments = {a for args in self._arguments.values() for a in args}
         fields = arguments - _NOT_FIELDS - set(STAGE_COUNT_NAMES)
         # The fields the layout keys give, derived per call; the model's and the run's, once per set of settings.

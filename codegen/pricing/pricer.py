@@ -42,10 +42,11 @@ from ..configs.layouts import (LAYOUT_FIELD_NAMES, LayoutBatch, batch_stage_coun
 from ..configs.models import ModelConfig, load_model
 from ..runtime.inputs import flag
 from .engine import (STAGE_BLOCK, PipelineShapes, StageTables, TermGroups, accumulate, batch_blocks, combine,
-                     counts_used, field_sources, group_arguments, group_terms, stage_tables, term_calls)
+                     counts_used, group_arguments, group_terms, stage_tables, term_calls)
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
 from .levels import score_factors
-from .stages import TTYPES, ZERO_SWITCHES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
+from .stages import (TTYPES, ZERO_SWITCHES, Fields, Terms, bind, field_sources, stage_outputs, terms_of,
+                     variant_of)
 
 __all__ = ["StagePricer", "StagePrices"]
 

@@ -48,7 +48,7 @@ from symbolic.vocabulary import CpAlgorithm, attention_variant
 
 from ..configs.layouts import chunk_layer_counts
 from ..configs.models import ModelConfig
-from .engine import distinct_rows
+from .engine import distinct_rows, term_arguments, term_function
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
            "time_item_keys"]
@@ -214,7 +214,7 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     for dim, coll, group, _ in ITEMS:
         found: set[str] = placement[group] | {"p", "vp", "recompute"}  # the stage's layers weigh it
         for what in ("calls_count", "msg_bytes", "ranks_count"):
-            for argument in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]:
+            for argument in term_arguments(f"{dim}_{coll}_stage_{what}"):
                 found |= keys(argument)
         out[f"{dim}.{coll}"] = frozenset(found)
     return out
@@ -247,12 +247,12 @@ class StepTimePricer:
         self.comm = comm
         variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
         kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
-        self._flops = getattr(generated, f"compute_{kind}_stage_flop")
-        self._arguments = generated.FORMULAS[f"compute_{kind}_stage_flop"]["arguments"]
-        self._bytes = getattr(generated, f"compute_{kind}_stage_hbm_bytes")
-        self._bytes_arguments = generated.FORMULAS[f"compute_{kind}_stage_hbm_bytes"]["arguments"]
-        self._vector = getattr(generated, f"compute_{kind}_stage_vector_flop")
-        self._vector_arguments = generated.FORMULAS[f"compute_{kind}_stage_vector_flop"]["arguments"]
+        self._flops = term_function(f"compute_{kind}_stage_flop")
+        self._arguments = term_arguments(f"compute_{kind}_stage_flop")
+        self._bytes = term_function(f"compute_{kind}_stage_hbm_bytes")
+        self._bytes_arguments = term_arguments(f"compute_{kind}_stage_hbm_bytes")
+        self._vector = term_function(f"compute_{kind}_stage_vector_flop")
+        self._vector_arguments = term_arguments(f"compute_{kind}_stage_vector_flop")
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
@@ -344,7 +344,7 @@ class StepTimePricer:
         return [distinct_rows([*read, layers, output]) for layers, output in stages]
 
     def _seconds(self, flops: np.ndarray, moved: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        return generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+        return term_function("compute_stage_time_s")(stage_flops=flops, peak_flops_per_s=self.peak,
                                               compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
                                               hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency,
                                               stage_vector_flops=vector, vector_flops_per_s=self.vector,
@@ -383,7 +383,7 @@ class StepTimePricer:
             zero = np.zeros(np.shape(slope))
             for column in (self._seconds(flops, base, vector), self._seconds(zero, slope, zero)):
                 columns.append(np.take(np.broadcast_to(column, np.shape(slope)), group))
-        columns.append(generated.compute_pipeline_bubble(p=p, vp=vp, m=1))
+        columns.append(term_function("compute_pipeline_bubble")(p=p, vp=vp, m=1))
         return np.stack(np.broadcast_arrays(*columns))
 
     def compute_bound(self, forms: np.ndarray, row: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -417,7 +417,7 @@ class StepTimePricer:
 
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
         """Step seconds of layouts whose compute seconds and exposed communication are known."""
-        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         return compute_s * (1 + bubble) + comm
 
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
@@ -430,7 +430,7 @@ class StepTimePricer:
         if zero is None:
             zero = chunk.setting.zero if chunk is not None else 1
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
-        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
             comm = exposed_comm(self.comm(chunk), recompute, chunk.setting.cp_algo)
             comm = np.broadcast_to(comm, flops.shape)

@@ -49,7 +49,8 @@ from ..configs.layouts import (LayoutBatch, LayoutError, batch_stage_counts, che
 from ..configs.models import ModelConfig, load_model
 from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
-from .engine import TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, batch_blocks, by_table
+from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, batch_blocks, by_table, term_arguments,
+                     term_function)
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
@@ -142,10 +143,6 @@ def _item_name(dim: str, coll: str, what: str) -> str:
     return f"{dim}_{coll}_stage_{what}"
 
 
-def _arguments(name: str) -> tuple[str, ...]:
-    return generated.FORMULAS[name]["arguments"]
-
-
 _PARAMS = ("P_ne", "P_r")
 #: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
 _CALL_SYMBOLS = ("msg_bytes", "ranks")
@@ -167,7 +164,7 @@ def _layer_params(f: Fields) -> dict[str, Any]:
     for key, name in (("P_ne", f"params_{att}_{label}_non_expert_params"),
                       ("P_s", f"params_{label}_shared_experts_params"),
                       ("P_r", f"params_{label}_routed_experts_params")):
-        out[key] = getattr(generated, name)(**{a: f.num(a) for a in _arguments(name)})
+        out[key] = term_function(name)(**{a: f.num(a) for a in term_arguments(name)})
     return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
 
 
@@ -233,9 +230,9 @@ class TimePricer:
             if extra:
                 raise RuntimeError(f"collective {op}: symbols neither hardware nor placement: {sorted(extra)}")
         names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in FORMS]
-        layout_args = {a for n in names for a in _arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
+        layout_args = {a for n in names for a in term_arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
-        params = {a for n in generated.FORMULAS if n.startswith("params_") for a in _arguments(n)}
+        params = {a for n in generated.FORMULAS if n.startswith("params_") for a in term_arguments(n)}
         self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) for s in BIND_SOURCES.get(n, (n,))}
                                     | {"t", "cp", "ep", "d", "p", "vp", "t_exp", "d_exp", "n_exp", "dc_kv", "dc_q"}
                                     | params))
@@ -381,8 +378,8 @@ class TimePricer:
             if len(parts) == 2:
                 args.update(group_size_2=parts[1][0], group_stride_2=parts[1][1])
                 prefix = "placement_group2"
-            out[group] = {key: getattr(generated, f"{prefix}_{key}_count")(
-                **{a: args[a] for a in _arguments(f"{prefix}_{key}_count")}) for key in _GROUP_SYMBOLS}
+            out[group] = {key: term_function(f"{prefix}_{key}_count")(
+                **{a: args[a] for a in term_arguments(f"{prefix}_{key}_count")}) for key in _GROUP_SYMBOLS}
         return out
 
     def _layer_columns(self, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -484,8 +481,8 @@ class TimePricer:
         def evaluate(name: str, values: Mapping[str, Any], found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
             if found is not None:
                 values = {a: (values[a][found[0]] if isinstance(values[a], np.ndarray) and values[a].ndim
-                              else values[a]) for a in _arguments(name)}
-            value = np.asarray(getattr(generated, name)(**{a: values[a] for a in _arguments(name)}), dtype=float)
+                              else values[a]) for a in term_arguments(name)}
+            value = np.asarray(term_function(name)(**{a: values[a] for a in term_arguments(name)}), dtype=float)
             if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
                 value = value[:, None]
             return _broadcast(value, shape if found is None else (len(found[0]), shape[1]))
@@ -496,7 +493,7 @@ class TimePricer:
         got: dict[str, np.ndarray] = {}
         for what in dict.fromkeys([*outputs, *(["calls_count"] if timed else [])]):
             name = _item_name(dim, coll, what)
-            found = rows(set(_arguments(name)), False)
+            found = rows(set(term_arguments(name)), False)
             got[what] = gather(evaluate(name, args, found), found)
         if timed:
             calls = got["calls_count"]
@@ -504,7 +501,7 @@ class TimePricer:
                 got["time_s"] = np.zeros(shape)
                 return got, None
             size_name, ranks_name = _item_name(dim, coll, "msg_bytes"), _item_name(dim, coll, "ranks_count")
-            found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
+            found = rows(set(term_arguments(size_name)) | set(term_arguments(ranks_name)), True)
             sub = cols if found is None else {
                 k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
             call_values = dict(sub, msg_bytes=evaluate(size_name, args, found), ranks=evaluate(ranks_name, args, found))
@@ -634,7 +631,7 @@ class TimePricer:
                 name = _item_name(dim, coll, what) + (f"__d_{by}" if by else "")
                 if name not in generated.FORMULAS:
                     return np.zeros(())
-                value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+                value = np.asarray(term_function(name)(**{a: args[a] for a in term_arguments(name)}), dtype=float)
                 return np.broadcast_to(value, (m,))[:, None] if weight != "stage" else value
 
             calls, size, ranks = form("calls_count"), form("msg_bytes"), form("ranks_count")
