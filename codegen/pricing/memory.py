@@ -48,10 +48,11 @@ from ..configs.models import ModelConfig, load_model
 from ..runtime.inputs import finite, flag
 from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, RowGroups, blocks, call_term,
                      group_rows, term_arguments, term_function)
+from .families import FamilySpec
 from .stages import stage_counts
 
 __all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",
-           "variant_key", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
+           "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
            "slope_name", "MemoryPricer", "MemoryPrices"]
 
 #: The parts of a stage's total, in the order they are printed; they add up to ``total``.
@@ -148,10 +149,7 @@ def stage_inputs(model: ModelConfig, layout: Layout, settings: MemorySettings,
     ``i``; ``pp_rank`` is that index, so a caller may pass the first stage's counts alone.
     """
     values: dict[str, Any] = dict(derive_fields(model, layout))
-    values.update(bytes_compute=settings.bytes_compute, dropout=settings.dropout,
-                  flash_attention=settings.flash_attention, bytes_logits=settings.bytes_logits,
-                  bytes_p=settings.bytes_p, bytes_grad=settings.bytes_grad, bytes_optimizer=settings.bytes_optimizer)
-    values["zero_level"] = float(zero_level_of(layout) if settings.zero_level is None else settings.zero_level)
+    values.update(_run_values(settings, model, layout))
     columns = {name: np.asarray(column, dtype=float) for name, column in counts.items()}
     values.update(columns)
     values["pp_rank"] = np.arange(len(next(iter(columns.values()))), dtype=float)
@@ -170,6 +168,30 @@ def evaluate_stages(key: str, values: Mapping[str, Any], outputs: Sequence[str] 
 def _suffix(output: str) -> str:
     # The generated names carry the unit: every output is in bytes but the 0/1 ``fits``.
     return output if output == "fits" else f"{output}_bytes"
+
+
+def _family_terms(model: ModelConfig) -> dict[str, str]:
+    """The memory family's stage terms of *model*'s variant: each part and the total."""
+    key = variant_key(model)
+    return {out: f"memory_{key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
+
+
+def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch) -> dict[str, float]:
+    """The values the stage terms read from the run settings (byte widths, switches, the ZeRO stage)."""
+    zero = zero_level_of(batch) if settings.zero_level is None else settings.zero_level
+    return {"bytes_compute": settings.bytes_compute, "dropout": settings.dropout,
+            "flash_attention": settings.flash_attention, "bytes_logits": settings.bytes_logits,
+            "bytes_p": settings.bytes_p, "bytes_grad": settings.bytes_grad, "bytes_optimizer": settings.bytes_optimizer,
+            "zero_level": float(zero)}
+
+
+def memory_family(settings: MemorySettings = DEFAULT_SETTINGS) -> FamilySpec:
+    """The memory family as a spec (``codegen.pricing.families``): a stage's value is its total bytes per rank,
+    the step's the largest stage's (the peak), its slopes the generated derivatives of the total
+    (:func:`slope_name`). :class:`MemoryPricer` reads its terms and run values from here."""
+    return FamilySpec(name="memory", unit="bytes", terms=_family_terms, stage=lambda parts, _settings: parts["total"],
+                      step="max", slopes=lambda model, degree: slope_name(model, degree),
+                      settings=functools.partial(_run_values, settings))
 
 
 def _headroom(capacity: float, settings: MemorySettings, total: Any) -> Any:
@@ -458,7 +480,8 @@ class MemoryPricer:
         self.model, self.system, self.settings = model, net, settings
         self.capacity = float(net.gpu.hbm_bytes)
         self.key = variant_key(model)
-        names = {out: f"memory_{self.key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
+        self.family = memory_family(settings)
+        names = dict(self.family.terms(model))
         self._functions = {out: term_function(name, backend) for out, name in names.items()}
         self._fused = any(f is not term_function(names[out]) for out, f in self._functions.items())
         self._spreads: dict[tuple[str, str], np.ndarray] = {}
@@ -618,11 +641,7 @@ class MemoryPricer:
         key = batch.settings()
         values = self._settings_values.get(key)
         if values is None:
-            s = self.settings
-            zero = zero_level_of(batch) if s.zero_level is None else s.zero_level
-            values = {"bytes_compute": s.bytes_compute, "dropout": s.dropout, "flash_attention": s.flash_attention,
-                      "bytes_logits": s.bytes_logits, "bytes_p": s.bytes_p, "bytes_grad": s.bytes_grad,
-                      "bytes_optimizer": s.bytes_optimizer, "zero_level": float(zero)}
+            values = dict(self.family.settings(self.model, batch))
             values.update(derive_fields_batch(self.model, batch.subset(slice(0, 1)), names=self._model_fields,
                                               validated=True, compact=True))
             if len(self._settings_values) >= 64:
