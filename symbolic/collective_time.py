@@ -60,6 +60,7 @@ import sympy
 from sympy import Min, Piecewise
 
 from .formula import Formula
+from .vocabulary import LEVEL_PARAMETERS
 from .symbols import symbol
 
 __all__ = ["CALL_VARIABLES", "FORMULAS", "LEVEL_PARAMETERS", "NOT_DIFFERENTIATED", "OPS", "candidate_labels"]
@@ -436,22 +437,6 @@ def _build() -> tuple[Formula, ...]:
     return tuple(out)
 
 
-#: The network levels' α and β for the sensitivity in seconds: each is a relative scale λ applied to every
-#: symbol listed (λ = 1 as bound), so ``∂t/∂λ = Σ sym · ∂t/∂sym``. NVLink (level 0): NCCL's base latencies
-#: (the fixed cost of a call, paid inside the node) and NVLink hop latencies; its bandwidth the ring channel's,
-#: NCCL's NVLink total and the NVLS channel speed. Network (level 1): the network hop latencies and the
-#: per-step network overhead; the NIC's bandwidth. NCCL's per-protocol caps (llMaxBws, perChMax*) are tuning
-#: limits of the protocols, not of a link, and stay fixed.
-LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
-                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
-                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
-                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
-    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
-                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
-    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
-    "network_beta": ("nic_bw_bytes_per_s",),
-}
 #: What a candidate's time is differentiated in: the call's two variables (the placement held).
 CALL_VARIABLES = ("msg_bytes", "ranks")
 #: Candidates whose derivatives are not generated (a nest of Min over phases: SymPy takes minutes on the

@@ -1,4 +1,5 @@
-"""The project's vocabulary, declared once: layer kinds, CP algorithms and their aliases, stage counts and outputs.
+"""The project's vocabulary, declared once: layer kinds, CP algorithms and their aliases, stage counts and outputs,
+the network levels' parameters.
 
 Plain Python (no SymPy), so that the pricer, the layouts and the command line
 import the same names as the formulas without paying for SymPy. Every other
@@ -33,6 +34,7 @@ __all__ = [
     "routing",
     "STAGE_TERMS",
     "RECOMPUTE_COUNT_NAMES",
+    "LEVEL_PARAMETERS",
 ]
 
 
@@ -251,3 +253,21 @@ STAGE_TERMS: dict[str, dict[str, str]] = {
 
 #: The counts that weigh only the recompute sums.
 RECOMPUTE_COUNT_NAMES: tuple[str, ...] = ("n_full_rec", "n_sel_rec")
+
+
+#: The network levels' α and β for the sensitivity in seconds: each is a relative scale λ applied to every
+#: symbol listed (λ = 1 as bound), so ``∂t/∂λ = Σ sym · ∂t/∂sym``. NVLink (level 0): NCCL's base latencies
+#: (the fixed cost of a call, paid inside the node) and NVLink hop latencies; its bandwidth the ring channel's,
+#: NCCL's NVLink total and the NVLS channel speed. Network (level 1): the network hop latencies and the
+#: per-step network overhead; the NIC's bandwidth. NCCL's per-protocol caps (llMaxBws, perChMax*) are tuning
+#: limits of the protocols, not of a link, and stay fixed.
+LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
+                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
+                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
+                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
+    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
+                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
+    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
+    "network_beta": ("nic_bw_bytes_per_s",),
+}

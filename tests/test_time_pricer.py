@@ -500,3 +500,22 @@ def test_pricers_of_one_system_share_nccls_pick_until_their_constants_change():
     second.hardware = dict(second.hardware, nic_bw_bytes_per_s=2 * second.hardware["nic_bw_bytes_per_s"])
     scaled = second._chooser("all_gather")
     assert scaled is not first._chooser("all_gather") and scaled.shared == second.hardware
+
+
+def test_placement_fields_are_what_the_groups_read():
+    """``TimePricer.placement_fields`` (what a search's item keys derive from) names exactly the fields the pricer
+    places its groups by: a recording stand-in for the fields, handed to the pricer's own placement."""
+    class Recorder:
+        def __init__(self):
+            self.read = set()
+
+        def num(self, name):
+            self.read.add(name)
+            return 2.0
+
+    pricer = TimePricer("deepseek-v3", system="dgx_h100")
+    recorder = Recorder()
+    groups = pricer._groups(recorder)
+    declared = TimePricer.placement_fields()
+    assert set(declared) == set(groups)
+    assert set().union(*declared.values()) == recorder.read

@@ -25,8 +25,11 @@ DEGREES = ("t", "cp", "ep", "d", "p", "m", "b", "s")
 H = 1e-5  # relative step of the finite differences
 
 
-def test_level_parameters_are_the_symbolic_ones():
-    assert collective.LEVEL_PARAMETERS == collective_time.LEVEL_PARAMETERS
+def test_level_parameters_are_declared_once():
+    """The pricer's level parameters are the formulas' own, declared once in the vocabulary (not restated)."""
+    from symbolic import vocabulary
+
+    assert collective.LEVEL_PARAMETERS is vocabulary.LEVEL_PARAMETERS is collective_time.LEVEL_PARAMETERS
 
 
 def _time(op: str, values: dict) -> tuple[np.ndarray, np.ndarray]:

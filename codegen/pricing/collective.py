@@ -41,24 +41,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import generated
+from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level parameters of the sensitivity)
 
 from .engine import term_arguments, term_function
 from .kernels import BLOCK, BoundKernel, scratch
 
 __all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
 
-#: Each network level's α and β as the symbols a relative scale multiplies (``symbolic.collective_time``'s
-#: ``LEVEL_PARAMETERS``; a test holds the two equal).
-LEVEL_PARAMETERS: dict[str, tuple[str, ...]] = {
-    "nvlink_alpha": ("alpha_ring_ll_s", "alpha_ring_ll128_s", "alpha_ring_simple_s", "alpha_tree_ll_s",
-                     "alpha_tree_ll128_s", "alpha_tree_simple_s", "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s",
-                     "hop_nvlink_ring_simple_s", "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s",
-                     "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s"),
-    "network_alpha": ("hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s", "hop_net_tree_ll_s",
-                      "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s"),
-    "nvlink_beta": ("ring_channel_bw_bytes_per_s", "nvlink_nccl_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s"),
-    "network_beta": ("nic_bw_bytes_per_s",),
-}
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
 SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
 _STEP = 1e-6

@@ -169,16 +169,16 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``), ``P_ne`` /
     ``P_r`` from the ``params_*`` forms' arguments, a model field or a run field the search keeps
     (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts,
-    which weigh every item, follow from ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and
-    the group's placement (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
-    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d, t, cp, p`` for the expert
-    ones, as ``TimePricer._groups`` places them); the pricer is built per ZeRO level and recompute mode
+    which weigh every item, follow from what ``TimePricer.LAYER_KEYS`` says (``(p, vp)`` and the recompute mode).
+    NCCL's pick reads S, the ranks and the group's placement (``TimePricer`` checks it), which follows from the
+    fields ``TimePricer`` places the group by (``TimePricer.placement_fields``: ``t, cp, d, p`` for the dense
+    groups, ``t_exp, ep, d, t, cp, p`` for the expert ones); the pricer is built per ZeRO level and recompute mode
     (``time_family_comm``) and reads ``fsdp`` only through the fields. Layouts of one search that agree on an
     item's keys and settings have the same seconds per stage for it.
     """
     from ..configs.layouts import LAYOUT_FIELD_KEYS
     from .stages import BIND_SOURCES
-    from .time import ITEMS, PLACEMENT_GRIDS, PLACEMENT_GROUPS
+    from .time import ITEMS, TimePricer
 
     constants = set(model.fields()) | _RUN_FIELDS
     params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
@@ -191,7 +191,7 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
             return set(_EVERYTHING)
         seen = seen | {argument}
         if argument in ("n_layers_stage", "n_moe_layers_stage"):
-            return {"p", "vp", "recompute"}
+            return set(TimePricer.LAYER_KEYS)
         if argument in params:
             return set().union(*(keys(a, seen) for a in params[argument]))
         if argument in BIND_SOURCES:
@@ -205,14 +205,12 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
             return set(_EVERYTHING)
         return found
 
-    # A group's placement follows from its sizes and strides, which the degrees of its whole grid decide.
-    grid_keys = {grid: set().union(*(LAYOUT_FIELD_KEYS[field] for spec in degrees.values() if spec is not None
-                                     for field in (*spec[0], *spec[1])))
-                 for grid, degrees in PLACEMENT_GRIDS.items()}
-    placement = {group: grid_keys[grid] for group, (grid, _dims, _size) in PLACEMENT_GROUPS.items()}
+    # A group's placement follows from the fields TimePricer places it by, each from the keys it is derived from.
+    placement = {group: set().union(*(LAYOUT_FIELD_KEYS[field] for field in fields))
+                 for group, fields in TimePricer.placement_fields().items()}
     out = {}
     for dim, coll, group, _ in ITEMS:
-        found: set[str] = placement[group] | {"p", "vp", "recompute"}  # the stage's layers weigh it
+        found: set[str] = placement[group] | set(TimePricer.LAYER_KEYS)  # the stage's layers weigh it
         for what in ("calls_count", "msg_bytes", "ranks_count"):
             for argument in term_arguments(f"{dim}_{coll}_stage_{what}"):
                 found |= keys(argument)

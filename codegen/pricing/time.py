@@ -364,6 +364,16 @@ class TimePricer:
         return {group: tuple((degrees[grid][dim] if size is None else size, strides[grid][dim]) for dim in dims)
                 for group, (grid, dims, size) in PLACEMENT_GROUPS.items()}
 
+    @staticmethod
+    def placement_fields() -> dict[str, frozenset[str]]:
+        """Per group (tp, cp, ep, dp, edp, pp), the layout fields :meth:`_groups` reads to place it: its size and
+        its stride (``group_strides`` of the rank order over its grid's degrees) follow from the degrees of its
+        whole rank grid, each the product of the fields :data:`PLACEMENT_GRIDS` declares over those it divides by.
+        """
+        grids = {grid: frozenset(field for spec in dims.values() if spec is not None for field in (*spec[0], *spec[1]))
+                 for grid, dims in PLACEMENT_GRIDS.items()}
+        return {group: grids[grid] for group, (grid, _dims, _size) in PLACEMENT_GROUPS.items()}
+
     def _placements(self, f: Fields, groups: Mapping[str, tuple[tuple[Any, Any], ...]] | None = None
                     ) -> dict[str, dict[str, Any]]:
         """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays: the
@@ -381,6 +391,10 @@ class TimePricer:
             out[group] = {key: term_function(f"{prefix}_{key}_count")(
                 **{a: args[a] for a in term_arguments(f"{prefix}_{key}_count")}) for key in _GROUP_SYMBOLS}
         return out
+
+    #: What a stage's layer columns (:meth:`_layer_columns`, which weigh every item) follow from: the pipeline shape
+    #: and the recompute plan (the batch's recompute and offset lists, ``batch_stage_counts``).
+    LAYER_KEYS = ("p", "vp", "recompute")
 
     def _layer_columns(self, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per layout, its stages' distinct (layers, MoE layers) columns and each stage's column.
