@@ -225,7 +225,7 @@ class Digit:
         return digit + self.low if self.distinct is None else self.distinct[digit]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RowGroups:
     """Rows with equal keys, numbered (:func:`group_rows`).
 
