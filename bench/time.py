@@ -6,7 +6,7 @@ timed alternately round by round, so that a slow spell of the shared machine hit
 
 * ``stage``: ``codegen.pricing.pricer.StagePricer`` (FLOP path): the original's stage volumes;
 * ``time``: ``codegen.pricing.time.TimePricer``: each stage's seconds per step on NCCL's model;
-* ``ungrouped``: the same pricer with its grouping off (``_GROUP_FROM`` past the batch: every item's
+* ``ungrouped``: the same pricer with its grouping off (``group_from`` past the batch: every item's
   forms and NCCL's pick evaluated on every layout's row), the numbers identical (checked).
 
 The target of issue 11 is a time pricer not slower per layout than the stage pricer; the ratio
