@@ -6,7 +6,7 @@ timed alternately round by round, so that a slow spell of the shared machine hit
 
 * ``stage``: ``codegen.pricing.pricer.StagePricer`` (FLOP path): the original's stage volumes;
 * ``time``: ``codegen.pricing.time.TimePricer``: each stage's seconds per step on NCCL's model;
-* ``ungrouped``: the same pricer with its grouping off (``_GROUP_FROM`` past the batch: every item's
+* ``ungrouped``: the same pricer with its grouping off (``group_from`` past the batch: every item's
   forms and NCCL's pick evaluated on every layout's row), the numbers identical (checked).
 
 The target of issue 11 is a time pricer not slower per layout than the stage pricer; the ratio
@@ -31,7 +31,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.configs import LayoutBatch, validate_batch  # noqa: E402
-from codegen.pricing import time as time_module  # noqa: E402
 from codegen.pricing.pricer import StagePricer  # noqa: E402
 from codegen.pricing.time import TimePricer  # noqa: E402
 
@@ -57,12 +56,12 @@ def _distinct(model) -> LayoutBatch:
 
 
 def _ungrouped(pricer: TimePricer, batch: LayoutBatch):
-    saved = time_module._GROUP_FROM
-    time_module._GROUP_FROM = len(batch) + 1
+    saved = pricer.group_from
+    pricer.group_from = len(batch) + 1
     try:
         return pricer.price_batch(batch, validated=True)
     finally:
-        time_module._GROUP_FROM = saved
+        pricer.group_from = saved
 
 
 def main() -> int:

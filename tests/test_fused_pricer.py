@@ -60,7 +60,7 @@ def test_blocks_shared_keys_and_per_stage(monkeypatch):
     model = load_model("deepseek-v3")
     arrays = _valid_arrays("deepseek-v3", False, 200, seed=11)
     want = StagePricer(model)(**arrays)
-    monkeypatch.setattr(fused, "_BLOCK", 7)
+    monkeypatch.setattr(fused.FusedPricer, "kernel_block", 7)
     got = fused.FusedPricer(model)(**arrays)
     assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
     assert_close(got.sum, want.sum, rtol=RTOL, atol=0)

@@ -95,7 +95,7 @@ def test_blocks_and_one_pipeline():
     """A batch larger than a block, and a batch of one pipeline shape, price as their layouts do one by one."""
     model = load_model("llama2-7b")
     rng = np.random.default_rng(3)
-    n = memory._BLOCK + 123
+    n = MemoryPricer.block + 123
     batch = LayoutBatch.from_arrays(model.layout, d=rng.choice([1, 2, 4], n), m=rng.integers(1, 30, n),
                                     b=rng.choice([1, 2], n))  # p, vp: the model's own (one pipeline)
     pricer = MemoryPricer(model, system=SYSTEM)
@@ -182,12 +182,12 @@ def test_grouped_prices_equal_every_layout_priced_alone(name, settings, monkeypa
     copies = [batch, *(dataclasses.replace(batch, m=batch.m * k + 5) for k in (7, 11))]  # m well past 2p too
     batch = LayoutBatch.from_arrays(model.layout, **{k: np.concatenate([getattr(c, k) for c in copies])
                                                      for k in ("d", "t", "p", "cp", "m", "b", "vp", "ep")}, **settings)
-    assert len(batch) >= memory._GROUP_FROM
+    assert len(batch) >= MemoryPricer.group_from
     pricer = MemoryPricer(model, system=SYSTEM)
     groups = memory._group(memory._grouping_keys(batch), len(batch))
     assert groups is not None and len(groups.present) < len(batch) // 2
     grouped = _prices(pricer, batch)
-    monkeypatch.setattr(memory, "_GROUP_FROM", len(batch) + 1)
+    monkeypatch.setattr(MemoryPricer, "group_from", len(batch) + 1)
     _assert_identical(grouped, _prices(MemoryPricer(model, system=SYSTEM), batch))
     assert_same_as_one_at_a_time(model, batch.subset(np.arange(0, len(batch), len(batch) // 25)),
                                  MemoryPricer(model, system=SYSTEM).price_batch(
@@ -203,33 +203,6 @@ def test_an_inherited_os_is_grouped_by_d():
     assert given.os_inherited_from() is None and "os" in memory._grouping_keys(given)
     assert len(set(batch.os.tolist())) > 1  # both outcomes of the rule occur
     _assert_identical(_prices(MemoryPricer(model, system=SYSTEM), batch), _prices(MemoryPricer(model, system=SYSTEM), given))
-
-
-@pytest.mark.parametrize("table", [1 << 18, 1 << 9, 1 << 5])
-def test_groups_partition_the_layouts_by_their_keys(table, monkeypatch):
-    """Every way of numbering (one pass, renumberings, a column's own values, a sort of a wide column, a
-    table grown past the cache) puts two layouts in one group exactly when all their keys are equal, and
-    reads each group's keys back; with too few layouts sharing their keys there are no groups."""
-    monkeypatch.setattr(memory, "_GROUP_TABLE", table)
-    rng = np.random.default_rng(table)
-    n = 20_000
-    columns = {"a": rng.choice([1, 2, 4, 8, 64], n), "b": rng.integers(3, 9, n), "c": rng.choice([0, 300], n),
-               "d": rng.choice([5, 10 ** 9, 10 ** 12], n), "e": np.full(n, 3)}
-    groups = memory._group(columns, n)
-    rows = np.stack(list(columns.values()), axis=1)
-    distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
-    assert len(groups.present) == len(distinct)
-    number = groups.number
-    # Same group number <=> same keys: the numbers map one to one onto np.unique's rows.
-    pairs = np.unique(np.stack([number, inverse.ravel()], axis=1), axis=0)
-    assert len(pairs) == len(distinct)
-    where = np.searchsorted(groups.present, number)
-    assert np.array_equal(groups.present[where], number)
-    for name, column in columns.items():
-        assert np.array_equal(groups.keys[name][where], column), name
-    assert memory._group({}, 5).number.tolist() == [0] * 5
-    # Every layout its own group, and 7 values beside them: more than four table entries per layout.
-    assert memory._group({"a": np.arange(n), "b": np.arange(n) % 7}, n) is None
 
 
 def test_the_stage_forms_read_m_only_as_the_capped_in_flight_count():

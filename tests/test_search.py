@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import codegen.configs._validation as layout_module
-from codegen.pricing import pricer as search
+from codegen.pricing import engine
 from codegen.reference.adapters.model import evaluate_stages
 from codegen.configs import (LAYOUT_FIELD_NAMES, LayoutBatch, LayoutError, build_stages, derive_fields,
                              derive_fields_batch, layout_violations, load_model, validate_batch)
@@ -104,7 +104,7 @@ def test_blocks_and_shared_keys_do_not_change_the_prices(monkeypatch):
     model = load_model("deepseek-v3")
     arrays = _valid_arrays("deepseek-v3", False, 200, seed=11)
     whole = StagePricer(model)(**arrays)
-    monkeypatch.setattr(search, "_BLOCK", 7)
+    monkeypatch.setattr(StagePricer, "block", 7)
     blocked = StagePricer(model)(**arrays)
     assert_close(blocked.bottleneck, whole.bottleneck, rtol=RTOL, atol=0)
     assert_close(blocked.sum, whole.sum, rtol=RTOL, atol=0)
@@ -164,12 +164,12 @@ def test_the_maximum_is_taken_when_sums_can_be_negative():
     batch = LayoutBatch.from_arrays(model.layout, d=np.array([1, 2, 4, 8]), p=np.array([1, 2, 3, 16]))
     pricer = StagePricer(model)
     stage_counts = lambda p, vp: pricer._stage_counts(batch, p, vp)  # noqa: E731
-    pipelines = search._Pipelines.of(batch, stage_counts)
-    sums = search._Sums(((0, 0, 1), (1, 1, 1)), ("n_embedding", "n_output", "n_body"), ())
-    tables = search._weights(stage_counts, pipelines, sums)
+    pipelines = engine.PipelineShapes.of(batch, stage_counts)
+    sums = engine.TermGroups(((0, 0, 1), (1, 1, 1)), ("n_embedding", "n_output", "n_body"), ())
+    tables = engine.stage_tables(stage_counts, pipelines, sums)
     parts = [np.array([-1.0, 2.0, -3.0, 0.5]), np.array([5.0, -1.0, 1.0, -2.0])]
     bottleneck, total = np.empty(4), np.empty(4)
-    search._combine(parts, tables, pipelines.index, bottleneck, total, np.empty(4), np.empty(4))
+    engine.combine(parts, tables, pipelines.index, bottleneck, total, np.empty(4), np.empty(4))
     for i, p in enumerate([1, 2, 3, 16]):
         counts = pricer._stage_counts(batch, p, 1)
         every_layer = counts["n_embedding"] + counts["n_output"] + counts["n_body"]
@@ -192,7 +192,7 @@ def test_invalid_layouts_raise_naming_the_constraint(name, arrays, message):
 
 
 def test_an_invalid_layout_is_found_in_any_block(monkeypatch):
-    monkeypatch.setattr(search, "_BLOCK", 5)
+    monkeypatch.setattr(StagePricer, "block", 5)
     d = np.full(23, 32)
     t = np.full(23, 4)
     t[17] = 3

@@ -371,27 +371,28 @@ def _grid_batch(model, *, repeats: int) -> LayoutBatch:
 @pytest.mark.parametrize("repeats", [1, 4])
 @pytest.mark.parametrize("name", ["deepseek-v3", "qwen3-72b"])
 def test_grouped_pricing_equals_ungrouped_to_the_bit(name, repeats, monkeypatch):
-    """Each item is evaluated once per distinct tuple of its own inputs (``time._row_groups``); every number must be
-    the one evaluating each layout's row gives (``_GROUP_FROM`` past the batch: nothing grouped), on a batch whose
-    layouts are all distinct (repeats 1: the items still repeat their few inputs) and on one where each repeats 4×."""
-    import codegen.pricing.time as time_module
+    """Each item is evaluated once per distinct tuple of its own inputs (``engine.KeyColumns.group``); every number
+    must be the one evaluating each layout's row gives (``group_from`` past the batch: nothing grouped), on a batch
+    whose layouts are all distinct (repeats 1: the items still repeat their few inputs) and on one where each
+    repeats 4×."""
+    from codegen.pricing.engine import KeyColumns
 
     pricer = TimePricer(name, system="dgx_h100")
     batch = _grid_batch(pricer.model, repeats=repeats)
-    monkeypatch.setattr(time_module, "_GROUP_FROM", 256)  # the grouped path on every block (the threshold is speed only)
-    assert len(batch) >= 4 * time_module._GROUP_FROM
+    pricer.group_from = 256  # the grouped path on every block (the threshold is speed only)
+    assert len(batch) >= 4 * pricer.group_from
     grouped_rows = []
-    real = time_module._row_groups
+    real = KeyColumns.group
 
-    def spy(keys, names):
-        found = real(keys, names)
+    def spy(keys, names, **kwargs):
+        found = real(keys, names, **kwargs)
         grouped_rows.append(None if found is None else (len(found[0]), keys.m))
         return found
 
-    monkeypatch.setattr(time_module, "_row_groups", spy)
+    monkeypatch.setattr(KeyColumns, "group", spy)
     grouped = pricer.price_batch(batch, validated=True, per_stage=True)
     assert any(g is not None and g[0] < g[1] for g in grouped_rows), "no item was grouped: the test would prove nothing"
-    monkeypatch.setattr(time_module, "_GROUP_FROM", len(batch) + 1)
+    pricer.group_from = len(batch) + 1
     grouped_rows.clear()
     plain = pricer.price_batch(batch, validated=True, per_stage=True)
     assert not grouped_rows
@@ -405,47 +406,6 @@ def test_grouped_pricing_equals_ungrouped_to_the_bit(name, repeats, monkeypatch)
             want = plain.stages[what] if what == "total_s" else plain.stages[what][key]
             got = grouped.stages[what] if what == "total_s" else grouped.stages[what][key]
             np.testing.assert_array_equal(got, want, err_msg=f"{what} {key}")
-
-
-def test_only_whole_columns_are_group_keys():
-    from codegen.pricing.time import _whole
-
-    np.testing.assert_array_equal(_whole(np.array([1.0, 8.0, 4096.0])), [1, 8, 4096])
-    assert _whole(np.array([1.0, 2.5])) is None
-    assert _whole(np.array([1.0, np.nan])) is None
-    assert _whole(np.array([np.inf, 2.0])) is None
-
-
-@pytest.mark.parametrize("table", [1 << 20, 80])
-def test_row_groups_partition_the_rows_as_a_sort_does(table, monkeypatch):
-    """Layouts share a group exactly when every key column is equal (narrow columns by offset, others by a table or
-    a sort; *table* 80 forces the renumbering of the groups so far before ``c`` and ``d``), each group's
-    representative is one of its rows."""
-    import codegen.pricing.time as time_module
-
-    monkeypatch.setattr(time_module, "_GROUP_TABLE", table)
-    rng = np.random.default_rng(3)
-    m = 4096
-    a = rng.integers(3, 9, m).astype(float)
-    columns = {"a": a, "b": a * 1000, "c": rng.integers(0, 6, m).astype(float),
-               "d": rng.choice([7, 10**12], m).astype(float), "e": np.full(m, 2.0)}
-    renumbered = []
-    real = time_module._renumber
-    monkeypatch.setattr(time_module, "_renumber", lambda *args: renumbered.append(1) or real(*args))
-    keys = time_module._Keys(m)
-    keys.columns = columns
-    reps, inverse = time_module._row_groups(keys, sorted(columns))
-    rows = np.stack([columns[k] for k in sorted(columns)], axis=1)
-    distinct, want = np.unique(rows, axis=0, return_inverse=True)
-    assert len(reps) == len(distinct)
-    np.testing.assert_array_equal(rows[reps][inverse], rows)  # each row's group holds its own values
-    # the same partition: equal rows share a group, different rows do not
-    np.testing.assert_array_equal(np.unique(np.stack([inverse, want.reshape(-1)], axis=1), axis=0).shape[0], len(reps))
-    assert bool(renumbered) == (table == 80)
-    keys.columns["half"] = a + 0.5
-    assert time_module._row_groups(keys, ["a", "half"]) is None  # not whole: not a key
-    keys.columns["ids"] = np.arange(m, dtype=float)
-    assert time_module._row_groups(keys, ["ids"]) is None  # every row distinct: grouping does not pay
 
 
 # ----------------------------------------------------------------------------- direct kernels: the same numbers
@@ -513,7 +473,6 @@ def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_
     """The pricer's direct path (NCCL's pick through ``Chooser``, for every item of a collective at once)
     against the generated functions' (``choose`` per item, put in its place here), grouped and not, every
     number; the direct path must be taken."""
-    import codegen.pricing.time as time_module
     from codegen.pricing import collective
 
     per_item = collective.choose  # the generated functions, before the patch below makes it fail
@@ -523,7 +482,7 @@ def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_
 
     pricer = TimePricer(name, system="dgx_h100")
     batch = _grid_batch(pricer.model, repeats=2)
-    monkeypatch.setattr(time_module, "_GROUP_FROM", group_from)
+    pricer.group_from = group_from
     taken = []
     real = collective.Chooser._fill  # the direct path's evaluation, of one call (__call__) or of several (times)
     monkeypatch.setattr(collective.Chooser, "_fill", lambda self, *args: taken.append(1) or real(self, *args))
@@ -546,3 +505,22 @@ def test_pricers_of_one_system_share_nccls_pick_until_their_constants_change():
     second.hardware = dict(second.hardware, nic_bw_bytes_per_s=2 * second.hardware["nic_bw_bytes_per_s"])
     scaled = second._chooser("all_gather")
     assert scaled is not first._chooser("all_gather") and scaled.shared == second.hardware
+
+
+def test_placement_fields_are_what_the_groups_read():
+    """``TimePricer.placement_fields`` (what a search's item keys derive from) names exactly the fields the pricer
+    places its groups by: a recording stand-in for the fields, handed to the pricer's own placement."""
+    class Recorder:
+        def __init__(self):
+            self.read = set()
+
+        def num(self, name):
+            self.read.add(name)
+            return 2.0
+
+    pricer = TimePricer("deepseek-v3", system="dgx_h100")
+    recorder = Recorder()
+    groups = pricer._groups(recorder)
+    declared = TimePricer.placement_fields()
+    assert set(declared) == set(groups)
+    assert set().union(*declared.values()) == recorder.read

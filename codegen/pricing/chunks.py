@@ -5,19 +5,18 @@ Public API::
     ZERO_LEVELS, RECOMPUTE_MODES, DEGREE_KEYS  (symbolic.vocabulary's ZERO_LEVELS, RECOMPUTE_MODES, SEARCH_KEYS)
     Setting(recompute, zero, cp_algo).batch_kwargs() -> dict
     Chunk(setting, values, index, model, row=None, bpos=None): .batch (a LayoutBatch, built on first use)
-    distinct_sorted(values) -> ndarray;  distinct_rows(columns) -> (reps, inverse)
+    distinct_sorted(values) -> ndarray;  distinct_rows(columns) -> (reps, inverse)  (engine.distinct_rows)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
 import numpy as np
 
 from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, ZERO_LEVELS
 
 from ..configs import LayoutBatch, ModelConfig
+from .engine import distinct_rows  # (re-exported: the grouping the search's stage forms use)
 
 __all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "distinct_sorted", "distinct_rows"]
 
@@ -72,37 +71,3 @@ def distinct_sorted(values: np.ndarray) -> np.ndarray:
     first plain call makes (~12 ms of a cold search)."""
     ordered = np.sort(values)
     return ordered[np.append(True, ordered[1:] != ordered[:-1])] if len(ordered) else ordered
-
-
-def distinct_rows(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of equal-length 1-D *columns* grouped by their tuple of values: ``(reps, inverse)``, one row index
-    per distinct tuple (in ascending tuple order) and each row's tuple number, so that ``x[reps][inverse]`` is
-    ``x`` for every column ``x`` (and for any array that is a function of the columns, row by row).
-
-    Each column becomes a code ``0 … k − 1`` (its offset from the lowest value where it holds whole numbers in a
-    range no wider than 4 × its length, else its rank among its distinct values) and the codes one mixed-radix
-    number per row, ranked again whenever the next radix would overflow.
-    """
-    n = len(columns[0]) if columns else 0
-    number, total = np.zeros(n, dtype=np.int64), 1
-    for column in columns:
-        column = np.asarray(column)
-        code = None
-        if column.dtype.kind in "iub" or bool(np.all(np.floor(column) == column)):
-            whole = column.astype(np.int64)
-            low = int(whole.min()) if n else 0
-            width = (int(whole.max()) - low + 1) if n else 1
-            if width <= max(4 * n, 64):
-                code, k = whole - low, width
-        if code is None:  # not whole, or a wide range: rank by the distinct values
-            distinct, code = np.unique(column, return_inverse=True)
-            code, k = code.reshape(-1), len(distinct)
-        if k == 1:
-            continue
-        if total > (1 << 62) // k:  # would overflow: rank the numbers so far first
-            distinct, number = np.unique(number, return_inverse=True)
-            number, total = number.reshape(-1), len(distinct)
-        number = number * k + code
-        total *= k
-    _, reps, inverse = np.unique(number, return_index=True, return_inverse=True)
-    return reps, inverse.reshape(-1)

@@ -41,8 +41,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import generated
-from symbolic.vocabulary import LEVEL_PARAMETERS
+from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level parameters of the sensitivity)
 
+from .engine import term_arguments, term_function
 from .kernels import BLOCK, BoundKernel, scratch
 
 __all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
@@ -91,12 +92,12 @@ def _price_name(op: str, label: str) -> str:
 def arguments(op: str) -> frozenset[str]:
     """Every symbol the time and price forms of *op* read."""
     names = {n for label in labels(op) for n in (_time_name(op, label), _price_name(op, label))}
-    return frozenset(a for n in names for a in generated.FORMULAS[n]["arguments"])
+    return frozenset(a for n in names for a in term_arguments(n))
 
 
 def _call(name: str, values: Mapping[str, Any]) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return np.asarray(getattr(generated, name)(**{a: values[a] for a in generated.FORMULAS[name]["arguments"]}),
+        return np.asarray(term_function(name)(**{a: values[a] for a in term_arguments(name)}),
                           dtype=float)
 
 
@@ -140,8 +141,8 @@ def _plan(op: str) -> tuple[tuple[str, Any, tuple[str, ...], Any, tuple[str, ...
     out = []
     for label in labels(op):
         t, p = _time_name(op, label), _price_name(op, label)
-        out.append((label, getattr(generated, t), tuple(generated.FORMULAS[t]["arguments"]),
-                    None if p == t else getattr(generated, p), tuple(generated.FORMULAS[p]["arguments"])))
+        out.append((label, term_function(t), tuple(term_arguments(t)),
+                    None if p == t else term_function(p), tuple(term_arguments(p))))
     return tuple(out)
 
 

@@ -17,7 +17,7 @@ NumPy code fills once per set of values: ``layout_violations``, ``derive_fields_
 ``stages.bind`` (with ``levels.score_factors``), the generated NumPy terms. The kernel looks a
 layout's entry up by the codes of its key values; a group with too many values is computed in the
 kernel from its arguments by the compiler's term arithmetic. The values present come from a scan of
-the keys (``generated.fused._runtime.seen_values``) on the first call of a shape; later calls run the
+the keys (``generated.fused.seen_values``) on the first call of a shape; later calls run the
 last plan straight away and scan only when a layout holds a value it lacks. An invalid layout (or a
 value outside the gate) makes the kernel stop and name it; the batch path then raises
 ``StagePricer``'s error, word for word.
@@ -32,7 +32,7 @@ The pieces come from one place each:
   ``_<name>_at(i, …)`` — the lowered CSE form of one element, the same statements as its loop
   kernel, inlined by numba into the caller; tabulated groups are the NumPy target's terms;
 * the plan (which terms, how they group, the weight tables over the pipeline shapes ``(p, vp)``)
-  is ``StagePricer``'s (``_plan``, ``_Pipelines``), imported, not restated;
+  is the engine's (``engine.PipelineShapes``, ``engine.stage_tables``, through ``StagePricer``), not restated;
 * the derived fields (expert degrees, optimizer shards, levels, …) and the validation are
   ``codegen.configs``' and ``codegen.pricing.stages``': the NumPy code stays the one
   source of truth for them, run on the tables' grids, so an invalid layout raises the same
@@ -66,14 +66,13 @@ from ..runtime import cache
 from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
                                derive_fields_batch, layout_violations)
 from ..runtime.inputs import DEVICES_MAX, bound, flag
-from .pricer import StagePrices, StagePricer, _add, _arguments, _needed, _Pipelines, _sources, _StageTables
+from .engine import (KERNEL_BLOCK, PipelineShapes, StageTables, add_parts, blocks, group_arguments,
+                     term_arguments, term_function)
+from .pricer import StagePrices, StagePricer
 from .levels import SCORE_FACTORS
-from .stages import BIND_SOURCES, Fields, bind
+from .stages import BIND_SOURCES, Fields, bind, field_sources
 
 __all__ = ["FusedPricer", "available"]
-
-#: Layouts per call of the kernel: the derived-field arrays of a block stay in the processor's cache.
-_BLOCK = 1 << 16
 
 #: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedPricer._price_keys`)
 #: at once; fewer go the batch path, whose first call costs less than the scan and the plan (some 40-70 ms).
@@ -147,13 +146,13 @@ def _module(template: str, **context: Any) -> Any:
 def _kernel(names: tuple[tuple[str, ...], ...], per_layout: frozenset[str]) -> tuple[Any, tuple[str, ...]]:
     """The compiled kernel for the term groups *names* with the arguments *per_layout* as arrays (the
     others numbers), and the argument names it reads after the tables."""
-    arguments = tuple(sorted({a for group in names for name in group for a in _arguments(name)}))
+    arguments = tuple(sorted({a for group in names for name in group for a in term_arguments(name)}))
     per_layout = frozenset(per_layout) & frozenset(arguments)
     kernel = _KERNELS.get((names, per_layout))
     if kernel is None:
         functions = sorted({name for group in names for name in group})
         module = _module("pricer.py.jinja", key=repr(names), functions=functions, groups=names, arguments=arguments,
-                         per_layout=sorted(per_layout), args={name: _arguments(name) for name in functions})
+                         per_layout=sorted(per_layout), args={name: term_arguments(name) for name in functions})
         kernel = _KERNELS[(names, per_layout)] = module.price
     return kernel, arguments
 
@@ -171,7 +170,7 @@ def _matrix(weights: Sequence[Any], width: int) -> np.ndarray:
     return out
 
 
-def _tables(tables: _StageTables) -> tuple[np.ndarray, ...]:
+def _tables(tables: StageTables) -> tuple[np.ndarray, ...]:
     """The weight tables as arrays indexed ``[group, pipeline]`` (kinds: ``[kind, group, pipeline]``)."""
     every = [*tables.total, *(w for kind in (*tables.every.kinds, *tables.front.kinds) for w in kind),
              *tables.every.common, *tables.front.common]
@@ -188,6 +187,10 @@ class FusedPricer(StagePricer):
     The same arguments and results; ``per_stage`` (every stage's parts) is priced as by
     ``StagePricer``. Raises ImportError naming the ``fast`` extra when numba is not installed.
     """
+
+    #: Layouts per call of the batch kernel (``engine.KERNEL_BLOCK``; ``block``, the NumPy passes', is the stage
+    #: pricer's).
+    kernel_block: int = KERNEL_BLOCK
 
     def __init__(self, *args: Any, **kwargs: Any):
         if not available():
@@ -218,7 +221,7 @@ class FusedPricer(StagePricer):
     def _price_keys(self, arrays: dict[str, Any], validated: bool) -> StagePrices | None:
         """Prices from one pass of a kernel over the key columns, or ``None`` where the batch path must price.
 
-        The keys' values are scanned first (``_runtime.seen_values``: the input gate's bounds and the
+        The keys' values are scanned first (``generated.fused.seen_values``: the input gate's bounds and the
         values present); what follows from the keys alone — the first broken constraint
         (``layout_violations``), the derived fields and the TIME path's score factors (``derive_fields_batch``
         and ``bind``, hence the level assignment of ``levels``) — is computed by the NumPy rules on the
@@ -254,7 +257,7 @@ class FusedPricer(StagePricer):
         if shape is None:
             return None  # the batch path raises the same error, naming the layout
         head, layout_key = shape[0], (*shape[1], validated)
-        from generated.fused import _runtime
+        from generated.fused import seen_values
 
         if n < _KEYS_FROM and layout_key not in self._current:
             calls = self._calls[layout_key] = self._calls.get(layout_key, 0) + 1
@@ -281,7 +284,7 @@ class FusedPricer(StagePricer):
         seen: dict[str, np.ndarray] = {}
         for name in scanned:
             marks = np.zeros(_VALUES, dtype=np.uint8)
-            if _runtime.seen_values(columns[name], marks, 0 if name == "os" else 1):
+            if seen_values(columns[name], marks, 0 if name == "os" else 1):
                 return None
             seen[name] = marks
         plan = None
@@ -400,7 +403,7 @@ class FusedPricer(StagePricer):
         terms = self._terms(head)
         probe = self._batch(settings, {**given, **{name: np.array([values[name][0], values[name][-1]])
                                                   for name in ("p", "vp") if name in varying}})
-        pipelines = _Pipelines.of(probe, functools.partial(self._stage_counts, probe), self._pipelines)
+        pipelines = PipelineShapes.of(probe, functools.partial(self._stage_counts, probe), self._pipelines)
         sums, tables = self._plan(terms, probe, pipelines)
         weights = _tables(tables)
         if pipelines.index is None:
@@ -424,7 +427,7 @@ class FusedPricer(StagePricer):
             return self._batch(settings, {**given, **grid_columns}), strides
 
         def bound_values(batch: LayoutBatch, names: Sequence[str]) -> dict[str, Any]:
-            derived = derive_fields_batch(self.model, batch, names=_sources(frozenset(names)), validated=True,
+            derived = derive_fields_batch(self.model, batch, names=field_sources(frozenset(names)), validated=True,
                                           compact=True)
             return bind(Fields(derived), names, system=self.system, ttype=self.ttype, score=self._score)
 
@@ -451,7 +454,7 @@ class FusedPricer(StagePricer):
         part_tables: list[tuple[tuple[str, ...], np.ndarray]] = []
         computed: set[str] = set()
         for group in sums.names:
-            arguments = sorted({a for name in group for a in _arguments(name)})
+            arguments = sorted({a for name in group for a in term_arguments(name)})
             reads = self._key_reads({key for a in arguments for key in self._reads(a, keys, varying)}, keys, varying)
             size = int(np.prod([len(values[key]) for key in reads])) if reads else 1
             if size > _PART_TABLE_LIMIT:
@@ -460,9 +463,7 @@ class FusedPricer(StagePricer):
                 continue
             batch, strides = grid(reads)
             found = bound_values(batch, arguments)
-            import generated
-
-            part = _add([getattr(generated, name)(**{a: found[a] for a in _arguments(name)}) for name in group])
+            part = add_parts([term_function(name)(**{a: found[a] for a in term_arguments(name)}) for name in group])
             parts.append(f"ptab{len(part_tables)}")
             part_tables.append((reads, np.broadcast_to(np.asarray(part, dtype=np.float64), (size,))[None, :]))
         for name in sorted(computed):
@@ -508,7 +509,7 @@ class FusedPricer(StagePricer):
             devices = "*".join(f"float(v_{name})" if name in varying else f"{float(shared[name])!r}"
                                for name in degrees)
         module = _module("pricer_keys.py.jinja", key=repr(sums.names), functions=functions, groups=sums.names,
-                         parts=parts, args={name: _arguments(name) for name in functions}, columns=list(varying),
+                         parts=parts, args={name: term_arguments(name) for name in functions}, columns=list(varying),
                          coded=list(coded_keys), tables=table_keys, check=check, pipeline=pipeline, gates=gates,
                          devices=devices, devices_max=DEVICES_MAX, front_kinds=len(weights[1]),
                          every_kinds=len(weights[3]), scalars=[f"s_{name}" for name in scalars],
@@ -529,13 +530,12 @@ class FusedPricer(StagePricer):
             check_batch(self.model, batch)
         terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
-        for start in range(0, n, _BLOCK):
-            rows = slice(start, start + _BLOCK)
-            block = batch.subset(rows) if n > _BLOCK else batch
+        for rows in blocks(n, self.kernel_block):
+            block = batch.subset(rows) if n > self.kernel_block else batch
             m = len(block)
-            pipelines = _Pipelines.of(block, lambda p, vp, _b=block: self._stage_counts(_b, p, vp), self._pipelines)
+            pipelines = PipelineShapes.of(block, lambda p, vp, _b=block: self._stage_counts(_b, p, vp), self._pipelines)
             sums, tables = self._plan(terms, block, pipelines)
-            values = self._values(block, _needed(sums))
+            values = self._values(block, group_arguments(sums))
             # Arrays for the fields that vary by layout (by name, so that the kernel stays the same from
             # block to block), numbers for the model's and the run's; an array where a number was
             # expected makes its own kernel.

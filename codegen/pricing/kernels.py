@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from generated._runtime import BLOCK
+from generated import BLOCK
 
 from .folding import constant_output
 

@@ -46,11 +46,13 @@ from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, Layo
                        batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
                        load_model, stage_layers)
 from ..runtime.inputs import finite, flag
-from ..runtime.kernels import fused_available, fused_function
+from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, RowGroups, blocks, call_term,
+                     group_rows, term_arguments, term_function)
+from .families import FamilySpec
 from .stages import stage_counts
 
 __all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",
-           "variant_key", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
+           "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
            "slope_name", "MemoryPricer", "MemoryPrices"]
 
 #: The parts of a stage's total, in the order they are printed; they add up to ``total``.
@@ -135,17 +137,8 @@ def variant_key(model: ModelConfig) -> str:
     return f"{attention}_{'moe' if model.is_moe else 'dense'}"
 
 
-def call(name: str, values: Mapping[str, Any]) -> Any:
-    """The generated function *name* on the values it reads (extra values ignored).
-
-    Raises:
-        KeyError: naming the first argument *values* does not hold.
-    """
-    meta = generated.FORMULAS[name]
-    missing = [arg for arg in meta["arguments"] if arg not in values]
-    if missing:
-        raise KeyError(f"{name}: no value for {', '.join(missing)}")
-    return getattr(generated, name)(**{arg: values[arg] for arg in meta["arguments"]})
+#: The generated function *name* on the values it reads (``engine.call_term``).
+call = call_term
 
 
 def stage_inputs(model: ModelConfig, layout: Layout, settings: MemorySettings,
@@ -156,10 +149,7 @@ def stage_inputs(model: ModelConfig, layout: Layout, settings: MemorySettings,
     ``i``; ``pp_rank`` is that index, so a caller may pass the first stage's counts alone.
     """
     values: dict[str, Any] = dict(derive_fields(model, layout))
-    values.update(bytes_compute=settings.bytes_compute, dropout=settings.dropout,
-                  flash_attention=settings.flash_attention, bytes_logits=settings.bytes_logits,
-                  bytes_p=settings.bytes_p, bytes_grad=settings.bytes_grad, bytes_optimizer=settings.bytes_optimizer)
-    values["zero_level"] = float(zero_level_of(layout) if settings.zero_level is None else settings.zero_level)
+    values.update(_run_values(settings, model, layout))
     columns = {name: np.asarray(column, dtype=float) for name, column in counts.items()}
     values.update(columns)
     values["pp_rank"] = np.arange(len(next(iter(columns.values()))), dtype=float)
@@ -178,6 +168,30 @@ def evaluate_stages(key: str, values: Mapping[str, Any], outputs: Sequence[str] 
 def _suffix(output: str) -> str:
     # The generated names carry the unit: every output is in bytes but the 0/1 ``fits``.
     return output if output == "fits" else f"{output}_bytes"
+
+
+def _family_terms(model: ModelConfig) -> dict[str, str]:
+    """The memory family's stage terms of *model*'s variant: each part and the total."""
+    key = variant_key(model)
+    return {out: f"memory_{key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
+
+
+def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch) -> dict[str, float]:
+    """The values the stage terms read from the run settings (byte widths, switches, the ZeRO stage)."""
+    zero = zero_level_of(batch) if settings.zero_level is None else settings.zero_level
+    return {"bytes_compute": settings.bytes_compute, "dropout": settings.dropout,
+            "flash_attention": settings.flash_attention, "bytes_logits": settings.bytes_logits,
+            "bytes_p": settings.bytes_p, "bytes_grad": settings.bytes_grad, "bytes_optimizer": settings.bytes_optimizer,
+            "zero_level": float(zero)}
+
+
+def memory_family(settings: MemorySettings = DEFAULT_SETTINGS) -> FamilySpec:
+    """The memory family as a spec (``codegen.pricing.families``): a stage's value is its total bytes per rank,
+    the step's the largest stage's (the peak), its slopes the generated derivatives of the total
+    (:func:`slope_name`). :class:`MemoryPricer` reads its terms and run values from here."""
+    return FamilySpec(name="memory", unit="bytes", terms=_family_terms, stage=lambda parts, _settings: parts["total"],
+                      step="max", slopes=lambda model, degree: slope_name(model, degree),
+                      settings=functools.partial(_run_values, settings))
 
 
 def _headroom(capacity: float, settings: MemorySettings, total: Any) -> Any:
@@ -276,24 +290,9 @@ def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
 
 # ---------------------------------------------------------------- arrays of layouts
 
-#: Layouts per block of the pricing loop: the temporaries of one block stay in the processor's cache.
-_BLOCK = 1 << 16
-
 #: The values :func:`stage_inputs` sets that are no configuration field.
 _NOT_FIELDS = frozenset(("bytes_compute", "dropout", "flash_attention", "bytes_logits", "bytes_p", "bytes_grad",
                          "bytes_optimizer", "zero_level", "pp_rank", "device_memory_bytes", "memory_reserve"))
-
-
-def _function(name: str, backend: str) -> Callable[..., Any]:
-    """The generated function *name*: fused (numba) under ``"auto"`` where numba is installed, else NumPy.
-
-    Both targets round every operation alike (no fastmath), so the numbers are the same.
-    """
-    if backend not in ("auto", "numpy", "numba"):
-        raise ValueError(f"backend: expected 'auto', 'numpy' or 'numba', got {backend!r}")
-    if backend != "numpy" and (backend == "numba" or fused_available()):
-        return fused_function(name) or getattr(generated, name)
-    return getattr(generated, name)
 
 
 def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
@@ -343,167 +342,17 @@ def _grouping_keys(batch: LayoutBatch) -> dict[str, np.ndarray]:
     return columns
 
 
-@dataclass(frozen=True)
-class _Groups:
-    """Layouts with equal keys (:func:`_grouping_keys`), numbered.
-
-    Attributes:
-        number: per layout, its group's number, below ``size`` (int64; the numbers of the groups
-            present need not be consecutive).
-        size: the range of the numbers: a table over it gives each layout its group's value.
-        present: the numbers of the groups present, ascending.
-        keys: per varying key, its value in each group present (in the order of ``present``).
-    """
-
-    number: np.ndarray
-    size: int
-    present: np.ndarray
-    keys: Mapping[str, np.ndarray]
-
-    def table(self, values: np.ndarray) -> np.ndarray:
-        """A table over the group numbers holding *values* (one per group present) at the numbers present."""
-        table = np.empty(self.size, dtype=values.dtype)
-        table[self.present] = values
-        return table
-
-    def gather(self, values: np.ndarray) -> np.ndarray:
-        """Each layout's entry of *values* (one per group present)."""
-        return np.take(self.table(values), self.number, mode="clip")  # every number is within the table
-
-
-#: Largest table of group numbers: its lookups stay in the processor's cache.
-_GROUP_TABLE = 1 << 18
-
-#: Fewest layouts a batch is grouped from: below, finding the groups costs more than it saves.
-_GROUP_FROM = 1 << 12
-
-
-@dataclass
-class _Digit:
-    """One key as a digit of the group number: ``(value − low)`` (or its rank among ``distinct``, looked up
-    in ``codes`` at ``value − low``, or read from ``column`` as given), below ``width``."""
-
-    column: np.ndarray
-    low: int
-    width: int
-    codes: np.ndarray | None = None
-    distinct: np.ndarray | None = None
-
-    def compact(self) -> None:
-        """Number the values the column holds ``0 … k − 1`` instead of their range (a table, or a sort
-        when the range is wide)."""
-        if self.width <= 1 << 22:
-            seen = np.zeros(self.width, dtype=bool)
-            seen[self.column - self.low] = True
-            present = np.flatnonzero(seen)
-            self.codes = np.empty(self.width, dtype=np.int64)
-            self.codes[present] = np.arange(len(present))
-            self.distinct = present + self.low
-        else:
-            self.distinct, self.column = np.unique(self.column, return_inverse=True)
-            self.low = 0
-        self.width = len(self.distinct)
-
-    def value(self, digit: np.ndarray) -> np.ndarray:
-        """The key of each *digit*."""
-        return digit + self.low if self.distinct is None else self.distinct[digit]
-
-
-def _group(columns: Mapping[str, np.ndarray], n: int) -> _Groups | None:
-    """The groups of the *n* layouts with equal values in every column of *columns* (whole numbers).
-
-    The columns are read as the digits of one number per layout, each column's range its radix;
-    where the number would outgrow a table of ``_GROUP_TABLE`` entries (or four per layout), the
-    number so far is renumbered by the values present (a table lookup, no sort), and the digits
-    go on from there; a key whose range alone outgrows the table beside the groups so far is
-    numbered by the values it holds, and past that the table may grow to four entries per
-    layout. Each pass runs block by block (``_BLOCK`` layouts, in cache), and each group's keys
-    are read back from its number at the end. ``None`` when even that table is too small (too
-    few layouts share their keys): each is its own group.
-    """
+def _group(columns: Mapping[str, np.ndarray], n: int) -> RowGroups | None:
+    """The groups of the *n* layouts with equal values in every column of *columns* (whole numbers): the engine's
+    grouping (``engine.group_rows``) with tables in cache (``GROUP_TABLE_CACHED``) as a rule and of up to four
+    entries per layout where the keys need it; ``None`` when too few layouts share their keys."""
     limit = max(4 * n, 1 << 12)
-    bound = min(limit, _GROUP_TABLE)
-    if not columns:
-        return _Groups(number=np.zeros(n, dtype=np.int64), size=1, present=np.zeros(1, dtype=np.int64), keys={})
-    digits = {name: _Digit(column, *_range(column)) for name, column in columns.items()}
-    for digit in digits.values():
-        if digit.width > bound:
-            digit.compact()
-    names = list(digits)
-    number = np.empty(n, dtype=np.int64)
-    scratch = np.empty(min(n, _BLOCK), dtype=np.int64)
-    codes: np.ndarray | None = None  # the renumbering of the number so far
-    size, i = 1, 0
-    steps: list[np.ndarray | list[str]] = []  # per pass its digits, and between passes the numbers present
-    while True:
-        segment, total = [], size
-        while i < len(names) and total * digits[names[i]].width <= bound:
-            total *= digits[names[i]].width
-            segment.append(names[i])
-            i += 1
-        if not segment:  # the next key alone outgrows the table beside the groups so far
-            digit = digits[names[i]]
-            if digit.distinct is None:  # number the values it holds instead of their range
-                digit.compact()
-            elif bound < limit:  # many groups: a table past the cache still beats a layout at a time
-                bound = limit
-            else:
-                return None
-            continue
-        seen = np.zeros(total, dtype=bool)
-        offset = 0  # Σ low·radix of the plain digits, subtracted once per block
-        for name in segment:
-            digit = digits[name]
-            offset = offset * digit.width + (digit.low if digit.codes is None else 0)
-        for start in range(0, n, _BLOCK):
-            rows = slice(start, start + _BLOCK)
-            x = number[rows]
-            spare = scratch[:len(x)]
-            for k, name in enumerate(segment):
-                digit = digits[name]
-                value = digit.column[rows]
-                if digit.codes is not None:
-                    np.subtract(value, digit.low, out=spare)
-                    value = np.take(digit.codes, spare, out=spare, mode="clip")
-                if k == 0 and codes is None:
-                    x[...] = value
-                    continue
-                if k == 0:  # the groups so far, renumbered (each element read before it is written)
-                    np.take(codes, x, out=x, mode="clip")
-                np.multiply(x, digit.width, out=x)
-                np.add(x, value, out=x)
-            if offset:
-                np.subtract(x, offset, out=x)
-            seen[x] = True
-        steps.append(segment)
-        present = np.flatnonzero(seen)
-        if i == len(names):
-            size = total
-            break
-        codes = np.empty(total, dtype=np.int64)
-        codes[present] = np.arange(len(present))
-        size = len(present)
-        steps.append(present)
-    keys: dict[str, np.ndarray] = {}
-    code = present
-    for step in reversed(steps):
-        if isinstance(step, np.ndarray):  # a renumbering: the number before it
-            code = step[code]
-            continue
-        for name in reversed(step):
-            digit = digits[name]
-            keys[name] = digit.value(code % digit.width)
-            code = code // digit.width
-    return _Groups(number=number, size=size, present=present, keys=keys)
+    bound = min(limit, GROUP_TABLE_CACHED)
+    digits = {name: Digit.of(column, compact_above=bound) for name, column in columns.items()}
+    return group_rows(digits, n, table=bound, limit=limit)
 
 
-def _range(column: np.ndarray) -> tuple[int, int]:
-    """``(lowest value, highest − lowest + 1)`` of a column."""
-    low = int(column.min())
-    return low, int(column.max()) - low + 1
-
-
-def _rows(batch: LayoutBatch, groups: _Groups | None, rows: slice) -> LayoutBatch:
+def _rows(batch: LayoutBatch, groups: RowGroups | None, rows: slice) -> LayoutBatch:
     """Layouts *rows* of *batch* (``groups`` None), or one layout of each group at *rows* of ``groups.present``
     (a key every layout shares kept one value)."""
     if groups is None:
@@ -590,8 +439,8 @@ class MemoryPricer:
     layout:
 
     * layouts with equal keys have equal memory (:func:`_grouping_keys`; ``m`` read as
-      ``min(m, 2p)``, all the in-flight count can tell apart), so a batch of ``_GROUP_FROM``
-      layouts or more is grouped (:func:`_group`: a few table lookups per layout, no sort) and
+      ``min(m, 2p)``, all the in-flight count can tell apart), so a batch of ``group_from``
+      layouts or more is grouped (``engine.group_rows``: a few table lookups per layout, no sort) and
       each group evaluated once, then gathered back per layout;
     * the stage counts come from small tables over the pipeline shapes ``(p, vp)``
       (``pipeline_stage_counts``, the offset and recompute list where they apply), and only the
@@ -612,6 +461,11 @@ class MemoryPricer:
         ValueError: naming an unknown model or system.
     """
 
+    #: Layouts per block of the pricing loop (``engine.KERNEL_BLOCK``) and fewest layouts of a batch grouped
+    #: (``engine.MEMORY_GROUP_FROM``).
+    block: int = KERNEL_BLOCK
+    group_from: int = MEMORY_GROUP_FROM
+
     def __init__(self, model: str | ModelConfig, *, system: System | str,
                  settings: MemorySettings = DEFAULT_SETTINGS, backend: str = "auto"):
         if isinstance(model, str):
@@ -626,11 +480,12 @@ class MemoryPricer:
         self.model, self.system, self.settings = model, net, settings
         self.capacity = float(net.gpu.hbm_bytes)
         self.key = variant_key(model)
-        names = {out: f"memory_{self.key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
-        self._functions = {out: _function(name, backend) for out, name in names.items()}
-        self._fused = any(f is not getattr(generated, names[out]) for out, f in self._functions.items())
+        self.family = memory_family(settings)
+        names = dict(self.family.terms(model))
+        self._functions = {out: term_function(name, backend) for out, name in names.items()}
+        self._fused = any(f is not term_function(names[out]) for out, f in self._functions.items())
         self._spreads: dict[tuple[str, str], np.ndarray] = {}
-        self._arguments = {out: generated.FORMULAS[name]["arguments"] for out, name in names.items()}
+        self._arguments = {out: term_arguments(name) for out, name in names.items()}
         arguments = {a for args in self._arguments.values() for a in args}
         fields = arguments - _NOT_FIELDS - set(STAGE_COUNT_NAMES)
         # The fields the layout keys give, derived per call; the model's and the run's, once per set of settings.
@@ -663,13 +518,12 @@ class MemoryPricer:
                                 fits=np.empty(0, dtype=bool), peak_stage=np.empty(0, dtype=np.int64),
                                 _parts=lambda: {part: np.empty(0) for part in PARTS})
         shared = self._shared(batch)
-        groups = _group(_grouping_keys(batch), n) if n >= _GROUP_FROM else None
+        groups = _group(_grouping_keys(batch), n) if n >= self.group_from else None
         tables = self._plan(batch, groups)
         # The stages of each group of layouts with equal keys, evaluated once (on its keys).
         g = n if groups is None else len(groups.present)
         best, stage = np.empty(g), np.empty(g, dtype=np.int64)
-        for start in range(0, g, _BLOCK):
-            rows = slice(start, start + _BLOCK)
+        for rows in blocks(g, self.block):
             self._peaks(_rows(batch, groups, rows), tables, shared, best[rows], stage[rows])
         if groups is None:
             peak_total, peak_stage = best, stage
@@ -679,8 +533,7 @@ class MemoryPricer:
             totals, stages = groups.table(best), groups.table(stage)
             peak_total, peak_stage = np.empty(n), np.empty(n, dtype=np.int64)
             headroom, fits = np.empty(n), np.empty(n, dtype=bool)
-            for start in range(0, n, _BLOCK):
-                rows = slice(start, start + _BLOCK)
+            for rows in blocks(n, self.block):
                 number = groups.number[rows]
                 np.take(totals, number, out=peak_total[rows], mode="clip")
                 np.take(stages, number, out=peak_stage[rows], mode="clip")
@@ -763,16 +616,15 @@ class MemoryPricer:
         if spread is None or len(spread) < size:
             if len(self._spreads) >= 4096:
                 self._spreads.clear()
-            spread = self._spreads[key] = np.broadcast_to(np.float64(value), (max(size, _BLOCK),))
+            spread = self._spreads[key] = np.broadcast_to(np.float64(value), (max(size, self.block),))
         return spread[:size]
 
-    def _parts(self, batch: LayoutBatch, tables: _Tables, groups: _Groups | None, peak_stage: np.ndarray,
+    def _parts(self, batch: LayoutBatch, tables: _Tables, groups: RowGroups | None, peak_stage: np.ndarray,
                shared: Mapping[str, float]) -> dict[str, np.ndarray]:
         """The parts of each layout's peak stage: once per group of layouts with equal keys, block by block."""
         g = len(batch) if groups is None else len(groups.present)
         out = {part: np.empty(g) for part in PARTS}
-        for start in range(0, g, _BLOCK):
-            rows = slice(start, start + _BLOCK)
+        for rows in blocks(g, self.block):
             block = _rows(batch, groups, rows)
             fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
             stage = peak_stage[rows]
@@ -789,11 +641,7 @@ class MemoryPricer:
         key = batch.settings()
         values = self._settings_values.get(key)
         if values is None:
-            s = self.settings
-            zero = zero_level_of(batch) if s.zero_level is None else s.zero_level
-            values = {"bytes_compute": s.bytes_compute, "dropout": s.dropout, "flash_attention": s.flash_attention,
-                      "bytes_logits": s.bytes_logits, "bytes_p": s.bytes_p, "bytes_grad": s.bytes_grad,
-                      "bytes_optimizer": s.bytes_optimizer, "zero_level": float(zero)}
+            values = dict(self.family.settings(self.model, batch))
             values.update(derive_fields_batch(self.model, batch.subset(slice(0, 1)), names=self._model_fields,
                                               validated=True, compact=True))
             if len(self._settings_values) >= 64:
@@ -805,7 +653,7 @@ class MemoryPricer:
         """The stage counts of the batch's layouts with pipeline (p, vp) (``batch_stage_counts``)."""
         return batch_stage_counts(self.model, batch, p, vp, self._counts)
 
-    def _plan(self, batch: LayoutBatch, groups: _Groups | None = None) -> _Tables:
+    def _plan(self, batch: LayoutBatch, groups: RowGroups | None = None) -> _Tables:
         """The count tables for the pipelines ``(p, vp)`` the batch's layouts have (read from one layout of
         each group, with *groups*); tables built for a superset of them serve too (each pipeline is built
         once per pricer)."""

@@ -10,7 +10,7 @@ count · term`` (``symbolic.model``), with generated per-layer terms
 2. groups the variant's terms by how the stages weigh them (the same use of
    the layer counts: the embedding, output, body, MTP and recomputed layers),
    once per set of counts the pipelines use;
-3. then, block by block (``_BLOCK`` layouts, so that temporaries stay in
+3. then, block by block (``engine.STAGE_BLOCK`` layouts, so that temporaries stay in
    cache), derives only the fields the terms read, evaluates each term once
    per layout (a field every layout shares stays one number), adds each group,
    and forms the stages from small tables over the pipeline shapes
@@ -29,29 +29,28 @@ beyond a layout's own ``p`` are NaN in the per-stage arrays.
 from __future__ import annotations
 
 import functools
-import itertools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from symbolic.vocabulary import BODY_COUNT_NAMES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS
+from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs import (LAYOUT_FIELD_NAMES, LayoutBatch, ModelConfig, batch_stage_counts, check_batch,
                        derive_fields_batch, direct_column, dp_comm_level_values, load_model)
 from ..runtime.inputs import flag
+from .engine import (STAGE_BLOCK, PipelineShapes, StageTables, TermGroups, accumulate, batch_blocks, combine,
+                     counts_used, group_arguments, group_terms, stage_tables, term_calls)
 from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
 from .levels import score_factors
-from .stages import BIND_SOURCES, TTYPES, ZERO_SWITCHES, Fields, Terms, bind, stage_outputs, terms_of, variant_of
+from .stages import (TTYPES, ZERO_SWITCHES, Fields, Terms, bind, field_sources, stage_outputs, terms_of,
+                     variant_of)
 
 __all__ = ["StagePricer", "StagePrices"]
 
 _FLOAT64 = np.dtype(np.float64)
 
-#: Layouts per block of the pricing loop: its temporaries (a few float64 arrays of a block) stay in the
-#: processor's cache, and the Python cost per block is spread over enough layouts.
-_BLOCK = 1 << 14
 
 @dataclass(frozen=True)
 class StagePrices:
@@ -70,178 +69,6 @@ class StagePrices:
     stages: dict[str, np.ndarray] | None = None
 
 
-@dataclass(frozen=True)
-class _Sums:
-    """The variant's terms grouped by how the stages weigh them.
-
-    Attributes:
-        usage: per group, how many times it counts each layer of ``counts`` (its weight in a
-            stage is ``usage · stage counts``).
-        counts: the count names the usage vectors run over (those some stage holds).
-        names: per group, the generated terms added into it.
-    """
-
-    usage: tuple[tuple[int, ...], ...]
-    counts: tuple[str, ...]
-    names: tuple[tuple[str, ...], ...]
-
-
-def _sums(terms: Terms, outputs: Sequence[str], counts: tuple[str, ...]) -> _Sums:
-    """Group the terms of *outputs* by their use of *counts* (a term used by two outputs counts twice)."""
-    usage: dict[str, list[int]] = {}
-    for output in outputs:
-        base = output.removesuffix("_recomputed")
-        for count, name in terms.by_output[base].items():
-            if count in counts and (output.endswith("_recomputed") or count not in RECOMPUTE_COUNT_NAMES):
-                usage.setdefault(name, [0] * len(counts))[counts.index(count)] += 1
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for name, used in usage.items():
-        groups.setdefault(tuple(used), []).append(name)
-    return _Sums(tuple(groups), counts, tuple(tuple(names) for names in groups.values()))
-
-
-# ----------------------------------------------------------------- pipeline tables
-
-
-@dataclass(frozen=True)
-class _Kinds:
-    """Kinds of stages to take the largest of: per kind, per compiled sum, its weight (a number, the same
-    for every pipeline, or a table over the pipeline index).
-
-    Attributes:
-        kinds: per kind of stage, per sum, its weight (``None`` for a common sum).
-        common: per sum, its weight where it is the same in every kind (else ``None``): added once,
-            outside the maximum.
-    """
-
-    kinds: tuple[tuple[Any, ...], ...]
-    common: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class _StageTables:
-    """Per compiled sum, its weights in a layout's stages.
-
-    Attributes:
-        total: per sum, its weight summed over a layout's stages.
-        every: the distinct kinds of stages of each pipeline.
-        front: of each pipeline, the kinds no other of its kinds outweighs in every sum (often one:
-            the first stage). With sums that are not negative the bottleneck is one of them.
-    """
-
-    total: tuple[Any, ...]
-    every: _Kinds
-    front: _Kinds
-
-
-def _stage_rows(weights: np.ndarray) -> list[int]:
-    """The stages with distinct rows of *weights* (stages × sums): the first stage, the last, then
-    the others in stage order, so that the kinds of stages line up across pipelines."""
-    kept: list[int] = []
-    for s in [0, len(weights) - 1, *range(1, len(weights) - 1)]:
-        if not any(np.array_equal(weights[s], weights[k]) for k in kept):
-            kept.append(s)
-    return kept
-
-
-StageCounts = Callable[[int, int], "Mapping[str, np.ndarray] | None"]
-
-
-_PIPELINE_TOKENS = itertools.count()
-
-
-@dataclass(frozen=True)
-class _Pipelines:
-    """The pipeline shapes a batch can hold: each layout's index into tables over them, and the shapes.
-
-    Attributes:
-        key: what decides ``present`` (the ranges of ``p`` and ``vp``, the index's radix and the
-            batch's stage lists): a key for the tables built over them. With *known*, a number that
-            stands for that key (one per key, never reused: hashed once per call, not once per table).
-        index: per layout, ``p`` (``p·(max vp + 1) + vp`` when vp varies); ``None`` when every
-            layout has the same pipeline.
-        present: index → ``(p, vp)`` for every pipeline up to the batch's largest ``p`` (and
-            ``vp``) that the model can run: a superset of the layouts' pipelines, found from the
-            maxima alone (no count of the layouts of each).
-    """
-
-    index: np.ndarray | None
-    present: dict[int, tuple[int, int]]
-    key: tuple[Any, ...] = ()
-
-    @classmethod
-    def of(cls, batch: LayoutBatch, stage_counts: StageCounts,
-           known: dict[Any, tuple[dict[int, tuple[int, int]], int]] | None = None) -> _Pipelines:
-        """The pipelines of *batch*; *known* keeps the shapes found for each range of ``p`` and ``vp``."""
-        p, vp = batch.p, batch.vp
-        single_p = p.strides == (0,)
-        p_range = (int(p[0]), int(p[0]) + 1) if single_p else (1, batch.top("p") + 1)
-        if vp.strides == (0,):
-            index, radix, vp_range = (None if single_p else p), 0, (int(vp[0]), int(vp[0]) + 1)
-        else:
-            radix = batch.top("vp") + 1
-            index, vp_range = p * radix + vp, (1, radix)
-        key = (p_range, vp_range, single_p, radix, batch.offset, batch.offset_pipeline, batch.recompute,
-               batch.recompute_pipeline)
-        entry = None if known is None else known.get(key)
-        if entry is None:
-            shapes = [(pv, v) for pv in range(*p_range) for v in range(*vp_range)]
-            where = {shape: (0 if index is None else shape[0] * radix + shape[1] if radix else shape[0])
-                     for shape in shapes}
-            present = {where[shape]: shape for shape in shapes if stage_counts(*shape) is not None}
-            if known is None:
-                return cls(index, present, key)
-            entry = known[key] = (present, next(_PIPELINE_TOKENS))
-        return cls(index, *entry)
-
-    def table(self, values: Mapping[int, float]) -> Any:
-        """A weight per layout from its value per pipeline: one number when every pipeline has the same."""
-        distinct = set(values.values())
-        if len(distinct) == 1:
-            return distinct.pop()
-        table = np.zeros(max(values) + 1)
-        for i, value in values.items():
-            table[i] = value
-        return table
-
-
-def _kinds(pipelines: _Pipelines, rows: Mapping[int, np.ndarray], sums: int) -> _Kinds:
-    """Kinds of stages from each pipeline's rows of weights (kinds × sums), lined up by position."""
-    depth = max(len(r) for r in rows.values())
-    # Pad each pipeline's kinds with its first (a repeated stage does not change the maximum).
-    padded = {i: np.concatenate([r, np.repeat(r[:1], depth - len(r), axis=0)]) for i, r in rows.items()}
-    kinds: list[list[dict[int, float]]] = []
-    for u in range(depth):
-        kind = [{i: float(padded[i][u, j]) for i in padded} for j in range(sums)]
-        if kind not in kinds:
-            kinds.append(kind)
-    common = [pipelines.table(kinds[0][j]) if len(kinds) > 1 and all(kind[j] == kinds[0][j] for kind in kinds)
-              else None for j in range(sums)]
-    return _Kinds(kinds=tuple(tuple(None if common[j] is not None else pipelines.table(kind[j]) for j in range(sums))
-                              for kind in kinds),
-                  common=tuple(common))
-
-
-def _weights(stage_counts: StageCounts, pipelines: _Pipelines, sums: _Sums) -> _StageTables:
-    """The weight of each sum in each kind of stage and over all stages, per pipeline present."""
-    usage = np.array(sums.usage, dtype=np.float64).T  # (counts, sums)
-    every: dict[int, np.ndarray] = {}
-    front: dict[int, np.ndarray] = {}
-    totals: dict[int, np.ndarray] = {}
-    for i, (p, vp) in pipelines.present.items():
-        counts = stage_counts(p, vp)
-        matrix = np.stack([counts[c] for c in sums.counts], axis=1) @ usage  # (stages, sums)
-        kinds = matrix[_stage_rows(matrix)]
-        every[i] = kinds
-        outweighed = [any((other >= row).all() and (other > row).any() for other in kinds) for row in kinds]
-        front[i] = kinds[[not o for o in outweighed]]
-        totals[i] = matrix.sum(axis=0)
-    n = len(sums.usage)
-    return _StageTables(total=tuple(pipelines.table({i: float(totals[i][j]) for i in totals}) for j in range(n)),
-                        every=_kinds(pipelines, every, n), front=_kinds(pipelines, front, n))
-
-
-# ----------------------------------------------------------------- the pricer
 
 
 class StagePricer:
@@ -258,6 +85,9 @@ class StagePricer:
     Raises:
         ValueError: naming an unknown model, device or setting.
     """
+
+    #: Layouts per block of the pricing loop (``engine.STAGE_BLOCK``).
+    block: int = STAGE_BLOCK
 
     def __init__(self, model: str | ModelConfig, *, device: str = "A2", fsdp: bool | None = None,
                  recompute: str | None = None, with_recomp: bool = False, ttype: str = "FLOP"):
@@ -277,7 +107,7 @@ class StagePricer:
         self.ttype = ttype
         self.outputs = tuple(dim + "_recomputed" if with_recomp and dim != "dp" else dim for dim in STAGE_DIMENSIONS)
         self._score = functools.partial(score_factors, device=device)
-        self._sums: dict[Any, _Sums] = {}
+        self._sums: dict[Any, TermGroups] = {}
         self._weights: dict[Any, Any] = {}
         self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
         self._counts_used: dict[Any, tuple[str, ...]] = {}
@@ -307,7 +137,7 @@ class StagePricer:
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
                                         validated=validated, **arrays)
         n = len(batch)
-        if validated and per_stage is False and 0 < n <= _BLOCK:
+        if validated and per_stage is False and 0 < n <= self.block:
             # A searcher's call (vouched-for layouts, one block, no stages): price_batch's own path, without
             # its checks of what this call's arguments already are.
             bottleneck, total_sum = np.empty(n), np.empty(n)
@@ -332,15 +162,10 @@ class StagePricer:
             check_batch(self.model, batch)
         terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
-        scratch = self._combine_scratch(min(n, _BLOCK))
-        if n <= _BLOCK:
-            self._price_block(terms, batch, bottleneck, total_sum, scratch)
-        else:
-            for start in range(0, n, _BLOCK):
-                # Block by block, each step over the same layouts: every temporary is one block long
-                # and stays in cache.
-                rows = slice(start, start + _BLOCK)
-                self._price_block(terms, batch.subset(rows), bottleneck[rows], total_sum[rows], scratch)
+        scratch = self._combine_scratch(min(n, self.block))
+        # Block by block, each step over the same layouts: every temporary is one block long and stays in cache.
+        for rows, block in batch_blocks(batch, self.block):
+            self._price_block(terms, block, bottleneck[rows], total_sum[rows], scratch)
         stages = None
         if per_stage:
             extra = () if per_stage is True else tuple(per_stage)
@@ -353,13 +178,13 @@ class StagePricer:
 
     def _price_block(self, terms: Terms, block: LayoutBatch, bottleneck: np.ndarray, total_sum: np.ndarray,
                      scratch: tuple[np.ndarray, np.ndarray]) -> None:
-        """Fill *bottleneck* and *total_sum* of the layouts of *block* (at most ``_BLOCK`` of them)."""
-        pipelines = _Pipelines.of(block, functools.partial(self._stage_counts, block), self._pipelines)
+        """Fill *bottleneck* and *total_sum* of the layouts of *block* (at most :attr:`block` of them)."""
+        pipelines = PipelineShapes.of(block, functools.partial(self._stage_counts, block), self._pipelines)
         sums, tables = self._plan(terms, block, pipelines)
         evaluated = self._evaluate(block, sums)
         # Each term is in one group and its array is this call's own: the group's sum goes into it.
-        parts = [_accumulate([evaluated[name] for name in group if name in evaluated]) for group in sums.names]
-        _combine(parts, tables, pipelines.index, bottleneck, total_sum, *scratch)
+        parts = [accumulate([evaluated[name] for name in group if name in evaluated]) for group in sums.names]
+        combine(parts, tables, pipelines.index, bottleneck, total_sum, *scratch)
 
     def stage_slopes(self, batch: LayoutBatch, degrees: Sequence[str], *, relax_p: bool = False
                      ) -> dict[str, np.ndarray]:
@@ -389,19 +214,19 @@ class StagePricer:
             terms = self._variants[key] = terms_of(variant_of(Fields(probe)), degrees)
         return terms
 
-    def _plan(self, terms: Terms, block: LayoutBatch, pipelines: _Pipelines) -> tuple[_Sums, _StageTables]:
+    def _plan(self, terms: Terms, block: LayoutBatch, pipelines: PipelineShapes) -> tuple[TermGroups, StageTables]:
         """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""
         pipeline_key = pipelines.key  # (the batch's offset and recompute lists included)
         stage_counts = functools.partial(self._stage_counts, block)
-        counts_used = self._counts_used.get(pipeline_key)
-        if counts_used is None:
-            counts_used = self._counts_used[pipeline_key] = _counts_used(stage_counts, pipelines)
-        sums = self._sums.get((terms, counts_used))
+        used = self._counts_used.get(pipeline_key)
+        if used is None:
+            used = self._counts_used[pipeline_key] = counts_used(stage_counts, pipelines)
+        sums = self._sums.get((terms, used))
         if sums is None:
-            sums = self._sums[(terms, counts_used)] = _sums(terms, self.outputs, counts_used)
+            sums = self._sums[(terms, used)] = group_terms(terms, self.outputs, used)
         tables = self._weights.get((terms, pipeline_key))
         if tables is None:
-            tables = self._weights[(terms, pipeline_key)] = _weights(stage_counts, pipelines, sums)
+            tables = self._weights[(terms, pipeline_key)] = stage_tables(stage_counts, pipelines, sums)
         return sums, tables
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
@@ -424,17 +249,17 @@ class StagePricer:
             derived = derive_fields_batch(self.model, batch, names=fields, validated=True, compact=True)
             return {**shared, **bind(Fields(derived), varying, system=self.system, ttype=self.ttype,
                                      score=self._score)}
-        values = bind(Fields(derive_fields_batch(self.model, batch, names=_sources(needed), validated=True,
+        values = bind(Fields(derive_fields_batch(self.model, batch, names=field_sources(needed), validated=True,
                                                  compact=True)),
                       needed, system=self.system, ttype=self.ttype, score=self._score)
         varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
         if len(self._value_plans) >= 1024:
             self._value_plans.clear()
         self._value_plans[shape] = ({name: value for name, value in values.items() if name not in varying},
-                                    varying, _sources(varying))
+                                    varying, field_sources(varying))
         return values
 
-    def _evaluate(self, batch: LayoutBatch, sums: _Sums) -> dict[str, np.ndarray]:
+    def _evaluate(self, batch: LayoutBatch, sums: TermGroups) -> dict[str, np.ndarray]:
         """Each generated term the groups of *sums* add, evaluated for the layouts of *batch*.
 
         As :meth:`_values` (whose plans decide which arguments are one number for a shape of batch),
@@ -456,7 +281,7 @@ class StagePricer:
             if plan is not None:
                 self._last_plan = (sums, settings, shared_keys, plan)
         if plan is None:
-            values = self._values(batch, _needed(sums))
+            values = self._values(batch, group_arguments(sums))
             # A ZeRO switch of a level the batch's settings rule out is 0 for every layout: shared.
             levels = dp_comm_level_values(batch)
             for name, (_source, level) in ZERO_SWITCHES.items():
@@ -464,7 +289,7 @@ class StagePricer:
                     values[name] = 0.0
             varying = frozenset(name for name, value in values.items() if isinstance(value, np.ndarray) and value.ndim)
             calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
-                           tuple(a for a in arguments if a in varying)) for name, function, arguments in _calls(sums))
+                           tuple(a for a in arguments if a in varying)) for name, function, arguments in term_calls(sums))
             # (a term with no argument that varies is one call of the function: no kernel to run)
             kernels = [(name, BoundKernel.bind(function, shared) if own else None)
                        for name, function, shared, own in calls]
@@ -481,7 +306,7 @@ class StagePricer:
                         constants[name] = None
             if len(self._call_plans) >= 1024:
                 self._call_plans.clear()
-            steps, fields = _column_steps(varying), _sources(varying)
+            steps, fields = _column_steps(varying), field_sources(varying)
             if steps is not None:
                 # Each column a kernel reads written straight from the key columns where the field's rule
                 # allows; the rest derived together (their rules share groups).
@@ -528,7 +353,7 @@ class StagePricer:
         return evaluated
 
     def _combine_scratch(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """The two scratch arrays of :func:`_combine` for *n* layouts, made once per length and thread (as
+        """The two scratch arrays of :func:`combine` for *n* layouts, made once per length and thread (as
         :meth:`_kernel_scratch`'s: nothing a call returns is written there)."""
         key = (threading.get_ident(), -n)
         known = self._scratch.get(key)
@@ -558,7 +383,7 @@ class StagePricer:
         per pipeline shape; *wrt*: their derivatives; *only*: weigh these layer counts alone)."""
         n = len(batch)
         stage_counts = functools.partial(self._stage_counts, batch)
-        pipelines = _Pipelines.of(batch, stage_counts)
+        pipelines = PipelineShapes.of(batch, stage_counts)
         p_max = max(p for p, _ in pipelines.present.values())
         stages = {name: np.full((n, p_max), np.nan) for name in outputs}
         bases = {o.removesuffix("_recomputed") for o in outputs}
@@ -607,133 +432,3 @@ def _column_steps(varying: frozenset[str]) -> tuple[tuple[str, str, float | None
         else:
             return None
     return tuple(steps)
-
-
-@functools.lru_cache(maxsize=64)
-def _needed(sums: _Sums) -> frozenset[str]:
-    """The arguments the term groups read."""
-    return frozenset(a for group in sums.names for name in group for a in _arguments(name))
-
-
-@functools.lru_cache(maxsize=64)
-def _calls(sums: _Sums) -> tuple[tuple[str, Callable[..., np.ndarray], tuple[str, ...]], ...]:
-    """Each generated term the groups add, once: its name, its function and its arguments."""
-    import generated
-
-    names = dict.fromkeys(name for group in sums.names for name in group)
-    return tuple((name, getattr(generated, name), generated.FORMULAS[name]["arguments"]) for name in names)
-
-
-@functools.lru_cache(maxsize=256)
-def _sources(names: frozenset[str]) -> tuple[str, ...]:
-    """The fields :func:`bind` reads for the arguments *names* (layer counts are no fields)."""
-    wanted = {source for name in names for source in BIND_SOURCES.get(name, (name,))}
-    return tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
-
-
-@functools.cache
-def _arguments(name: str) -> tuple[str, ...]:
-    import generated
-
-    return generated.FORMULAS[name]["arguments"]
-
-
-def _accumulate(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """The sum of *parts*, added into the first where it has the sum's shape (the parts are the
-    caller's own fresh float64 arrays); else as :func:`_add`."""
-    out = parts[0]
-    if type(out) is not np.ndarray or out.dtype is not _FLOAT64 or not out.ndim:
-        return _add(parts)
-    for part in parts[1:]:
-        if part.shape != out.shape:
-            return _add(parts)
-    for part in parts[1:]:
-        np.add(out, part, out=out)
-    return out
-
-
-def _add(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """The sum of *parts* (a new array; the first part is not written to)."""
-    out = np.array(parts[0], dtype=np.float64)
-    for part in parts[1:]:
-        if part.shape == out.shape or out.shape == np.broadcast_shapes(out.shape, part.shape):
-            np.add(out, part, out=out)
-        else:
-            out = out + part
-    return out
-
-
-def _counts_used(stage_counts: StageCounts, pipelines: _Pipelines) -> tuple[str, ...]:
-    """The count names some stage of the pipelines present holds (the others weigh nothing)."""
-    used: set[str] = set()
-    for p, vp in pipelines.present.values():
-        counts = stage_counts(p, vp)
-        used |= {name for name in STAGE_COUNT_NAMES if counts[name].any()}
-    return tuple(name for name in STAGE_COUNT_NAMES if name in used)
-
-
-_minimum = np.minimum.reduce  # (the ufunc's own reduction: ndarray.min adds a Python wrapper per call)
-
-
-def _weighted_sum(parts: Sequence[np.ndarray], weights: Sequence[Any], out: np.ndarray, scratch: np.ndarray
-                  ) -> np.ndarray | float:
-    """``Σ weights[j] · parts[j]`` into *out* (weights None or 0 skipped); 0.0 when no term is left."""
-    started = False
-    for part, weight in zip(parts, weights):
-        if weight is None or (not isinstance(weight, np.ndarray) and weight == 0):
-            continue
-        target = scratch if started else out
-        if isinstance(weight, np.ndarray) or weight != 1:
-            np.multiply(part, weight, out=target)
-        elif not started:
-            np.copyto(out, part)
-        else:
-            target = part
-        if started:
-            np.add(out, target, out=out)
-        started = True
-    return out if started else 0.0
-
-
-def _combine(parts: Sequence[np.ndarray], tables: _StageTables, index: np.ndarray | None, bottleneck: np.ndarray,
-             total: np.ndarray, scratch: np.ndarray, current: np.ndarray) -> None:
-    """Fill *bottleneck* and *total* (the sum over stages) of M layouts from the evaluated sums.
-
-    A table of weights becomes each layout's entry at its pipeline *index* (each table gathered
-    once, and only when used). *scratch* and *current* are buffers of at least M values.
-    """
-    m = len(bottleneck)
-    parts = [part if part.shape == (m,) else np.broadcast_to(part, (m,)) for part in parts]
-    scratch, current = scratch[:m], current[:m]
-    gathered: dict[int, np.ndarray] = {}
-
-    def per_layout(weights: Sequence[Any]) -> list[Any]:
-        out = []
-        for w in weights:
-            if isinstance(w, np.ndarray):
-                if id(w) not in gathered:
-                    # (every pipeline index is in the table; the method skips np.take's Python wrapper)
-                    gathered[id(w)] = w.take(index, mode="clip")
-                w = gathered[id(w)]
-            out.append(w)
-        return out
-
-    value = _weighted_sum(parts, per_layout(tables.total), total, scratch)
-    if not isinstance(value, np.ndarray):
-        total.fill(value)
-    # With sums that are not negative, a stage another outweighs in every sum is never the bottleneck.
-    kinds = tables.front if all(_minimum(part) >= 0 for part in parts) else tables.every
-    started = False
-    for kind in kinds.kinds:
-        stage = _weighted_sum(parts, per_layout(kind), current if started else bottleneck, scratch)
-        if not started:
-            if not isinstance(stage, np.ndarray):
-                bottleneck.fill(stage)
-            started = True
-        else:
-            np.maximum(bottleneck, stage, out=bottleneck)
-    common = _weighted_sum(parts, per_layout(kinds.common), current, scratch)
-    if not started:
-        bottleneck[...] = common
-    elif isinstance(common, np.ndarray):
-        np.add(bottleneck, common, out=bottleneck)

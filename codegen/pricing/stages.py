@@ -32,10 +32,11 @@ from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE
                                  CpAlgorithm, LayerType, attention_variant, detect_attention, resolve_algorithm,
                                  routing)
 
+from .engine import term_arguments, term_function
 from .levels import SCORE_FACTORS, score_factors
 
 __all__ = ["Fields", "Variant", "variant_of", "Terms", "terms_of", "bind", "stage_counts", "stage_outputs", "price",
-           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES"]
+           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES", "field_sources"]
 
 #: The original's two stage conversions: volumes (FLOP) or level scores of DP, TP and CP (TIME).
 TTYPES = ("FLOP", "TIME")
@@ -175,7 +176,7 @@ class Terms:
         """The generated functions' arguments for *outputs* (and the derivatives in *slopes*)."""
         names = [n for o in outputs for n in self.by_output[o].values()]
         names += [n for x in slopes for o in STAGE_DIMENSIONS for n in self.slopes[x][o].values()]
-        return {a for n in names for a in generated.FORMULAS[n]["arguments"]}
+        return {a for n in names for a in term_arguments(n)}
 
 
 _OUTPUT_TERMS = {"dp": "dp", "tp": "tp", "ep": "ep", "cp": "cp", "dp_unconverted": "dp", "dp_reduced": "dp"}
@@ -333,7 +334,7 @@ def evaluate_terms(names: Iterable[str], values: Mapping[str, Any]) -> dict[str,
     out: dict[str, np.ndarray] = {}
     for name in names:
         if name not in out:
-            out[name] = getattr(generated, name)(**{a: values[a] for a in generated.FORMULAS[name]["arguments"]})
+            out[name] = term_function(name)(**{a: values[a] for a in term_arguments(name)})
     return out
 
 
@@ -385,3 +386,10 @@ def price(f: Fields, counts: Mapping[str, np.ndarray], *, system: Any, ttype: st
     terms = terms_of(variant_of(f))
     values = bind(f, terms.arguments({o.removesuffix("_recomputed") for o in outputs}), system=system, ttype=ttype)
     return stage_outputs(terms, values, counts, outputs)
+
+
+@functools.lru_cache(maxsize=256)
+def field_sources(names: frozenset[str]) -> tuple[str, ...]:
+    """The fields :func:`bind` reads for the arguments *names* (layer counts are no fields)."""
+    wanted = {source for name in names for source in BIND_SOURCES.get(name, (name,))}
+    return tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))

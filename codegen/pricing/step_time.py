@@ -47,7 +47,7 @@ from hardware import System
 from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
 
 from ..configs import ModelConfig, chunk_layer_counts
-from .chunks import distinct_rows
+from .engine import distinct_rows, term_arguments, term_function
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
            "time_item_keys"]
@@ -168,16 +168,16 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``), ``P_ne`` /
     ``P_r`` from the ``params_*`` forms' arguments, a model field or a run field the search keeps
     (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts,
-    which weigh every item, follow from ``(p, vp)`` and the recompute mode. NCCL's pick reads S, the ranks and
-    the group's placement (``TimePricer`` checks it), which follows from the degrees of the group's rank grid
-    (``time.PLACEMENT_GRIDS``: ``t, cp, d, p`` for the dense groups, ``t_exp, ep, d, t, cp, p`` for the expert
-    ones, as ``TimePricer._groups`` places them); the pricer is built per ZeRO level and recompute mode
+    which weigh every item, follow from what ``TimePricer.LAYER_KEYS`` says (``(p, vp)`` and the recompute mode).
+    NCCL's pick reads S, the ranks and the group's placement (``TimePricer`` checks it), which follows from the
+    fields ``TimePricer`` places the group by (``TimePricer.placement_fields``: ``t, cp, d, p`` for the dense
+    groups, ``t_exp, ep, d, t, cp, p`` for the expert ones); the pricer is built per ZeRO level and recompute mode
     (``time_family_comm``) and reads ``fsdp`` only through the fields. Layouts of one search that agree on an
     item's keys and settings have the same seconds per stage for it.
     """
     from ..configs import LAYOUT_FIELD_KEYS
     from .stages import BIND_SOURCES
-    from .time import ITEMS, PLACEMENT_GRIDS, PLACEMENT_GROUPS
+    from .time import ITEMS, TimePricer
 
     constants = set(model.fields()) | _RUN_FIELDS
     params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
@@ -190,7 +190,7 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
             return set(_EVERYTHING)
         seen = seen | {argument}
         if argument in ("n_layers_stage", "n_moe_layers_stage"):
-            return {"p", "vp", "recompute"}
+            return set(TimePricer.LAYER_KEYS)
         if argument in params:
             return set().union(*(keys(a, seen) for a in params[argument]))
         if argument in BIND_SOURCES:
@@ -204,16 +204,14 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
             return set(_EVERYTHING)
         return found
 
-    # A group's placement follows from its sizes and strides, which the degrees of its whole grid decide.
-    grid_keys = {grid: set().union(*(LAYOUT_FIELD_KEYS[field] for spec in degrees.values() if spec is not None
-                                     for field in (*spec[0], *spec[1])))
-                 for grid, degrees in PLACEMENT_GRIDS.items()}
-    placement = {group: grid_keys[grid] for group, (grid, _dims, _size) in PLACEMENT_GROUPS.items()}
+    # A group's placement follows from the fields TimePricer places it by, each from the keys it is derived from.
+    placement = {group: set().union(*(LAYOUT_FIELD_KEYS[field] for field in fields))
+                 for group, fields in TimePricer.placement_fields().items()}
     out = {}
     for dim, coll, group, _ in ITEMS:
-        found: set[str] = placement[group] | {"p", "vp", "recompute"}  # the stage's layers weigh it
+        found: set[str] = placement[group] | set(TimePricer.LAYER_KEYS)  # the stage's layers weigh it
         for what in ("calls_count", "msg_bytes", "ranks_count"):
-            for argument in generated.FORMULAS[f"{dim}_{coll}_stage_{what}"]["arguments"]:
+            for argument in term_arguments(f"{dim}_{coll}_stage_{what}"):
                 found |= keys(argument)
         out[f"{dim}.{coll}"] = frozenset(found)
     return out
@@ -246,12 +244,12 @@ class StepTimePricer:
         self.comm = comm
         variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
         kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
-        self._flops = getattr(generated, f"compute_{kind}_stage_flop")
-        self._arguments = generated.FORMULAS[f"compute_{kind}_stage_flop"]["arguments"]
-        self._bytes = getattr(generated, f"compute_{kind}_stage_hbm_bytes")
-        self._bytes_arguments = generated.FORMULAS[f"compute_{kind}_stage_hbm_bytes"]["arguments"]
-        self._vector = getattr(generated, f"compute_{kind}_stage_vector_flop")
-        self._vector_arguments = generated.FORMULAS[f"compute_{kind}_stage_vector_flop"]["arguments"]
+        self._flops = term_function(f"compute_{kind}_stage_flop")
+        self._arguments = term_arguments(f"compute_{kind}_stage_flop")
+        self._bytes = term_function(f"compute_{kind}_stage_hbm_bytes")
+        self._bytes_arguments = term_arguments(f"compute_{kind}_stage_hbm_bytes")
+        self._vector = term_function(f"compute_{kind}_stage_vector_flop")
+        self._vector_arguments = term_arguments(f"compute_{kind}_stage_vector_flop")
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
@@ -331,7 +329,7 @@ class StepTimePricer:
 
     def stage_groups(self, values: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per stage (first, last), the layouts of *values* grouped by everything :meth:`stage_parts`' forms read
-        that varies between them (``enumeration.distinct_rows``: ``(reps, inverse)``) — the layout arrays the forms
+        that varies between them (``engine.distinct_rows``: ``(reps, inverse)``) — the layout arrays the forms
         take and the stage's layer counts and output flag, under any recompute mode and ZeRO level (the
         recomputed layers are the stage's layers or none). Layouts that differ only in what the forms do not
         read (the pipeline shape, past the stage's layers) share a group."""
@@ -343,7 +341,7 @@ class StepTimePricer:
         return [distinct_rows([*read, layers, output]) for layers, output in stages]
 
     def _seconds(self, flops: np.ndarray, moved: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        return generated.compute_stage_time_s(stage_flops=flops, peak_flops_per_s=self.peak,
+        return term_function("compute_stage_time_s")(stage_flops=flops, peak_flops_per_s=self.peak,
                                               compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
                                               hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency,
                                               stage_vector_flops=vector, vector_flops_per_s=self.vector,
@@ -382,7 +380,7 @@ class StepTimePricer:
             zero = np.zeros(np.shape(slope))
             for column in (self._seconds(flops, base, vector), self._seconds(zero, slope, zero)):
                 columns.append(np.take(np.broadcast_to(column, np.shape(slope)), group))
-        columns.append(generated.compute_pipeline_bubble(p=p, vp=vp, m=1))
+        columns.append(term_function("compute_pipeline_bubble")(p=p, vp=vp, m=1))
         return np.stack(np.broadcast_arrays(*columns))
 
     def compute_bound(self, forms: np.ndarray, row: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -416,7 +414,7 @@ class StepTimePricer:
 
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
         """Step seconds of layouts whose compute seconds and exposed communication are known."""
-        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         return compute_s * (1 + bubble) + comm
 
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
@@ -429,7 +427,7 @@ class StepTimePricer:
         if zero is None:
             zero = chunk.setting.zero if chunk is not None else 1
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
-        bubble = generated.compute_pipeline_bubble(p=values["p"], vp=values["vp"], m=values["m"])
+        bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
             comm = exposed_comm(self.comm(chunk), recompute, chunk.setting.cp_algo)
             comm = np.broadcast_to(comm, flops.shape)

@@ -13,7 +13,7 @@ How it binds them:
 
 * the model's and the layout's fields come from ``derive_fields_batch`` through ``stages.bind``
   (the ZeRO switches follow from ``comm_d_non_exp`` / ``comm_d_exp``);
-* every hardware-side symbol comes from ``hardware._nccl.time_bindings(system)`` (its declared names
+* every hardware-side symbol comes from ``hardware.time_bindings(system)`` (its declared names
   ``TIME_SYMBOLS``), read by name, so a constant the collective model adds flows through unchanged;
 * each collective's group is placed by the rank order (``codegen.pricing.placement``; Megatron's
   ``tp-cp-ep-dp-pp`` by default): the dense groups with degrees ``tp = t, cp, ep = 1, dp = d, pp = p``
@@ -48,6 +48,8 @@ from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts
                        load_model, stage_layers)
 from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
+from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, batch_blocks, by_table, term_arguments,
+                     term_function)
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
@@ -63,16 +65,7 @@ TIME_DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 WHATS = ("calls_count", "msg_bytes", "step_bytes", "time_s")
 #: The generated forms of one item (``symbolic.stage_time``): the first three of ``WHATS`` and the group's ranks.
 FORMS = ("calls_count", "msg_bytes", "step_bytes", "ranks_count")
-#: Layouts per block. The generated forms block their own temporaries (``generated._runtime``); a block
-#: this large repeats each item's inputs more (fewer groups, fewer calls of NCCL's pick per layout: the
-#: search's pricing 1.1x faster than at 8,192), at about 10 % more per layout with grouping off (deepseek-v3,
-#: 200,000 layouts: 0.47-0.51 s at 8,192, 0.54 s at 32,768).
-_BLOCK = 1 << 15
 _GROUP_SYMBOLS = ("ranks_per_node", "nodes", "nics_used")
-#: Fewest layouts a block is grouped from: below, finding the repeats costs more than it saves (measured on
-#: distinct layouts of qwen3-72b and deepseek-v3: grouping is 1.1-1.4x slower at 300-1,000 layouts, about
-#: even at 2,000, 1.2-1.6x faster at 4,000).
-_GROUP_FROM = 1 << 11
 #: The two rank grids groups are placed in (Megatron's dense and expert rank generators): per grid, each
 #: dimension's degree of the rank order as the layout fields it is the product of, over those it is divided
 #: by (None: 1, the grid has no such dimension). The expert grid folds CP into its data-parallel dimension,
@@ -149,10 +142,6 @@ def _item_name(dim: str, coll: str, what: str) -> str:
     return f"{dim}_{coll}_stage_{what}"
 
 
-def _arguments(name: str) -> tuple[str, ...]:
-    return generated.FORMULAS[name]["arguments"]
-
-
 _PARAMS = ("P_ne", "P_r")
 #: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
 _CALL_SYMBOLS = ("msg_bytes", "ranks")
@@ -174,7 +163,7 @@ def _layer_params(f: Fields) -> dict[str, Any]:
     for key, name in (("P_ne", f"params_{att}_{label}_non_expert_params"),
                       ("P_s", f"params_{label}_shared_experts_params"),
                       ("P_r", f"params_{label}_routed_experts_params")):
-        out[key] = getattr(generated, name)(**{a: f.num(a) for a in _arguments(name)})
+        out[key] = term_function(name)(**{a: f.num(a) for a in term_arguments(name)})
     return {"P_ne": out["P_ne"] + out["P_s"], "P_r": out["P_r"]}
 
 
@@ -182,132 +171,6 @@ def _broadcast(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """*value* seen as *shape*: itself where it has that shape already (most calls; ``np.broadcast_to`` costs a few
     µs even then), else a read-only broadcast view. Nothing here writes into the arrays it passes on."""
     return value if value.shape == shape else np.broadcast_to(value, shape)
-
-
-def _whole(value: Any) -> np.ndarray | None:
-    """*value* (a ``(m,)`` column) as int64 when every entry is a whole number, else ``None``."""
-    with np.errstate(invalid="ignore"):  # NaN or ±inf: not whole
-        whole = value.astype(np.int64)
-    # np.array_equal's comparison, without its checks of shapes and types (the same by construction)
-    return whole if bool((whole == value).all()) else None
-
-
-class _Keys:
-    """The varying values of a block of *m* layouts by name (``columns``); asked for, each as a whole int64 column
-    (:meth:`get`, ``None`` where not whole) and as a digit (:meth:`digit`), made once per block and shared by
-    every item that reads it."""
-
-    def __init__(self, m: int = 0) -> None:
-        self.m = m
-        self.columns: dict[str, np.ndarray] = {}
-        self._whole: dict[str, np.ndarray | None] = {}
-        self._digits: dict[str, tuple[np.ndarray, int] | None] = {}
-        self._by_column: dict[int, tuple[np.ndarray, tuple[np.ndarray, int] | None]] = {}  # id → (column, digit)
-
-    def get(self, name: str) -> np.ndarray | None:
-        if name not in self._whole:
-            column = self.columns.get(name)
-            self._whole[name] = None if column is None else (
-                column if column.dtype == np.int64 else _whole(column))
-        return self._whole[name]
-
-    def digit(self, name: str) -> tuple[np.ndarray, int] | None:
-        """``(code, k)``: each layout's value as a number ``0 … k − 1``: its offset from the lowest where the
-        range is narrow (``_NARROW``), else numbered by the values present (a table over the column's range,
-        or a sort where the range is wide); ``None`` where the column is not whole."""
-        if name not in self._digits:
-            column = self.columns.get(name)
-            known = self._by_column.get(id(column))
-            if known is not None and known[0] is column:  # one array under two names (a group's size, a field)
-                self._digits[name] = known[1]
-                return known[1]
-            whole = self.get(name)
-            if whole is None:
-                self._digits[name] = None
-            else:
-                low = int(whole.min())
-                width = int(whole.max()) - low + 1
-                if width <= _NARROW:  # the value's offset itself: a few unused numbers cost less than a table
-                    self._digits[name] = (whole - low if low else whole, width)
-                elif width <= max(4 * len(whole), 1 << 12):
-                    code, present = _by_table(whole - low, width)
-                    self._digits[name] = (code, len(present))
-                else:
-                    distinct, code = np.unique(whole, return_inverse=True)
-                    self._digits[name] = (np.asarray(code, dtype=np.int64).reshape(-1), len(distinct))
-            if column is not None:
-                self._by_column[id(column)] = (column, self._digits[name])
-        return self._digits[name]
-
-
-#: Widest range of a key column read as its offset from the lowest value (not renumbered by the values present).
-_NARROW = 64
-#: Largest table of group numbers (entries) a grouping builds before it renumbers the groups so far.
-_GROUP_TABLE = 1 << 20
-
-
-def _by_table(number: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """*number* (whole numbers below *total*) renumbered ``0 … k − 1`` by the numbers present, and those numbers,
-    ascending (a table over ``0 … total − 1``, no sort)."""
-    seen = np.zeros(total, dtype=bool)
-    seen[number] = True
-    present = np.flatnonzero(seen)
-    table = np.empty(total, dtype=np.int64)
-    table[present] = np.arange(len(present))
-    return np.take(table, number), present
-
-
-def _renumber(number: np.ndarray, total: int) -> tuple[np.ndarray, int]:
-    """The groups so far (*number*, below *total*) renumbered ``0 … k − 1`` by the groups present, and k."""
-    number, present = _by_table(number, total)
-    return number, len(present)
-
-
-def _row_groups(keys: _Keys, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """One representative layout per group of the block's layouts with equal values of *names*, and each
-    layout's group (0 … groups − 1); ``None`` when a column is not whole or grouping does not pay (more than
-    half the layouts distinct).
-
-    The columns' digits (:meth:`_Keys.digit`) are read as one mixed-radix number per layout (the radix of a
-    digit: the values its column holds), renumbered by the numbers present whenever the next digit would
-    take the table past ``_GROUP_TABLE`` entries.
-    """
-    m = keys.m
-    number, total = None, 1
-    digit_of_first = None
-    for name in names:
-        digit = keys.digit(name)
-        if digit is None:
-            return None
-        code, k = digit
-        if k == 1:
-            continue
-        if number is None:
-            number, total = code, k
-            digit_of_first = code
-            continue
-        if total * k > _GROUP_TABLE:
-            number, total = _renumber(number, total)
-            if 2 * total > m or total * k > _GROUP_TABLE:
-                return None
-        if number is digit_of_first:  # the first digit is the cached code: a new array once, then in place
-            number = number * k
-        else:
-            np.multiply(number, k, out=number)
-        np.add(number, code, out=number)
-        total *= k
-    if number is None:  # one value each: one group
-        return np.zeros(1, dtype=np.int64), np.zeros(m, dtype=np.int64)
-    seen = np.zeros(total, dtype=bool)
-    seen[number] = True
-    present = np.flatnonzero(seen)
-    if 2 * len(present) > m:
-        return None
-    at = np.empty(total, dtype=np.int64)
-    at[number] = np.arange(m)
-    reps = at[present]
-    at[present] = np.arange(len(present))
-    return reps, np.take(at, number)
 
 
 class TimePricer:
@@ -325,6 +188,10 @@ class TimePricer:
         ValueError: naming an unknown model or system, a system without GPU facts (A2, A3), or a
             malformed order.
     """
+
+    #: Layouts per block (``engine.TIME_BLOCK``) and fewest layouts of a block grouped (``engine.TIME_GROUP_FROM``).
+    block: int = TIME_BLOCK
+    group_from: int = TIME_GROUP_FROM
 
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
                  recompute: str | None = None, volumes_only: bool = False):
@@ -358,9 +225,9 @@ class TimePricer:
             if extra:
                 raise RuntimeError(f"collective {op}: symbols neither hardware nor placement: {sorted(extra)}")
         names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in FORMS]
-        layout_args = {a for n in names for a in _arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
+        layout_args = {a for n in names for a in term_arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
-        params = {a for n in generated.FORMULAS if n.startswith("params_") for a in _arguments(n)}
+        params = {a for n in generated.FORMULAS if n.startswith("params_") for a in term_arguments(n)}
         self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) for s in BIND_SOURCES.get(n, (n,))}
                                     | {"t", "cp", "ep", "d", "p", "vp", "t_exp", "d_exp", "n_exp", "dc_kv", "dc_q"}
                                     | params))
@@ -426,9 +293,7 @@ class TimePricer:
             stages = {what: {f"{dim}.{coll}": np.full((n, p_max), np.nan) for dim, coll, _, _ in items}
                       for what in whats}
             stages["total_s"] = np.full((n, p_max), np.nan)
-        for start in range(0, n, _BLOCK):
-            rows = slice(start, min(n, start + _BLOCK))
-            block = batch.subset(rows) if n > _BLOCK else batch
+        for rows, block in batch_blocks(batch, self.block):
             self._price_block(block, rows, whats, bottleneck, stage_idx, by_dim, stages, items)
         return TimePrices(bottleneck_s=bottleneck, by_dimension=by_dim, bottleneck_stage=stage_idx, stages=stages)
 
@@ -492,6 +357,16 @@ class TimePricer:
         return {group: tuple((degrees[grid][dim] if size is None else size, strides[grid][dim]) for dim in dims)
                 for group, (grid, dims, size) in PLACEMENT_GROUPS.items()}
 
+    @staticmethod
+    def placement_fields() -> dict[str, frozenset[str]]:
+        """Per group (tp, cp, ep, dp, edp, pp), the layout fields :meth:`_groups` reads to place it: its size and
+        its stride (``group_strides`` of the rank order over its grid's degrees) follow from the degrees of its
+        whole rank grid, each the product of the fields :data:`PLACEMENT_GRIDS` declares over those it divides by.
+        """
+        grids = {grid: frozenset(field for spec in dims.values() if spec is not None for field in (*spec[0], *spec[1]))
+                 for grid, dims in PLACEMENT_GRIDS.items()}
+        return {group: grids[grid] for group, (grid, _dims, _size) in PLACEMENT_GROUPS.items()}
+
     def _placements(self, f: Fields, groups: Mapping[str, tuple[tuple[Any, Any], ...]] | None = None
                     ) -> dict[str, dict[str, Any]]:
         """Per group (tp, cp, ep, dp, edp, pp): ranks_per_node, nodes and nics_used, numbers or arrays: the
@@ -506,9 +381,13 @@ class TimePricer:
             if len(parts) == 2:
                 args.update(group_size_2=parts[1][0], group_stride_2=parts[1][1])
                 prefix = "placement_group2"
-            out[group] = {key: getattr(generated, f"{prefix}_{key}_count")(
-                **{a: args[a] for a in _arguments(f"{prefix}_{key}_count")}) for key in _GROUP_SYMBOLS}
+            out[group] = {key: term_function(f"{prefix}_{key}_count")(
+                **{a: args[a] for a in term_arguments(f"{prefix}_{key}_count")}) for key in _GROUP_SYMBOLS}
         return out
+
+    #: What a stage's layer columns (:meth:`_layer_columns`, which weigh every item) follow from: the pipeline shape
+    #: and the recompute plan (the batch's recompute and offset lists, ``batch_stage_counts``).
+    LAYER_KEYS = ("p", "vp", "recompute")
 
     def _layer_columns(self, batch: LayoutBatch, moe: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per layout, its stages' distinct (layers, MoE layers) columns and each stage's column.
@@ -521,7 +400,7 @@ class TimePricer:
         """
         p, vp = batch.p, batch.vp
         vp_top = int(vp.max()) + 1
-        inverse, shapes = _by_table(p * vp_top + vp, int(p.max()) * vp_top + vp_top)  # the shapes present
+        inverse, shapes = by_table(p * vp_top + vp, int(p.max()) * vp_top + vp_top)  # the shapes present
         lay, moe_lay, where, inside = self._shape_tables(batch, moe, vp_top, shapes)
         return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
 
@@ -568,7 +447,7 @@ class TimePricer:
         return self._columns[key]
 
     def _item(self, dim: str, coll: str, weight: str, args: Mapping[str, Any], placement: Mapping[str, Any],
-              outputs: list[str], timed: bool, m: int, u: int, keys: _Keys, group: str,
+              outputs: list[str], timed: bool, m: int, u: int, keys: KeyColumns, group: str,
               found_by: dict[frozenset[str], tuple[np.ndarray, np.ndarray] | None]
               ) -> tuple[dict[str, np.ndarray], tuple[dict[str, Any], Callable[[np.ndarray], None]] | None]:
         """One item's forms *outputs* (and with *timed* its seconds per layer or stage) over a block of *m*
@@ -577,10 +456,10 @@ class TimePricer:
         Each form reads few inputs (its arguments that vary over the block and, for a per-stage form, the
         pipeline's layer columns: functions of the pipeline shape, keys ``"p@shape"``, ``"vp@shape"``), and
         NCCL's pick reads those of S and n and the group's placement (not the micro-batches, say), and a
-        block repeats them a lot. With *keys* (:class:`_Keys`: each varying value's whole ``(m,)`` column,
+        block repeats them a lot. With *keys* (``engine.KeyColumns``: each varying value's whole ``(m,)`` column,
         ``None`` where not whole; the group's size and stride, which decide its placement, ``"size@<group>"``,
         ``"stride@<group>"``) the layouts are grouped by those inputs
-        (:func:`_row_groups`; *found_by* keeps the block's groupings by key set, shared by the items) and
+        (``KeyColumns.group``; *found_by* keeps the block's groupings by key set, shared by the items) and
         each form and NCCL's pick evaluated once per group, then gathered back with one ``take``:
         element-wise forms on the same inputs give the same numbers, to the bit. Seconds are then
         ``calls × t`` per layout, as without grouping.
@@ -594,7 +473,7 @@ class TimePricer:
         cols = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in placement.items()}
 
         def rows(names: set[str], placed: bool) -> tuple[np.ndarray, np.ndarray] | None:
-            if m < _GROUP_FROM or not keys.columns:
+            if m < self.group_from or not keys.columns:
                 return None
             key = {a for a in names if a not in _LAYER_SYMBOLS and isinstance(args[a], np.ndarray) and args[a].ndim}
             if weight == "stage" and names & set(_LAYER_SYMBOLS):
@@ -603,14 +482,14 @@ class TimePricer:
                 key |= {f"{k}@{group}" for pair in _PLACEMENT_KEYS for k in pair if f"{k}@{group}" in keys.columns}
             frozen = frozenset(key)
             if frozen not in found_by:
-                found_by[frozen] = _row_groups(keys, sorted(frozen))
+                found_by[frozen] = keys.group(sorted(frozen))
             return found_by[frozen]
 
         def evaluate(name: str, values: Mapping[str, Any], found: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
             if found is not None:
                 values = {a: (values[a][found[0]] if isinstance(values[a], np.ndarray) and values[a].ndim
-                              else values[a]) for a in _arguments(name)}
-            value = np.asarray(getattr(generated, name)(**{a: values[a] for a in _arguments(name)}), dtype=float)
+                              else values[a]) for a in term_arguments(name)}
+            value = np.asarray(term_function(name)(**{a: values[a] for a in term_arguments(name)}), dtype=float)
             if value.ndim == 1 and len(shape) == 2:  # a per-layer form over the layouts: one column
                 value = value[:, None]
             return _broadcast(value, shape if found is None else (len(found[0]), shape[1]))
@@ -621,7 +500,7 @@ class TimePricer:
         got: dict[str, np.ndarray] = {}
         for what in dict.fromkeys([*outputs, *(["calls_count"] if timed else [])]):
             name = _item_name(dim, coll, what)
-            found = rows(set(_arguments(name)), False)
+            found = rows(set(term_arguments(name)), False)
             got[what] = gather(evaluate(name, args, found), found)
         if timed:
             calls = got["calls_count"]
@@ -629,7 +508,7 @@ class TimePricer:
                 got["time_s"] = np.zeros(shape)
                 return got, None
             size_name, ranks_name = _item_name(dim, coll, "msg_bytes"), _item_name(dim, coll, "ranks_count")
-            found = rows(set(_arguments(size_name)) | set(_arguments(ranks_name)), True)
+            found = rows(set(term_arguments(size_name)) | set(term_arguments(ranks_name)), True)
             sub = cols if found is None else {
                 k: (v[found[0]] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in cols.items()}
             call_values = dict(sub, msg_bytes=evaluate(size_name, args, found), ranks=evaluate(ranks_name, args, found))
@@ -662,8 +541,8 @@ class TimePricer:
         lay, moe_lay, where, inside = self._layer_columns(batch, f.scalar("n_exp") > 1)
         u = lay.shape[1]
         col = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-        keys = _Keys(m)  # per varying value, its whole (m,) column, made when first asked: the items' group keys
-        if m >= _GROUP_FROM:
+        keys = KeyColumns(m)  # per varying value, its whole (m,) column, made when first asked: the items' group keys
+        if m >= self.group_from:
             keys.columns = {k: v for k, v in values.items() if isinstance(v, np.ndarray) and v.ndim == 1}
             keys.columns["p@shape"], keys.columns["vp@shape"] = batch.p, batch.vp  # the layer columns' (_layer_columns)
             # A group's placement follows from its size and stride alone (the node's GPUs and NICs fixed; those of
@@ -759,7 +638,7 @@ class TimePricer:
                 name = _item_name(dim, coll, what) + (f"__d_{by}" if by else "")
                 if name not in generated.FORMULAS:
                     return np.zeros(())
-                value = np.asarray(getattr(generated, name)(**{a: args[a] for a in _arguments(name)}), dtype=float)
+                value = np.asarray(term_function(name)(**{a: args[a] for a in term_arguments(name)}), dtype=float)
                 return np.broadcast_to(value, (m,))[:, None] if weight != "stage" else value
 
             calls, size, ranks = form("calls_count"), form("msg_bytes"), form("ranks_count")

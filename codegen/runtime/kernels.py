@@ -24,7 +24,7 @@ import functools
 import importlib.util
 import sys
 import warnings
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Literal
 
 import numpy as np
 
