@@ -293,3 +293,16 @@ def test_no_import_cycle():
 def test_no_import_of_private_names_or_of_another_packages_private_modules(module):
     found = _private_imports(module)
     assert not found, "\n".join(found)
+
+
+#: The most lines a hand-written module holds: past it a module has more than one job to split by.
+MODULE_LINES_MAX = 900
+
+
+def test_no_hand_written_module_is_over_the_line_limit():
+    hand_written = [path for top in ("symbolic", "hardware", "codegen", "tests", "bench")
+                    for path in (ROOT / top).rglob("*.py")]
+    assert len(hand_written) > 50, "the walk found too few modules to prove anything"
+    long = {str(path.relative_to(ROOT)): lines for path in hand_written
+            if (lines := path.read_text(encoding="utf-8").count("\n")) > MODULE_LINES_MAX}
+    assert not long, f"modules over {MODULE_LINES_MAX} lines (split them by job): {long}"
