@@ -1,1 +1,4 @@
-"""Pricing: the one pricer of layouts, network levels, sensitivity."""
+"""Pricing: the engine every cost family's pricer runs on (``engine``: blocks, grouping by the keys a term reads,
+calls of generated terms, pipeline-shape tables), the families as specs (``families``), and the families' pricers:
+the original's volumes (``pricer``, ``fused``), collective time (``time``, ``collective``), memory (``memory``),
+step time (``step_time``), sensitivity (``sensitivity``). docs/architecture.md says how they fit."""
