@@ -12,8 +12,8 @@ import pytest
 
 import hardware
 from codegen.cli import main
-from codegen.configs import load_model, parse_layout
-from codegen.pricing.memory import DEFAULT_SETTINGS, PARTS, stage_memory
+from codegen.configs import LayoutBatch, derive_fields, load_model, parse_layout
+from codegen.pricing.memory import DEFAULT_SETTINGS, MODEL_WIDTHS, PARTS, MemoryPricer, stage_memory
 from conftest import assert_close
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,3 +112,67 @@ def test_memory_runs_without_sympy():
     lines = done.stdout.strip().splitlines()
     assert "memory" in json.loads(lines[0])
     assert lines[-1] == "False"
+
+
+# ---------------------------------------------------------------- byte widths: the model file's
+
+
+def _llama_with_dtypes(tmp_path: Path) -> Path:
+    """Llama 2 7B trained without mixed precision (fp32 weights from param_init_type), fp32 activations and
+    16-bit gradient reduction: byte widths the old memory defaults (2, 2, 4) did not have."""
+    text = (ROOT / "codegen" / "configs" / "bundled" / "llama2-7b.yaml").read_text()
+    for old, new in (("compute_dtype: bfloat16", "compute_dtype: float32"), ("enabled: true", "enabled: false"),
+                     ("reduce_dtype: float32", "reduce_dtype: bfloat16")):
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "llama2-7b-fp32.yaml"
+    path.write_text(text)
+    return path
+
+
+LLAMA = "d=8,t=1,p=2,m=8"
+
+
+def test_memory_takes_the_model_files_byte_widths(tmp_path):
+    model, base_model = load_model(str(_llama_with_dtypes(tmp_path))), load_model("llama2-7b")
+    assert (model.bytes_compute, model.bytes_p, model.bytes_grad) == (4.0, 4.0, 2.0)
+    layout = parse_layout(LLAMA, model.layout)
+    mem = stage_memory(model, layout, system="dgx_h100")
+    base = stage_memory(base_model, parse_layout(LLAMA, base_model.layout), system="dgx_h100")
+    assert mem["widths_from"] == {"bytes_compute": "model", "bytes_p": "model", "bytes_grad": "model"}
+    # The widths the communication families read (the model's fields) are the memory family's.
+    fields = derive_fields(model, layout)
+    assert {name: mem["settings"][name] for name in MODEL_WIDTHS} == {name: fields[name] for name in MODEL_WIDTHS}
+    for row, other in zip(mem["stages"], base["stages"]):
+        assert_close(row["weights"], 2 * other["weights"], rtol=1e-12, atol=0)  # 4 bytes a weight, not 2
+        assert_close(row["gradients"], other["gradients"] / 2, rtol=1e-12, atol=0)  # 2 bytes a gradient, not 4
+        assert row["optimizer"] == other["optimizer"]  # K = 12 is a setting, no model-file field
+        assert row["activations"] > other["activations"]  # 4-byte activations
+    # The batch pricer resolves the same widths.
+    prices = MemoryPricer(model, system="dgx_h100").price_batch(LayoutBatch.from_layouts([layout]))
+    assert prices.peak_total[0] == max(row["total"] for row in mem["stages"])
+
+
+def test_a_given_byte_width_overrides_the_model_and_is_stated(tmp_path, capsys):
+    path = str(_llama_with_dtypes(tmp_path))
+    given = _memory(capsys, "--model", path, "--layout", LLAMA, "--device", "dgx_h100", "--bytes-param", "2",
+                    "--bytes-grad", "4")
+    base = _memory(capsys, "--model", "llama2-7b", "--layout", LLAMA, "--device", "dgx_h100")
+    assert given["widths_from"] == {"bytes_compute": "model", "bytes_p": "given", "bytes_grad": "given"}
+    assert (given["settings"]["bytes_p"], given["settings"]["bytes_grad"], given["settings"]["bytes_compute"]) == \
+        (2.0, 4.0, 4.0)
+    for row, other in zip(given["stages"], base["stages"]):
+        assert (row["weights"], row["gradients"], row["optimizer"]) == \
+            (other["weights"], other["gradients"], other["optimizer"])
+    assert main(["eval", "--model", path, "--layout", LLAMA, "--device", "dgx_h100", "--memory",
+                 "--bytes-param", "2"]) == 0
+    footer = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "weights 2 (given), gradients 2 (model file)" in footer and "activations 4 bytes (model file)" in footer
+
+
+def test_a_models_byte_width_out_of_range_names_the_field():
+    model = dataclasses.replace(load_model("llama2-7b"), bytes_grad=-1.0)
+    with pytest.raises(ValueError, match="bytes_grad"):
+        stage_memory(model, model.layout, system="dgx_h100")
+    assert DEFAULT_SETTINGS.for_model(load_model("llama2-7b")).bytes_grad == 4.0
+    assert dataclasses.replace(DEFAULT_SETTINGS, bytes_grad=3.0).for_model(model).bytes_grad == 3.0

@@ -80,9 +80,10 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
     group = p.add_argument_group(f"memory settings (with {needs})")
     group.add_argument("--reserve", metavar="GIB", help="device memory per GPU kept back from the model (CUDA "
                                                         "context, NCCL buffers, fragmentation), GiB; default 0")
-    group.add_argument("--bytes-param", metavar="B", help=f"bytes per weight (default {d.bytes_p:g}: BF16)")
-    group.add_argument("--bytes-grad", metavar="B", help=f"bytes per gradient (default {d.bytes_grad:g}: fp32 "
-                                                         "main_grad)")
+    group.add_argument("--bytes-param", metavar="B", help="bytes per weight (default: the model file's, "
+                                                          "train.mixed_precision.param_dtype or model.param_init_type)")
+    group.add_argument("--bytes-grad", metavar="B", help="bytes per gradient (default: the model file's, "
+                                                         "train.mixed_precision.reduce_dtype)")
     group.add_argument("--bytes-optimizer", metavar="K", help=f"optimizer-state bytes per parameter (default "
                                                               f"{d.bytes_optimizer:g}: Adam's fp32 master weight "
                                                               "and two moments)")
@@ -171,9 +172,12 @@ def print_memory(memory: dict[str, Any]) -> None:
           f"({memory['reserve_bytes'] / GIB:g} GiB) - total; ZeRO stage {memory['zero_level']}, "
           f"variant {memory['variant']}; workspace is what a recomputed layer holds again in its backward pass.")
     if "settings" in memory:
-        m = memory["settings"]
-        print(f"bytes per parameter: weights {m['bytes_p']:g}, gradients {m['bytes_grad']:g}, optimizer "
-              f"{m['bytes_optimizer']:g}; flash attention {'on' if m['flash_attention'] else 'off'}.")
+        m, origin = memory["settings"], memory.get("widths_from", {})
+        where = {name: " (model file)" if origin.get(name) == "model" else " (given)" if origin.get(name) else ""
+                 for name in ("bytes_p", "bytes_grad", "bytes_compute")}
+        print(f"bytes per parameter: weights {m['bytes_p']:g}{where['bytes_p']}, gradients {m['bytes_grad']:g}"
+              f"{where['bytes_grad']}, optimizer {m['bytes_optimizer']:g}; activations {m['bytes_compute']:g} bytes"
+              f"{where['bytes_compute']}; flash attention {'on' if m['flash_attention'] else 'off'}.")
 
 
 TIME_UNITS = ("seconds per training step per rank (stage), NCCL's predicted time of each call times the calls per "

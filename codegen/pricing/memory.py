@@ -4,7 +4,8 @@ The memory family of ``symbolic.memory`` is compiled into ``generated`` as one s
 closed forms per variant (attention parameter layout × dense or MoE):
 ``memory_<variant>_stage_{weights,gradients,optimizer,activations,recompute_workspace,total,
 headroom,fits}``. This module feeds them a model, a layout, the layer-kind counts of each stage
-and the run settings a model file and a layout do not fix (:class:`MemorySettings`), and reads
+and the run settings (:class:`MemorySettings`: the model file's byte widths unless a caller gives
+its own, and the settings a model file and a layout do not fix), and reads
 the capacity from the hardware catalog's GPU (``Gpu.hbm_bytes``). ``symcost eval --memory`` prints
 what :func:`stage_memory` returns; ``codegen.validation.memory`` checks the same evaluation
 against ZeRO's Table 1 and Megatron-LM's Figure 1.
@@ -15,7 +16,9 @@ stage holding them is estimated with expert layers in their place.
 
 Public API::
 
-    MemorySettings, DEFAULT_SETTINGS, PARTS, NoCapacityError
+    MemorySettings, MODEL_WIDTHS, DEFAULT_SETTINGS, PARTS, NoCapacityError
+    MemorySettings.for_model(model) -> MemorySettings  (the model's byte widths where left to it)
+    width_sources(settings) -> dict[str, str]  ("model" or "given" per model width)
     zero_level_of(layout) -> int
     variant_key(model) -> str
     call(name, values) -> float | ndarray
@@ -51,9 +54,9 @@ from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit,
 from .families import FamilySpec
 from .stages import stage_counts
 
-__all__ = ["MemorySettings", "DEFAULT_SETTINGS", "PARTS", "OUTPUTS", "NoCapacityError", "zero_level_of",
-           "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages", "stage_memory", "stage_totals", "stage_slopes",
-           "slope_name", "MemoryPricer", "MemoryPrices"]
+__all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "width_sources", "PARTS", "OUTPUTS",
+           "NoCapacityError", "zero_level_of", "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages",
+           "stage_memory", "stage_totals", "stage_slopes", "slope_name", "MemoryPricer", "MemoryPrices"]
 
 #: The parts of a stage's total, in the order they are printed; they add up to ``total``.
 #: ``recompute_workspace`` is what a recomputed layer holds again during its backward pass
@@ -64,29 +67,42 @@ PARTS = ("weights", "gradients", "optimizer", "activations", "recompute_workspac
 OUTPUTS = PARTS + ("total", "headroom", "fits")
 
 
-@dataclass(frozen=True)
+#: The byte widths a model file states (``ModelConfig``: ``compute_dtype``, ``param_dtype`` or ``param_init_type``,
+#: ``reduce_dtype``), which the communication families read too: :class:`MemorySettings` takes them from the model
+#: unless a caller gives its own (``None``: the model's).
+MODEL_WIDTHS = ("bytes_compute", "bytes_p", "bytes_grad")
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemorySettings:
-    """Run settings the memory formulas read that a model file and a layout do not fix.
+    """Run settings the memory formulas read beside the model's architecture and the layout (keyword-only).
+
+    The byte widths a model file states (:data:`MODEL_WIDTHS`) are the model's unless given: ``None``
+    takes the model's field (:meth:`for_model`), so the memory and communication families price one
+    model with the same data types; a number given is an override and is reported as one
+    (:func:`width_sources`). The optimizer's and the logits' bytes are no model-file fields: they are
+    settings.
 
     Attributes:
-        bytes_compute: bytes per stored activation element.
+        bytes_compute: bytes per stored activation element; ``None``: the model's (``compute_dtype``).
         dropout: 1 when dropout keeps 1-byte masks (GPT-3-style training), else 0.
         flash_attention: 1 with a fused attention kernel, else 0.
         bytes_logits: bytes per stored logit for the loss.
-        bytes_p, bytes_grad, bytes_optimizer: bytes per parameter of the weights, the gradients
-            and the optimizer states (K).
+        bytes_p, bytes_grad: bytes per parameter of the weights and the gradients; ``None``: the
+            model's (``param_dtype`` or ``param_init_type``, ``reduce_dtype``).
+        bytes_optimizer: bytes per parameter of the optimizer states (K).
         zero_level: ZeRO stage of the optimizer (0: states replicated over the DP group);
             ``None`` takes it from the layout (:func:`zero_level_of`).
         reserve_bytes: device memory per GPU kept back from the model (framework, CUDA context,
             communication buffers, fragmentation); headroom is capacity − reserve − total.
     """
 
-    bytes_compute: float
+    bytes_compute: float | None = None
     dropout: float
     flash_attention: float
     bytes_logits: float
-    bytes_p: float
-    bytes_grad: float
+    bytes_p: float | None = None
+    bytes_grad: float | None = None
     bytes_optimizer: float
     zero_level: int | None = None
     reserve_bytes: float = 0.0
@@ -96,24 +112,45 @@ class MemorySettings:
             raise ValueError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
         # Every byte count is a finite number >= 0 and the two switches lie in [0, 1]: then each stage's
         # total grows with every layer count and with the micro-batches in flight (MemoryPricer relies on it).
+        # A model width left to the model (None) is checked when resolved (for_model).
         for name in ("bytes_compute", "bytes_logits", "bytes_p", "bytes_grad", "bytes_optimizer", "reserve_bytes",
                      "dropout", "flash_attention"):
             value = getattr(self, name)
+            if value is None and name in MODEL_WIDTHS:
+                continue
             ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
             if not ok or not np.isfinite(value) or value < 0 or (name in ("dropout", "flash_attention") and value > 1):
                 bound = "between 0 and 1" if name in ("dropout", "flash_attention") else ">= 0"
                 raise ValueError(f"{name}: a finite number {bound}, got {value!r}")
 
+    def for_model(self, model: ModelConfig) -> MemorySettings:
+        """These settings with each model width left to the model (``None``) set to *model*'s field.
 
-#: Today's large-model training as ``symcost eval --memory`` assumes it: BF16 activations, no
-#: dropout (DeepSeek-V3, Qwen3 and Llama 2 pretrain without it), fused (flash) attention, fp32
-#: logits for the loss, and Megatron-LM's mixed-precision Adam — 16-bit weights, fp32 gradient
-#: buffers (main_grad), K = 12 bytes of optimizer state (fp32 master weights and two moments).
-#: The ZeRO stage follows the layout. The reserve is 0: the catalog has no measured figure for
-#: the framework's share, and a guessed fraction would hide in ``fits``; headroom then says how
-#: much a run may keep back (CUDA context, NCCL buffers, allocator fragmentation) and still fit.
-DEFAULT_SETTINGS = MemorySettings(bytes_compute=2.0, dropout=0.0, flash_attention=1.0, bytes_logits=4.0,
-                                  bytes_p=2.0, bytes_grad=4.0, bytes_optimizer=12.0, zero_level=None,
+        The one place a model's byte widths enter the memory family; settings already resolved come
+        back as they are.
+
+        Raises:
+            ValueError: naming the field when the model's width is not a finite number >= 0.
+        """
+        taken = {name: getattr(model, name) for name in MODEL_WIDTHS if getattr(self, name) is None}
+        return dataclasses.replace(self, **taken) if taken else self
+
+
+def width_sources(settings: MemorySettings) -> dict[str, str]:
+    """Where each model width of *settings* comes from: ``"model"`` (left to the model file) or ``"given"``."""
+    return {name: "model" if getattr(settings, name) is None else "given" for name in MODEL_WIDTHS}
+
+
+#: Today's large-model training as ``symcost eval --memory`` assumes it: the model file's byte widths
+#: (its ``compute_dtype``, ``param_dtype`` and ``reduce_dtype``: every bundled model states BF16
+#: activations and weights and fp32 gradient reduction, Megatron-LM's main_grad), no dropout
+#: (DeepSeek-V3, Qwen3 and Llama 2 pretrain without it), fused (flash) attention, fp32 logits for the
+#: loss, and K = 12 bytes of Adam's optimizer state (fp32 master weights and two moments), which no
+#: model file states. The ZeRO stage follows the layout. The reserve is 0: the catalog has no measured
+#: figure for the framework's share, and a guessed fraction would hide in ``fits``; headroom then says
+#: how much a run may keep back (CUDA context, NCCL buffers, allocator fragmentation) and still fit.
+DEFAULT_SETTINGS = MemorySettings(bytes_compute=None, dropout=0.0, flash_attention=1.0, bytes_logits=4.0,
+                                  bytes_p=None, bytes_grad=None, bytes_optimizer=12.0, zero_level=None,
                                   reserve_bytes=0.0)
 
 
@@ -177,7 +214,9 @@ def _family_terms(model: ModelConfig) -> dict[str, str]:
 
 
 def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch) -> dict[str, float]:
-    """The values the stage terms read from the run settings (byte widths, switches, the ZeRO stage)."""
+    """The values the stage terms read from the run settings (byte widths, switches, the ZeRO stage); byte
+    widths left to the model are *model*'s (:meth:`MemorySettings.for_model`)."""
+    settings = settings.for_model(model)
     zero = zero_level_of(batch) if settings.zero_level is None else settings.zero_level
     return {"bytes_compute": settings.bytes_compute, "dropout": settings.dropout,
             "flash_attention": settings.flash_attention, "bytes_logits": settings.bytes_logits,
@@ -210,8 +249,11 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
     Returns:
         ``{"variant": key, "units": "bytes", "capacity_bytes": C, "reserve_bytes": R,
         "zero_level": z, "settings": {bytes_p, bytes_grad, bytes_optimizer, bytes_compute,
-        bytes_logits, flash_attention, dropout}, "stages": [{"stage": i, "weights", "gradients", "optimizer",
-        "activations", "recompute_workspace", "total", "capacity", "headroom", "fits"}, …]}``;
+        bytes_logits, flash_attention, dropout}, "widths_from": {bytes_compute, bytes_p, bytes_grad},
+        "stages": [{"stage": i, "weights", "gradients", "optimizer", "activations", "recompute_workspace",
+        "total", "capacity", "headroom", "fits"}, …]}``; ``settings`` holds the numbers used (the
+        model's byte widths where *settings* leaves them to it), ``widths_from`` says for each model
+        width whether it is the model file's (``"model"``) or given (``"given"``, :func:`width_sources`);
         ``capacity`` is the GPU's HBM (``Gpu.hbm_bytes``), ``headroom = capacity − reserve −
         total`` and ``fits`` is ``headroom >= 0``.
 
@@ -223,6 +265,7 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
     if net.gpu is None:
         raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
     capacity = float(net.gpu.hbm_bytes)
+    sources, settings = width_sources(settings), settings.for_model(model)
     counts = stage_counts(build_stages(model, layout), model.n_lay)
     values = stage_inputs(model, layout, settings, counts, capacity_bytes=capacity)
     key = variant_key(model)
@@ -240,7 +283,7 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
                                                                "bytes_compute", "bytes_logits", "flash_attention",
                                                                "dropout")}
     return {"variant": key, "units": "bytes", "capacity_bytes": capacity, "reserve_bytes": float(settings.reserve_bytes),
-            "zero_level": int(values["zero_level"]), "settings": used, "stages": stages}
+            "zero_level": int(values["zero_level"]), "settings": used, "widths_from": sources, "stages": stages}
 
 
 
@@ -452,7 +495,8 @@ class MemoryPricer:
     Args:
         model: a bundled model name, a YAML path or a loaded ``ModelConfig``.
         system: hardware catalog name or ``hardware.System`` with GPU facts (the capacity).
-        settings: :class:`MemorySettings` (a ZeRO stage of ``None`` follows the batch's run settings).
+        settings: :class:`MemorySettings` (a ZeRO stage of ``None`` follows the batch's run settings; a byte
+            width of ``None`` is the model's); ``self.settings`` holds them resolved (:meth:`MemorySettings.for_model`).
         backend: ``"auto"`` (the fused numba target where numba is installed, else NumPy),
             ``"numpy"`` or ``"numba"``; the numbers are the same.
 
@@ -477,10 +521,11 @@ class MemoryPricer:
         net = _system(system)
         if net.gpu is None:
             raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
-        self.model, self.system, self.settings = model, net, settings
+        # (resolved once: the model's byte widths where the settings leave them to it)
+        self.model, self.system, self.settings = model, net, settings.for_model(model)
         self.capacity = float(net.gpu.hbm_bytes)
         self.key = variant_key(model)
-        self.family = memory_family(settings)
+        self.family = memory_family(self.settings)
         names = dict(self.family.terms(model))
         self._functions = {out: term_function(name, backend) for out, name in names.items()}
         self._fused = any(f is not term_function(names[out]) for out, f in self._functions.items())
