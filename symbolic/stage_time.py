@@ -11,6 +11,11 @@ Each item is one collective of one dimension over one parallel group, written fo
 * ``step_bytes``: bytes one rank sends per step, ``calls × share(S)`` (``symbolic.collectives``);
 * ``ranks_count``: ranks of the group the collective runs over (its degree).
 
+The calls form also carries, as ``variant`` pairs, ``forward_share``: the share of the calls that the layers'
+forward passes run (a fraction, forward calls over calls, declared per item beside its calls; 0 for the stage
+items), which full recompute runs again (``codegen.pricing.step_time``); and, for the CP items, ``cp_ulysses``:
+the value of the run's switch they run under (1: Ulysses, 0: the ring).
+
 Seconds per step are ``calls × t(S, n)``, with ``t`` the real time of the candidate NCCL's tuner
 picks for one call of S bytes over the n = ``ranks_count`` ranks of the group
 (``symbolic.collective_time``'s per-candidate forms; the pick is
@@ -29,9 +34,9 @@ How a stage weighs them (``Formula.variant``: ``weight``):
   the stage's layers, so the time is not linear in them); PP is one per stage.
 
 Not modelled (stated in docs/time.md): overlap of communication with compute (every second here is
-exposed), the extra forward collectives of recomputed layers, the embedding and output layers' TP
-collectives, gradient bucketing (one DP call per step of the stage's whole gradient, as
-``step_volumes``).
+exposed), the extra forward collectives of recomputed layers (the step time adds them by ``forward_share``),
+the embedding and output layers' TP collectives, gradient bucketing (one DP call per step of the stage's
+whole gradient, as ``step_volumes``).
 """
 
 from __future__ import annotations
@@ -118,7 +123,8 @@ _SHARE = {"all_gather": collectives.all_gather, "reduce_scatter": collectives.re
           "all_reduce": collectives.all_reduce, "all_to_all": collectives.all_to_all,
           "send_recv": lambda size, _group: collectives.p2p(size)}
 
-#: (dimension, collective, op, group, weight, calls per step, S, group degree, doc, source) per item.
+#: (dimension, collective, op, group, weight, calls per step, forward calls per step, S, group degree, doc, source)
+#: per item.
 _ACT = _VOLUMES["tp_sp_collective_msg_bytes"]
 _TP_CALLS = _VOLUMES["tp_sp_all_gather_calls_count"].subs(layers, 1)
 _MEGATRON_SP = ("Korthikanti et al. 2022 (arXiv:2205.05198) Sec. 4.2.2 (SP: 2 all-gathers and 2 reduce-scatters "
@@ -130,56 +136,76 @@ _ZERO = ("Rajbhandari et al. 2020 ZeRO (arXiv:1910.02054) Sec. 5 and 7; Zhao et 
          "(arXiv:2304.11277): all-gather before the forward and the backward, reduce-scatter after the backward; "
          "Megatron-LM's distributed optimizer (docs/source/api-guide/dist_optimizer.md): one reduce-scatter when "
          "the backward passes finish, one all-gather after the optimizer step")
+#: The calls of one layer's forward pass per micro-batch, the rest of each item's calls per layer being its backward
+#: pass's (what a full recompute, which runs the forward pass again, runs again: ``codegen.pricing.step_time``):
+#: TP 2 all-gathers and 2 reduce-scatters (without SP 2 all-reduces) of 4 each; ring attention the cp - 1 key/value
+#: passes of 3 (cp - 1); Ulysses the all-to-alls of Q and O, and of K and V, 2 of each width's 4; EP the dispatch
+#: and the combine, 2 of 4. The stage items (DP, PP) run no collective inside a layer's forward pass.
+_TP_FORWARD_CALLS = 2 * m
+_RING_FORWARD_CALLS = (cp - 1) * m
+_ULYSSES_FORWARD_CALLS = 2 * m
+_EP_FORWARD_CALLS = 2 * m
+#: The switches that say whether an item's collective runs at all, shared by its calls and its forward calls.
+_TP_SP = _on(t) * _sp_on
+_TP_NO_SP = _on(t) * (1 - _sp_on)
+_RING = 1 - ulysses
+_ULYSSES_ON = _on(cp) * ulysses
+_EP_ON = _on(ep)
+_NONE = sympy.Integer(0)
 _ITEMS: tuple[tuple, ...] = (
-    ("tp", "all_gather", "all_gather", "tp", "layer", _TP_CALLS * _on(t) * _sp_on, _ACT, t,
-     "SP all-gathers of one transformer layer over the TP group", _MEGATRON_SP),
-    ("tp", "reduce_scatter", "reduce_scatter", "tp", "layer", _TP_CALLS * _on(t) * _sp_on, _ACT, t,
-     "SP reduce-scatters of one transformer layer over the TP group", _MEGATRON_SP),
-    ("tp", "all_reduce", "all_reduce", "tp", "layer", _TP_CALLS * _on(t) * (1 - _sp_on), _ACT, t,
+    ("tp", "all_gather", "all_gather", "tp", "layer", _TP_CALLS * _TP_SP, _TP_FORWARD_CALLS * _TP_SP,
+     _ACT, t, "SP all-gathers of one transformer layer over the TP group", _MEGATRON_SP),
+    ("tp", "reduce_scatter", "reduce_scatter", "tp", "layer", _TP_CALLS * _TP_SP,
+     _TP_FORWARD_CALLS * _TP_SP, _ACT, t, "SP reduce-scatters of one transformer layer over the TP group",
+     _MEGATRON_SP),
+    ("tp", "all_reduce", "all_reduce", "tp", "layer", _TP_CALLS * _TP_NO_SP, _TP_FORWARD_CALLS * _TP_NO_SP, _ACT, t,
      "TP all-reduces of one transformer layer without SP",
      "Shoeybi et al. 2019 (arXiv:1909.08053) Sec. 3: 2 all-reduces per layer forward, 2 backward"),
     ("cp", "send_recv", "send_recv", "cp", "layer",
-     _VOLUMES["cp_ring_send_recv_calls_count"].subs(layers, 1) * (1 - ulysses),
+     _VOLUMES["cp_ring_send_recv_calls_count"].subs(layers, 1) * _RING, _RING_FORWARD_CALLS * _RING,
      _VOLUMES["cp_ring_send_recv_msg_bytes"], cp,
      "CP ring-attention key/value send/recvs of one transformer layer (a ring that spans nodes steps at the "
      "speed of its network hops; the colossalai and hybrid algorithms, which the original prices alike)",
      "Liu et al. 2023 Ring Attention (arXiv:2310.01889); Megatron-LM context parallelism"),
-    ("cp", "all_to_all_qo", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _on(cp) * ulysses,
-     _VOLUMES["cp_ulysses_qo_msg_bytes"], cp,
+    ("cp", "all_to_all_qo", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _ULYSSES_ON,
+     _ULYSSES_FORWARD_CALLS * _ULYSSES_ON, _VOLUMES["cp_ulysses_qo_msg_bytes"], cp,
      "Ulysses CP all-to-alls of the queries and the attention output of one transformer layer", _ULYSSES),
-    ("cp", "all_to_all_kv", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _on(cp) * ulysses,
-     _VOLUMES["cp_ulysses_kv_msg_bytes"], cp,
+    ("cp", "all_to_all_kv", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _ULYSSES_ON,
+     _ULYSSES_FORWARD_CALLS * _ULYSSES_ON, _VOLUMES["cp_ulysses_kv_msg_bytes"], cp,
      "Ulysses CP all-to-alls of the keys and the values of one transformer layer", _ULYSSES),
     ("ep", "all_to_all", "all_to_all", "ep", "moe_layer",
-     _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _on(ep), _VOLUMES["ep_all_to_all_msg_bytes"], ep,
+     _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _EP_ON, _EP_FORWARD_CALLS * _EP_ON,
+     _VOLUMES["ep_all_to_all_msg_bytes"], ep,
      "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",
      "Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher"),
-    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_reduce"],
+    ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_reduce"], _NONE,
      _VOLUMES["dp_all_reduce_msg_bytes"], _DP_GROUP,
      "the stage's DP gradient all-reduce when nothing is sharded (one per step)",
      "Li et al. 2020 PyTorch DDP (arXiv:2006.15704)"),
-    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["reduce_scatter"],
+    ("dp", "reduce_scatter", "reduce_scatter", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["reduce_scatter"], _NONE,
      _VOLUMES["dp_zero_reduce_scatter_msg_bytes"], _DP_GROUP,
      "the stage's DP gradient reduce-scatters: one per step with the optimizer states sharded (ZeRO-1), one per "
      "micro-batch with the gradients sharded (ZeRO-2, ZeRO-3 / FSDP)", _ZERO),
-    ("dp", "all_gather", "all_gather", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_gather"],
+    ("dp", "all_gather", "all_gather", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_gather"], _NONE,
      _VOLUMES["dp_zero_all_gather_msg_bytes"], _DP_GROUP,
      "the stage's DP weight all-gathers: one per step after the sharded optimizer (ZeRO-1/2); under FSDP the "
      "forward and backward of every micro-batch (resharding), or one per step (the weights kept)", _ZERO),
     ("dp", "expert_all_reduce", "all_reduce", "edp", "stage",
-     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["all_reduce"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, _EDP_GROUP,
+     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["all_reduce"] * _nonempty(_EXPERT_GRAD), _NONE, _EXPERT_GRAD, _EDP_GROUP,
      "the stage's routed-expert gradient all-reduce over the expert data-parallel group when nothing is sharded "
      "(none in a dense model)",
      "Megatron-LM MoE: expert gradients reduce over the expert data-parallel group"),
     ("dp", "expert_reduce_scatter", "reduce_scatter", "edp", "stage",
-     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["reduce_scatter"] * _nonempty(_EXPERT_GRAD), _EXPERT_GRAD, _EDP_GROUP,
+     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["reduce_scatter"] * _nonempty(_EXPERT_GRAD), _NONE,
+     _EXPERT_GRAD, _EDP_GROUP,
      "the stage's routed-expert gradient reduce-scatters over the expert data-parallel group, as the dense ones "
      "(none in a dense model)", _ZERO),
     ("dp", "expert_all_gather", "all_gather", "edp", "stage",
-     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["all_gather"] * _nonempty(_EXPERT_PARAM), _EXPERT_PARAM, _EDP_GROUP,
+     _on(_EDP_GROUP) * _EXPERT_DP_CALLS["all_gather"] * _nonempty(_EXPERT_PARAM), _NONE,
+     _EXPERT_PARAM, _EDP_GROUP,
      "the stage's routed-expert weight all-gathers over the expert data-parallel group, as the dense ones (none "
      "in a dense model)", _ZERO),
-    ("pp", "send_recv", "send_recv", "pp", "stage", _VOLUMES["pp_send_recv_calls_count"] * _on(p),
+    ("pp", "send_recv", "send_recv", "pp", "stage", _VOLUMES["pp_send_recv_calls_count"] * _on(p), _NONE,
      _VOLUMES["pp_send_recv_msg_bytes"], sympy.Integer(2),
      "the stage's pipeline sends of activations (forward) and their gradients (backward) to its neighbour "
      "stage (every stage counted with 2 m vp sends; none with one stage)",
@@ -192,12 +218,43 @@ _UNIT_OF = {"layer": "one transformer layer", "moe_layer": "one MoE layer", "sta
 ITEMS: tuple[tuple[str, str, str, str], ...] = tuple((i[0], i[1], i[3], i[4]) for i in _ITEMS)
 
 
+def _forward_share(calls: sympy.Expr, forward: sympy.Expr) -> sympy.Rational:
+    """The share of an item's calls that its layers' forward passes run: forward calls over calls, one number.
+
+    Raises:
+        ValueError: when the ratio depends on the layout (the forward calls are not a fixed share of the calls, so
+            a dimension's seconds could not be split by it).
+    """
+    if forward == 0:
+        return sympy.Integer(0)
+    # Each switch (a Piecewise step) stands for a symbol of its own, so that the ones both share cancel.
+    switches = {w: sympy.Dummy() for w in (forward.atoms(sympy.Piecewise) | calls.atoms(sympy.Piecewise))}
+    share = sympy.cancel(forward.xreplace(switches) / calls.xreplace(switches))
+    if not share.is_Rational:
+        raise ValueError(f"forward calls {forward} are no fixed share of the calls {calls}: {share}")
+    return share
+
+
+def _runs_under(calls: sympy.Expr) -> tuple[tuple[str, str], ...]:
+    """``(("cp_ulysses", "1"),)`` for an item whose calls run under Ulysses only, ``"0"`` under the ring only, none
+    for one that does not read the switch: which of a dimension's items the run's CP algorithm keeps."""
+    if ulysses not in calls.free_symbols:
+        return ()
+    for value in (1, 0):
+        if calls.subs(ulysses, 1 - value) == 0:
+            return (("cp_ulysses", str(value)),)
+    return ()
+
+
 def _build() -> tuple[Formula, ...]:
     out: list[Formula] = []
-    for dim, coll, op, group, weight, calls, size, degree, doc, source in _ITEMS:
+    for dim, coll, op, group, weight, calls, forward, size, degree, doc, source in _ITEMS:
         variant = (("output", "time"), ("dimension", dim), ("collective", coll), ("group", group),
                    ("weight", weight), ("op", op))
         per = _UNIT_OF[weight]
+        # The calls' own pairs: the share of them a layer's forward pass runs (``forward_share``, a fraction) and
+        # the CP algorithm they run under.
+        calls_pairs = (("forward_share", str(_forward_share(calls, forward))), *_runs_under(calls))
         rows = (
             ("calls_count", calls, "count", f"Calls per rank per step of {doc}, for {per}."),
             ("msg_bytes", size, "bytes", f"nccl-tests size S of one call of {doc}."),
@@ -208,8 +265,9 @@ def _build() -> tuple[Formula, ...]:
              f"of S bytes over these ranks, NCCL's pick: collective_{op}_*_time_s)."),
         )
         for what, expr, unit, text in rows:
+            own = calls_pairs if what == "calls_count" else ()
             out.append(Formula(name=f"{dim}_{coll}_stage_{what}", expr=expr, dimension=dim, algorithm=coll, unit=unit,
-                               doc=text, source=source, variant=(*variant, ("what", what))))
+                               doc=text, source=source, variant=(*variant, *own, ("what", what))))
     return tuple(out)
 
 
