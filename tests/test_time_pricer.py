@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,34 @@ def test_more_work_per_step_takes_longer(dsv3, key, larger):
     for dim in ("tp", "ep", "pp"):
         assert z.by_dimension[dim][0] > a.by_dimension[dim][0]
     assert z.bottleneck_s[0] > a.bottleneck_s[0]
+
+
+@pytest.mark.parametrize("cp", [2, 3, 8])
+@pytest.mark.parametrize("m", [1, 3])
+def test_forward_shares_are_the_calls_of_megatrons_forward_pass(cp, m):
+    # What one layer's forward pass runs per micro-batch in Megatron-LM, counted here: with SP, 2 all-gathers and
+    # 2 reduce-scatters (Korthikanti et al. 2022, Sec. 4.2.2), without SP 2 all-reduces (Shoeybi et al. 2019,
+    # Sec. 3); the MoE token dispatch and combine, 2 all-to-alls; ring attention's cp - 1 key/value passes; Ulysses'
+    # all-to-alls of Q, K, V and the attention output, 4. The pricer's share of each dimension's calls (derived from
+    # the items' declarations) times the generated calls must give those counts; DP and PP run none in a layer.
+    from codegen.pricing.engine import term_arguments, term_function
+    from codegen.pricing.step_time import forward_shares
+
+    def calls(dim: str, **values: float) -> Fraction:
+        """The generated calls per layer of *dim*'s items, summed (whole numbers, so exact as a fraction)."""
+        values = {"m": float(m), "t": 4.0, "sp": 4.0, "cp": float(cp), "ep": 8.0, "cp_ulysses": 0.0, **values}
+        names = [f"{d}_{c}_stage_calls_count" for d, c, _, _ in ITEMS if d == dim]
+        return sum(Fraction(float(term_function(n)(**{a: values[a] for a in term_arguments(n)}))) for n in names)
+
+    ring, ulysses = forward_shares(), forward_shares("ulysses_cp")
+    assert ring == forward_shares("colossalai_cp") == forward_shares("hybrid_cp")
+    assert ring["tp"] * calls("tp") == (2 + 2) * m and calls("tp") == (4 + 4) * m
+    assert ring["tp"] * calls("tp", sp=1.0) == 2 * m and calls("tp", sp=1.0) == 4 * m
+    assert ring["ep"] * calls("ep") == 2 * m and calls("ep") == 4 * m
+    assert ring["cp"] * calls("cp") == (cp - 1) * m and calls("cp") == 3 * (cp - 1) * m
+    assert ulysses["cp"] * calls("cp", cp_ulysses=1.0) == 4 * m and calls("cp", cp_ulysses=1.0) == 8 * m
+    assert ring["dp"] == ring["pp"] == ulysses["dp"] == ulysses["pp"] == 0
+    assert {k: v for k, v in ulysses.items() if k != "cp"} == {k: v for k, v in ring.items() if k != "cp"}
 
 
 def test_one_rank_groups_cost_nothing(llama):

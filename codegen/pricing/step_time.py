@@ -16,8 +16,9 @@ Communication. :class:`StepTimePricer` adds the seconds a ``comm`` callable retu
 (``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed (:func:`exposed_comm`),
 under the assumptions of docs/search.md: tensor-, context- and expert-parallel collectives sit on the
 critical path of every layer, pipeline sends between stages too, the data-parallel gradient reduction
-is exposed entirely (no ``--overlap-grad-reduce``), and full recompute repeats the forward TP
-collectives. Without ``comm`` the communication part is 0 and is reported as such.
+is exposed entirely (no ``--overlap-grad-reduce``), and full recompute repeats the forward TP, EP and CP
+collectives (the shares ``symbolic.stage_time``'s items declare, :func:`forward_shares`). Without ``comm``
+the communication part is 0 and is reported as such.
 
 Public API::
 
@@ -29,6 +30,7 @@ Public API::
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute, cp_algo=None) -> exposed seconds
+    forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
         codegen.pricing.time
@@ -37,6 +39,8 @@ Public API::
 
 from __future__ import annotations
 
+import functools
+from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -49,8 +53,8 @@ from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, atten
 from ..configs import ModelConfig, chunk_layer_counts
 from .engine import distinct_rows, term_arguments, term_function
 
-__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "stage_layer_counts", "time_family_comm",
-           "time_item_keys"]
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "forward_shares", "stage_layer_counts",
+           "time_family_comm", "time_item_keys"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
 #: bottleneck stage's FLOPs per rank and the bubble fraction.
@@ -438,10 +442,44 @@ class StepTimePricer:
                 "stage_flops": flops, "bubble": np.broadcast_to(bubble, flops.shape)}
 
 
-#: The share of a layer's collectives of each dimension that its forward pass runs (``symbolic.stage_time``'s
-#: calls): TP 2 of the 4 all-gathers and 2 of the 4 reduce-scatters (or all-reduces); EP the dispatch and the
-#: combine, 2 of 4; CP ring attention the cp - 1 key/value passes of 3 (cp - 1); Ulysses 4 of 8 all-to-alls.
-_FORWARD_SHARE = {"tp": 0.5, "ep": 0.5, "cp": 1 / 3, "cp_ulysses": 0.5}
+#: The order full recompute adds the dimensions' forward seconds in (:data:`EXPOSED_DIMENSIONS`, each once; the
+#: float sums round in this order).
+_FORWARD_ORDER = ("tp", "ep", "cp", "pp", "dp")
+
+
+@functools.cache
+def _forward_shares(ulysses: str) -> tuple[tuple[str, Fraction], ...]:
+    """(dimension, share) of the time family's items kept where the run's ``cp_ulysses`` switch is *ulysses*."""
+    found: dict[str, set[Fraction]] = {}
+    for meta in generated.FORMULAS.values():
+        pairs = dict(meta.get("variant", ()))
+        if pairs.get("output") != "time" or pairs.get("what") != "calls_count":
+            continue
+        if pairs.get("cp_ulysses", ulysses) != ulysses:  # an item of the other CP algorithm
+            continue
+        found.setdefault(pairs["dimension"], set()).add(Fraction(pairs["forward_share"]))
+    out = []
+    for dim, shares in found.items():
+        if len(shares) != 1:
+            raise ValueError(f"the {dim} items' calls declare different forward shares "
+                             f"({', '.join(sorted(map(str, shares)))}): one share cannot split the {dim} seconds")
+        out.append((dim, shares.pop()))
+    return tuple(out)
+
+
+def forward_shares(cp_algo: str | None = None) -> dict[str, Fraction]:
+    """Per dimension of the time family, the share of its collective calls that the layers' forward passes run.
+
+    From the generated table: the ``forward_share`` each item of ``symbolic.stage_time`` declares on its calls
+    form (its forward calls over its calls), the same for every item of a dimension; of the CP items, those
+    of *cp_algo* (the ``cp_ulysses`` pair: Ulysses, or ring attention for any other algorithm and ``None``). TP
+    2 of its 4 all-gathers and 2 of its 4 reduce-scatters per layer, EP 2 of 4, ring CP cp - 1 of 3 (cp - 1),
+    Ulysses 4 of 8, DP and PP none.
+
+    Raises:
+        ValueError: when items of one dimension declare different shares.
+    """
+    return dict(_forward_shares("1" if cp_algo == CpAlgorithm.ULYSSES.value else "0"))
 
 
 def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None) -> np.ndarray:
@@ -450,14 +488,16 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
     The time family prices each collective once per pass (TP: the forward half, the backward half).
     Full recompute runs a layer's forward pass again, its collectives included (Megatron-LM's checkpointed
     forward re-executes the whole layer: the TP collectives, the MoE dispatch and combine, the CP exchanges):
-    the forward share of TP, EP and CP more (``_FORWARD_SHARE``; CP's by *cp_algo*, ring attention when
-    ``None``). Selective recompute repeats the core attention only, which communicates nothing; the all-gather
-    sequence parallelism repeats in the backward pass is issued asynchronously beside the input-gradient GEMM
-    in Megatron-LM and is not added.
+    the forward share of each dimension more (:func:`forward_shares`: TP, EP and CP; CP's by *cp_algo*, ring
+    attention when ``None``). Selective recompute repeats the core attention only, which communicates nothing;
+    the all-gather sequence parallelism repeats in the backward pass is issued asynchronously beside the
+    input-gradient GEMM in Megatron-LM and is not added.
     """
     total = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
     if recompute == "full":
-        cp = "cp_ulysses" if cp_algo == CpAlgorithm.ULYSSES.value else "cp"
-        for dim, share in (("tp", _FORWARD_SHARE["tp"]), ("ep", _FORWARD_SHARE["ep"]), ("cp", _FORWARD_SHARE[cp])):
-            total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share
+        shares = forward_shares(cp_algo)
+        for dim in _FORWARD_ORDER:
+            share = float(shares.get(dim, 0))
+            if share:
+                total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share
     return total
