@@ -8,7 +8,7 @@ import pytest
 
 import generated
 from codegen.configs import load_model
-from codegen.pricing.kernels import BoundKernel
+from codegen.pricing.engine import BoundKernel, bound_term
 from codegen.pricing.pricer import StagePricer
 
 #: Shared values that make conditions hold (0, 1: no such dimension, no communication) and some that do not.
@@ -32,7 +32,7 @@ def test_folded_terms_equal_every_layouts_value():
                       if a in kernel.widened or rng.random() < 0.5}
             own = [a for a in kernel.arguments if a not in shared]
             with np.errstate(all="ignore"):  # (a 0 field divides in the invariants, as the function would)
-                plan = BoundKernel.bind(function, shared)
+                plan = bound_term(name, shared)
             if plan is None or not own:
                 continue
             value = plan.constant()

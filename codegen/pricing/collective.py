@@ -43,8 +43,7 @@ import numpy as np
 import generated
 from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level parameters of the sensitivity)
 
-from .engine import term_arguments, term_function
-from .kernels import BLOCK, BoundKernel, scratch
+from .engine import BOUND_BLOCK, BoundKernel, bound_scratch, bound_term, term_arguments, term_function
 
 __all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
 
@@ -184,21 +183,23 @@ class Chooser:
     ``Chooser(op, shared)(values)`` is ``choose(op, {**shared, **values})``, the same numbers to the bit,
     for a caller that asks again and again with new placements, sizes and group sizes (the time pricer:
     per item and block of layouts): each candidate's time and price forms run as their kernels
-    (``codegen.pricing.kernels.BoundKernel``: the shared arguments and the forms' invariants bound here),
+    (``engine.bound_term``: the shared arguments and the forms' invariants bound here),
     writing straight into the ``(K, …)`` arrays of every candidate's time and price, with one set of
     scratch buffers per call; a call of a generated function would convert and broadcast its arguments
     and allocate its output and buffers each time, which on the pricer's small arrays costs more than
     the arithmetic. A call this cannot take (a form without a kernel or with invariants that read a
-    varying value, a value of *shared* given again, more than ``BLOCK`` elements) is :func:`choose`'s.
+    varying value, a value of *shared* given again, more than ``BOUND_BLOCK`` elements) is :func:`choose`'s.
     """
 
     def __init__(self, op: str, shared: Mapping[str, Any]) -> None:
         self.op = op
         self.shared = dict(shared)
         forms: list[tuple[str, BoundKernel | None, BoundKernel | None, bool]] = []
-        for label, time_fn, _time_args, price_fn, _price_args in _plan(op):
-            forms.append((label, BoundKernel.bind(time_fn, self.shared),
-                          None if price_fn is None else BoundKernel.bind(price_fn, self.shared), price_fn is None))
+        for label in labels(op):
+            time_name, price_name = _time_name(op, label), _price_name(op, label)
+            same = price_name == time_name
+            forms.append((label, bound_term(time_name, self.shared),
+                          None if same else bound_term(price_name, self.shared), same))
         #: Per candidate: (label, time kernel, price kernel or None, whether the price is the time).
         self._forms = tuple(forms)
         #: Every form has a kernel and every shared value is one number (the output's shape is then the
@@ -214,7 +215,7 @@ class Chooser:
     def __call__(self, values: Mapping[str, Any]) -> Choice:
         """NCCL's pick for the varying *values* (numbers or arrays that broadcast together)."""
         prepared = self._prepare(values)
-        if prepared is None or math.prod(prepared[2]) > BLOCK:
+        if prepared is None or math.prod(prepared[2]) > BOUND_BLOCK:
             return choose(self.op, {**self.shared, **values})
         arrays, available, shape = prepared
         return _pick(self.op, *self._fill(arrays, shape, available, ()))
@@ -241,7 +242,7 @@ class Chooser:
                                          .reshape(-1) for values, _, shape in prepared]) for a in reads}
         except (KeyError, ValueError):  # a part without a value the others read, or one that does not broadcast
             return [self(values).time_s for values in parts]
-        if sum(sizes) > BLOCK:
+        if sum(sizes) > BOUND_BLOCK:
             return [self(values).time_s for values in parts]
         off = []
         start = 0
@@ -275,7 +276,7 @@ class Chooser:
         elements *off* gives (candidate, slice); the others' kernels write straight into their rows."""
         times_a = np.empty((len(self._forms), *shape))
         prices_a = np.empty((len(self._forms), *shape))
-        reals, masks = scratch(shape, self._reals, self._masks)
+        reals, masks = bound_scratch(shape, self._reals, self._masks)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             for i, ((_label, time_k, price_k, same), on) in enumerate(zip(self._forms, evaluated)):
                 time_out, price_out = times_a[i, ...], prices_a[i, ...]  # views, also of a 0-d shape

@@ -40,9 +40,9 @@ from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_DIMENSIONS
 from ..configs import (LAYOUT_FIELD_NAMES, LayoutBatch, ModelConfig, batch_stage_counts, check_batch,
                        derive_fields_batch, direct_column, dp_comm_level_values, load_model)
 from ..runtime.inputs import flag
-from .engine import (STAGE_BLOCK, PipelineShapes, StageTables, TermGroups, accumulate, batch_blocks, combine,
-                     counts_used, group_arguments, group_terms, stage_tables, term_calls)
-from .kernels import BLOCK as _RUNTIME_BLOCK, BoundKernel  # (the most elements a kernel's block runs)
+from .engine import (BOUND_BLOCK, STAGE_BLOCK, BoundKernel, PipelineShapes, StageTables, TermGroups, accumulate,
+                     batch_blocks, bound_term, combine, counts_used, group_arguments, group_terms, stage_tables,
+                     term_calls)
 from .levels import score_factors
 from .stages import (TTYPES, ZERO_SWITCHES, Fields, Terms, bind, field_sources, stage_outputs, terms_of,
                      variant_of)
@@ -266,7 +266,7 @@ class StagePricer:
         and per such shape each term's shared arguments are bound once: a later call derives, binds
         and passes only the arguments that vary per layout. A term whose generated function has a
         kernel (``generated._runtime.Kernel``) then runs its block statements directly
-        (``kernels.BoundKernel``): its invariants computed once per shape, the arguments in place,
+        (``engine.bound_term``): its invariants computed once per shape, the arguments in place,
         buffers shared by the terms, one ``errstate`` for them all: the function's own steps on the
         same values, without its per-call checks (the values are the pricer's own floats and float64
         columns). A term the shared values decide alone (``BoundKernel.constant``) is that number.
@@ -291,8 +291,7 @@ class StagePricer:
             calls = tuple((name, function, {a: values[a] for a in arguments if a not in varying},
                            tuple(a for a in arguments if a in varying)) for name, function, arguments in term_calls(sums))
             # (a term with no argument that varies is one call of the function: no kernel to run)
-            kernels = [(name, BoundKernel.bind(function, shared) if own else None)
-                       for name, function, shared, own in calls]
+            kernels = [(name, bound_term(name, shared) if own else None) for name, _function, shared, own in calls]
             kernels = [(name, kernel) for name, kernel in kernels if kernel is not None]
             # A term the shared values decide alone is that number for every layout of this shape.
             constants = {name: kernel.constant() for name, kernel in kernels}
@@ -334,7 +333,7 @@ class StagePricer:
             values = {name: write(batch, memo) if write is not None else derived[source] if level is None
                       else np.equal(derived[source], level, out=np.empty(n)) for name, source, level, write in steps}
         evaluated = {name: np.full(n, value) for name, value in constants if value is not None}
-        if n <= _RUNTIME_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
+        if n <= BOUND_BLOCK and all(values[a].shape == (n,) and values[a].dtype is _FLOAT64 for a in varying):
             buffers, flags = self._kernel_scratch(n, reals, masks)
             for name, kernel in loud:
                 evaluated[name] = kernel.into(np.empty(n), values, buffers, flags)
