@@ -85,3 +85,26 @@ def test_key_columns_group_as_a_sort_does(table):
     assert keys.group(["a", "half"]) is None  # not whole: not a key
     keys.columns["ids"] = np.arange(m, dtype=float)
     assert keys.group(["ids"]) is None  # every row distinct: grouping does not pay
+
+
+@pytest.mark.parametrize("vp_values", [(1,), (2,), (1, 2, 3)])
+def test_pipeline_shapes_used_index_the_shapes_present(vp_values):
+    """``PipelineShapes.used``: each layout's index names its own (p, vp) in ``present``, ``present`` holds the
+    shapes some layout has and no other, and ``index_of`` numbers the layouts of a part alike."""
+    rng = np.random.default_rng(5)
+    p = rng.choice([1, 2, 4, 8, 16], 500)
+    vp = rng.choice(vp_values, 500)
+    shapes = engine.PipelineShapes.used(p, vp)
+    assert shapes.index is not None
+    assert [shapes.present[int(i)] for i in shapes.index] == list(zip(p.tolist(), vp.tolist()))
+    assert set(shapes.present.values()) == set(zip(p.tolist(), vp.tolist()))
+    part = slice(100, 140)
+    assert np.array_equal(shapes.index_of(p[part], vp[part]), shapes.index[part])
+
+
+def test_pipeline_shapes_used_one_pipeline():
+    """Both columns one broadcast value: one pipeline, no index."""
+    p, vp = np.broadcast_to(np.int64(4), (300,)), np.broadcast_to(np.int64(2), (300,))
+    shapes = engine.PipelineShapes.used(p, vp)
+    assert shapes.index is None and shapes.radix is None and shapes.present == {0: (4, 2)}
+    assert shapes.index_of(p, vp) is None

@@ -18,9 +18,10 @@ the same way::
 * **Calling generated code** — :func:`term_function` (NumPy or the fused target), :func:`term_arguments`,
   :func:`call_term`; a term with its shared arguments bound once is :func:`bound_term` (a :class:`BoundKernel`,
   run on a caller's buffers from :func:`bound_scratch`, on no more than :data:`BOUND_BLOCK` elements).
-* **Pipeline shapes** — :class:`PipelineShapes` (each layout's index into tables over its ``(p, vp)``),
-  :func:`group_terms` and :func:`stage_tables` (each term group's weight in each kind of stage and over the
-  stages), :func:`combine` (bottleneck and sum over the stages).
+* **Pipeline shapes** — :class:`PipelineShapes` (each layout's index into tables over its ``(p, vp)``: ``of``
+  every shape the model runs up to the batch's largest, ``used`` exactly the shapes the layouts have, ``index_of``
+  a part's index), :func:`group_terms` and :func:`stage_tables` (each term group's weight in each kind of stage
+  and over the stages), :func:`combine` (bottleneck and sum over the stages).
 * **Families** — :class:`FamilySpec` (``codegen.pricing.families``): which generated terms a family reads, how
   its parts combine into stages and a step, its slopes; :func:`price_family` prices a batch from a spec alone.
 """
@@ -643,6 +644,9 @@ class PipelineShapes:
     index: np.ndarray | None
     present: dict[int, tuple[int, int]]
     key: tuple[Any, ...] = ()
+    #: How ``index`` reads a layout's ``(p, vp)`` (:meth:`index_of`): ``None`` when it is ``None`` (one pipeline),
+    #: 0 for ``p``, else ``vp``'s radix in ``p·radix + vp``.
+    radix: int | None = None
 
     @classmethod
     def of(cls, batch: LayoutBatch, stage_counts: StageCounts,
@@ -667,7 +671,34 @@ class PipelineShapes:
             if known is None:
                 return cls(index, present, key)
             entry = known[key] = (present, next(_PIPELINE_TOKENS))
-        return cls(index, *entry)
+        return cls(index, *entry, radix=None if index is None else radix)
+
+    @classmethod
+    def used(cls, p: np.ndarray, vp: np.ndarray) -> PipelineShapes:
+        """The pipelines the layouts with columns *p* and *vp* have, exactly: each layout's index as :meth:`of`
+        numbers it (``None`` for one pipeline: both columns one broadcast value), and ``present`` holding the shapes
+        some layout has and no other (a table over the index, no sort; no stage counts read). The columns may be
+        one row per group of layouts, or a one-row column with the other (a key every group shares)."""
+        single_vp = vp.strides == (0,) or len(vp) == 1
+        if (p.strides == (0,) or len(p) == 1) and single_vp:
+            return cls(None, {0: (int(p[0]), int(vp[0]))})
+        if single_vp:
+            radix, index, v = 0, p, int(vp[0])
+        else:
+            radix = int(vp.max()) + 1
+            index = p * radix + vp
+        seen = np.zeros(int(index.max()) + 1, dtype=bool)  # a table, no sort
+        seen[index] = True
+        present = {int(i): ((int(i), v) if radix == 0 else (int(i) // radix, int(i) % radix))
+                   for i in np.flatnonzero(seen)}
+        return cls(index, present, radix=radix)
+
+    def index_of(self, p: np.ndarray, vp: np.ndarray) -> np.ndarray | None:
+        """The pipeline index of layouts with columns *p* and *vp* (some of the layouts these shapes were found
+        for), as ``index`` numbers them; ``None`` for one pipeline."""
+        if self.radix is None:
+            return None
+        return p if self.radix == 0 else p * self.radix + vp
 
     def table(self, values: Mapping[int, float]) -> Any:
         """A weight per layout from its value per pipeline: one number when every pipeline has the same."""
