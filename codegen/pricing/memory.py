@@ -49,8 +49,8 @@ from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, Layo
                        batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
                        load_model, stage_layers)
 from ..runtime.inputs import finite, flag
-from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, RowGroups, blocks, call_term,
-                     group_rows, term_arguments, term_function)
+from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, PipelineShapes, RowGroups, blocks,
+                     call_term, group_rows, term_arguments, term_function)
 from .families import FamilySpec
 from .stages import stage_counts
 
@@ -414,7 +414,8 @@ class _Tables:
     """Stage counts by pipeline, for a batch's range of ``p`` and ``vp``.
 
     Attributes:
-        radix: ``vp``'s radix in the pipeline index ``p·radix + vp`` (0: the index is 0, one pipeline).
+        shapes: the pipelines the tables are over (``engine.PipelineShapes.used``): its ``index_of`` gives a
+            layout's row (``None``: one pipeline, row 0).
         counts: count name → ``(pipelines, P_max)`` table (0 past a pipeline's last stage).
         kinds: per candidate position, count name and ``pp_rank`` → a number (the same in every
             pipeline) or a table over the pipeline index; a pipeline with fewer candidates repeats
@@ -426,7 +427,7 @@ class _Tables:
             ``u·pipelines + index`` for position u (one lookup for the candidates of a block).
     """
 
-    radix: int
+    shapes: PipelineShapes
     counts: Mapping[str, np.ndarray]
     kinds: tuple[Mapping[str, Any], ...]
     extra: tuple[np.ndarray | None, ...]
@@ -599,7 +600,7 @@ class MemoryPricer:
         compared in stage order (the first largest kept, as ``stage_memory``'s order gives it).
         """
         fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
-        at = None if tables.radix == 0 else block.p * tables.radix + block.vp
+        at = tables.shapes.index_of(block.p, block.vp)
         count = len(block)
         positions, picks = [], []
         for u, extra in enumerate(tables.extra):
@@ -673,7 +674,8 @@ class MemoryPricer:
             block = _rows(batch, groups, rows)
             fields = derive_fields_batch(self.model, block, names=self._fields, validated=True, compact=True)
             stage = peak_stage[rows]
-            pipeline = 0 if tables.radix == 0 else block.p * tables.radix + block.vp
+            pipeline = tables.shapes.index_of(block.p, block.vp)
+            pipeline = 0 if pipeline is None else pipeline
             counts = {name: table[pipeline, stage] for name, table in tables.counts.items()}
             values = {**fields, **shared, **counts, "pp_rank": stage.astype(np.float64)}
             for part in PARTS:
@@ -704,23 +706,18 @@ class MemoryPricer:
         once per pricer)."""
         p, vp = batch.p, batch.vp
         rest = (batch.offset, batch.offset_pipeline, batch.recompute, batch.recompute_pipeline)
-        if p.strides == (0,) and vp.strides == (0,):  # one pipeline: index 0
-            radix, pipelines = 0, {0: (int(p[0]), int(vp[0]))}
-        else:
-            if groups is not None:  # (the groups' keys: a value per group, not per layout)
-                p = groups.keys.get("p", p[:1])
-                vp = groups.keys.get("vp", vp[:1])
-            radix = int(vp.max()) + 1
-            seen = np.zeros(int(p.max()) * radix + radix, dtype=bool)  # a table, no sort
-            seen[p * radix + vp] = True
-            pipelines = {int(i): (int(i) // radix, int(i) % radix) for i in np.flatnonzero(seen)}
-        key = (radix, frozenset(pipelines.items()), *rest)
+        if groups is not None and not (p.strides == (0,) and vp.strides == (0,)):
+            # (the groups' keys: a value per group, not per layout)
+            p, vp = groups.keys.get("p", p[:1]), groups.keys.get("vp", vp[:1])
+        shapes = PipelineShapes.used(p, vp)
+        pipelines = shapes.present
+        key = (shapes.radix, frozenset(pipelines.items()), *rest)
         tables = self._tables.get(key)
-        if tables is None and radix:
+        if tables is None and shapes.radix is not None:
             # Tables over more pipelines serve as well (the same radix: the same index of each): a
             # searcher's later chunks, whose pipelines the first chunks had, reuse theirs.
             tables = next((known for (r, built, *others), known in self._tables.items()
-                           if r == radix and key[1] <= built and tuple(others) == rest), None)
+                           if r == shapes.radix and key[1] <= built and tuple(others) == rest), None)
         if tables is not None:
             return tables
         present = {i: counts for i, (pv, v) in pipelines.items()
@@ -768,6 +765,6 @@ class MemoryPricer:
             else:
                 stacked[name] = np.concatenate([np.broadcast_to(np.asarray(value, dtype=float), (size,))
                                                 for value in column])
-        tables = self._tables[key] = _Tables(radix=radix, counts=counts, kinds=tuple(kinds), extra=tuple(extra),
+        tables = self._tables[key] = _Tables(shapes=shapes, counts=counts, kinds=tuple(kinds), extra=tuple(extra),
                                              stacked=stacked)
         return tables

@@ -48,7 +48,7 @@ from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts
                        load_model, stage_layers)
 from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
-from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, batch_blocks, by_table, term_arguments,
+from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, PipelineShapes, batch_blocks, term_arguments,
                      term_function)
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
@@ -396,32 +396,33 @@ class TimePricer:
             ``layers`` and ``moe_layers`` of shape (M, U) (a layout's distinct counts, padded with its
             first), ``where`` (M, P_max): each stage's column (0 past the layout's last stage), and
             ``inside`` (M, P_max): True for the layout's own stages. All four are functions of the
-            layout's pipeline shape ``(p, vp)`` (the batch's run settings shared).
+            layout's pipeline shape ``(p, vp)`` (the batch's run settings shared): rows of tables over the
+            shapes present (``engine.PipelineShapes.used``), read at each layout's index.
         """
-        p, vp = batch.p, batch.vp
-        vp_top = int(vp.max()) + 1
-        inverse, shapes = by_table(p * vp_top + vp, int(p.max()) * vp_top + vp_top)  # the shapes present
-        lay, moe_lay, where, inside = self._shape_tables(batch, moe, vp_top, shapes)
-        return lay[inverse], moe_lay[inverse], where[inverse], inside[inverse]
+        shapes = PipelineShapes.used(batch.p, batch.vp)
+        tables = self._shape_tables(batch, moe, shapes)
+        index = np.zeros(len(batch), dtype=np.intp) if shapes.index is None else shapes.index
+        return tuple(np.take(table, index, axis=0) for table in tables)  # type: ignore[return-value]
 
-    def _shape_tables(self, batch: LayoutBatch, moe: bool, vp_top: int, shapes: np.ndarray
+    def _shape_tables(self, batch: LayoutBatch, moe: bool, shapes: PipelineShapes
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`_layer_columns`' four tables over the pipeline shapes *shapes* (codes ``p · vp_top + vp``),
-        once per pricer, run settings and set of shapes: a search's chunks repeat their few sets (read-only
-        arrays)."""
-        settings = (batch.recompute, batch.offset, batch.offset_pipeline, batch.recompute_pipeline, moe, vp_top,
-                    shapes.tobytes())
+        """:meth:`_layer_columns`' four tables, a row per index of the pipeline shapes present (*shapes*; rows
+        of indexes no shape has are not read), once per pricer, run settings and set of shapes: a search's
+        chunks repeat their few sets (read-only arrays)."""
+        settings = (batch.recompute, batch.offset, batch.offset_pipeline, batch.recompute_pipeline, moe,
+                    shapes.radix, tuple(shapes.present.items()))
         known = self._tables.get(settings)
         if known is not None:
             return known
-        tables = [self._stage_columns(batch, int(code) // vp_top, int(code) % vp_top, moe) for code in shapes]
-        u_max = max(t[0].shape[1] for t in tables)
-        p_max = int(shapes[-1]) // vp_top
-        lay = np.empty((len(shapes), u_max))
-        moe_lay = np.empty((len(shapes), u_max))
-        where = np.zeros((len(shapes), p_max), dtype=np.intp)
-        inside = np.zeros((len(shapes), p_max), dtype=bool)
-        for j, (distinct, w) in enumerate(tables):
+        tables = {i: self._stage_columns(batch, pv, v, moe) for i, (pv, v) in shapes.present.items()}
+        u_max = max(t[0].shape[1] for t in tables.values())
+        p_max = max(pv for pv, _ in shapes.present.values())
+        size = max(shapes.present) + 1
+        lay = np.zeros((size, u_max))
+        moe_lay = np.zeros((size, u_max))
+        where = np.zeros((size, p_max), dtype=np.intp)
+        inside = np.zeros((size, p_max), dtype=bool)
+        for j, (distinct, w) in tables.items():
             u = distinct.shape[1]
             lay[j, :u], moe_lay[j, :u] = distinct
             lay[j, u:], moe_lay[j, u:] = distinct[0, 0], distinct[1, 0]
