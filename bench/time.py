@@ -9,7 +9,7 @@ timed alternately round by round, so that a slow spell of the shared machine hit
 * ``ungrouped``: the same pricer with its grouping off (``group_from`` past the batch: every item's
   forms and NCCL's pick evaluated on every layout's row), the numbers identical (checked).
 
-The target of issue 11 is a time pricer not slower per layout than the stage pricer; the ratio
+The aim is a time pricer not slower per layout than the stage pricer (docs/time.md); the ratio
 ``time / stage`` (seconds per layout) is printed, best of the rounds, then one JSON line. Two batches
 per model: ``tiled`` (the grid's valid layouts repeated to ``--n``, as before) and ``distinct`` (each
 valid layout once, shuffled: no layout repeats, only the items' inputs do).

@@ -34,7 +34,7 @@ from .csvfile import DATA_DIR, read_rows
 __all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
            "load_measurements", "predict", "validate", "groups_json"]
 
-#: Messages below 1 MiB are "small", the rest "large" (issue 11's bands).
+#: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
 BAND_EDGE_BYTES = 1 << 20
 
 #: nccl-tests' collective names → the time model's.
