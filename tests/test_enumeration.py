@@ -136,7 +136,7 @@ def test_distinct_rows_groups_equal_tuples_and_only_those(seed):
     """``distinct_rows`` on columns of every kind it codes differently (narrow whole numbers, a wide whole range,
     fractions, a constant, booleans): every column is its representatives' values gathered back, two rows share a
     group exactly when all their values are equal, and the groups are as many as the distinct tuples."""
-    from codegen.pricing.chunks import distinct_rows
+    from codegen.pricing.engine import distinct_rows
 
     rng = np.random.default_rng(seed)
     n = 5000

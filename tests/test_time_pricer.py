@@ -219,7 +219,7 @@ def test_ulysses_cp_moves_what_the_original_counts_for_it(name, attention, layou
 def test_dp_calls_follow_what_the_layout_shards(llama, zero, reshards, calls):
     from dataclasses import replace
 
-    from codegen.pricing.chunks import ZERO_LEVELS
+    from symbolic.vocabulary import ZERO_LEVELS
 
     layout = replace(parse_layout("d=4,t=2,p=1,m=8", llama.model.layout), reshards=reshards, **ZERO_LEVELS[zero])
     st = llama.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True).stages

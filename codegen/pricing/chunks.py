@@ -2,27 +2,22 @@
 
 Public API::
 
-    ZERO_LEVELS, RECOMPUTE_MODES, DEGREE_KEYS  (symbolic.vocabulary's ZERO_LEVELS, RECOMPUTE_MODES, SEARCH_KEYS)
     Setting(recompute, zero, cp_algo).batch_kwargs() -> dict
     Chunk(setting, values, index, model, row=None, bpos=None): .batch (a LayoutBatch, built on first use)
-    distinct_sorted(values) -> ndarray;  distinct_rows(columns) -> (reps, inverse)  (engine.distinct_rows)
+    distinct_sorted(values) -> ndarray
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
-from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, ZERO_LEVELS
+from symbolic.vocabulary import ZERO_LEVELS
 
 from ..configs import LayoutBatch, ModelConfig
-from .engine import distinct_rows  # (re-exported: the grouping the search's stage forms use)
 
-__all__ = ["ZERO_LEVELS", "RECOMPUTE_MODES", "DEGREE_KEYS", "Setting", "Chunk", "distinct_sorted", "distinct_rows"]
-
-#: The keys a search enumerates (``d`` and ``m`` follow from the others): ``symbolic.vocabulary.SEARCH_KEYS``.
-DEGREE_KEYS = SEARCH_KEYS
-
+__all__ = ["Setting", "Chunk", "distinct_sorted"]
 
 @dataclass(frozen=True)
 class Setting:
@@ -40,7 +35,7 @@ class Chunk:
     """Valid layouts of one setting: their keys as arrays, their grid indices (stable identities), the batch.
 
     Attributes:
-        setting: the run settings of every layout. values: ``{key: (n,) int64}`` for :data:`DEGREE_KEYS`.
+        setting: the run settings of every layout. values: ``{key: (n,) int64}`` for ``symbolic.vocabulary.SEARCH_KEYS``.
         index: grid indices, ascending. batch: the :class:`LayoutBatch`, built on first use.
         row: each layout's row of the space's structure table (everything but ``b`` and ``m``), or None.
         bpos: each layout's ``b`` as its position in the space's micro-batch sizes ``SearchSpace.b``, or None.

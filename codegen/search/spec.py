@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS
+
 from ..configs import ModelConfig
-from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, Chunk
+from ..pricing.chunks import Chunk
 from .space import SearchSpace
 
 if TYPE_CHECKING:
@@ -123,7 +125,7 @@ def setting_labels(spec: SearchSpec) -> dict[str, tuple[str, ...]]:
 
 def decoded(spec: SearchSpec, chunk: Chunk, rows: np.ndarray | None = None) -> Chunk:
     """The layouts *rows* of *chunk* (all by default) with every key decoded."""
-    if all(key in chunk.values for key in DEGREE_KEYS):
+    if all(key in chunk.values for key in SEARCH_KEYS):
         return chunk if rows is None else subchunk(spec, chunk, rows)
     space = search_context(spec).space
     index = chunk.index if rows is None else chunk.index[rows]

@@ -13,9 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-from symbolic.vocabulary import SEARCH_SETTINGS
+from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS
 
-from ..pricing.chunks import DEGREE_KEYS
 
 __all__ = ["SETTING_COLUMNS", "COLUMNS", "empty_table", "reduce_top", "merge_top", "kth_objective", "pareto_front"]
 
@@ -23,7 +22,7 @@ __all__ = ["SETTING_COLUMNS", "COLUMNS", "empty_table", "reduce_top", "merge_top
 SETTING_COLUMNS = SEARCH_SETTINGS
 
 #: Columns of a result table: the grid index, the degrees, the settings, the objective and its parts, memory.
-COLUMNS = ("index", *DEGREE_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
+COLUMNS = ("index", *SEARCH_KEYS, *SETTING_COLUMNS, "objective", "step_time_s", "compute_s", "bubble_s", "comm_s",
            "stage_flops", "original_cost", "memory_peak_bytes", "headroom_bytes", "fits")
 _FLOAT_COLUMNS = ("objective", "step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "original_cost",
                   "memory_peak_bytes", "headroom_bytes")

@@ -15,7 +15,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..pricing.chunks import DEGREE_KEYS, RECOMPUTE_MODES, Chunk
+from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS
+
+from ..pricing.chunks import Chunk
 from ..pricing.step_time import exposed_comm
 from .bounds import chunk_stage_parts, floors, level_floor, row_bound_forms, row_stage_parts
 from .spec import SearchSpec, decoded, search_context, subchunk
@@ -39,7 +41,7 @@ def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
     n = len(chunk)
     setting = chunk.setting
     table: dict[str, np.ndarray] = {"index": chunk.index}
-    for key in DEGREE_KEYS:
+    for key in SEARCH_KEYS:
         table[key] = chunk.values[key]
     table["recompute"] = np.full(n, RECOMPUTE_MODES.index(setting.recompute), np.int64)
     table["zero"] = np.full(n, setting.zero, np.int64)
