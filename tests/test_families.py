@@ -15,8 +15,11 @@ import pytest
 from codegen.configs import LayoutBatch, validate_batch
 from codegen.configs.models import load_model
 from codegen.pricing import engine
-from codegen.pricing.families import FamilySpec, price_family
+from codegen.pricing.families import FamilySpec, price_family, price_slopes
+from codegen.pricing.pricer import StagePricer
+from codegen.pricing.stages import volumes_family
 from codegen.pricing.memory import DEFAULT_SETTINGS, MemoryPricer, memory_family, stage_memory, variant_key
+from codegen.pricing.step_time import StepTimePricer, compute_family, exposed_time_comm, step_time_family
 
 SYSTEM = "dgx_h100"
 
@@ -51,7 +54,8 @@ def test_the_memory_spec_prices_as_the_memory_pricer_to_the_bit(name):
         stages = stage_memory(model, batch.layout(i), system=SYSTEM)["stages"]
         np.testing.assert_array_equal(got.stages[i, :len(stages)], [row["total"] for row in stages])
         assert np.isnan(got.stages[i, len(stages):]).all()
-    assert spec.slope(model, "t") == f"memory_{variant_key(model)}_stage_total_bytes__d_t"
+    assert spec.slope(model, "t") == {"total": f"memory_{variant_key(model)}_stage_total_bytes__d_t"}
+    assert spec.slope(model, "d") is None  # (the total reads d only through the shard sizes: no derivative)
 
 
 #: Joules per byte held (a toy figure: the test is about the engine, not about energy).
@@ -61,7 +65,7 @@ JOULES_PER_BYTE = 3.5e-12
 def _energy() -> FamilySpec:
     """A toy family through the spec alone: a stage's 'energy' is the bytes its weights and activations take per rank
     (the memory family's generated parts) times a figure, and a step's the sum over the stages."""
-    def terms(model):
+    def terms(model, _batch):
         key = variant_key(model)
         return {"weights": f"memory_{key}_stage_weights_bytes", "activations": f"memory_{key}_stage_activations_bytes"}
 
@@ -89,3 +93,76 @@ def test_a_toy_family_defined_by_its_spec_alone_prices_a_batch(name):
     np.testing.assert_array_equal(plain.step, got.step)
     with pytest.raises(ValueError, match="step: one of max, sum"):
         FamilySpec(name="x", unit="y", terms=spec.terms, stage=spec.stage, step="mean")
+
+
+# ----------------------------------------------------------------------------- compute and step time
+
+
+def _uniform(model, batch, recompute):
+    """The layouts of *batch* under one recompute mode for every layer (the step-time pricer's run setting)."""
+    return LayoutBatch.from_arrays(model.layout, recompute=recompute, validated=True,
+                                   **{k: getattr(batch, k) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")})
+
+
+@pytest.mark.parametrize("name,recompute,zero", [("qwen3-72b", "selective", 1), ("deepseek-v3", "full", 0),
+                                                 ("llama2-7b", "none", 2)])
+def test_the_compute_spec_prices_as_the_step_time_pricer(name, recompute, zero):
+    """Every stage priced by the compute family's spec, the slowest taken: the step-time pricer's compute seconds
+    and FLOPs, which it reads from the first and the last stage alone (the most loaded and the one with the output
+    layer) — so this also holds that no other stage is slower."""
+    model, batch = _batch(name, 3000, seed=11)
+    batch = _uniform(model, batch, recompute)
+    spec = compute_family(SYSTEM, zero=zero)
+    got = price_family(spec, model, batch, validated=True, per_stage=True)
+    values = {k: getattr(batch, k) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+    pricer = StepTimePricer(model, system=SYSTEM)
+    want, flops, _moved, _vector = pricer.compute(values, recompute, zero)
+    np.testing.assert_allclose(got.step, want, rtol=1e-14, atol=0)
+    assert (got.step > 0).all()
+    # the spec's parts are the pricer's: FLOPs of the bottleneck stage
+    flop_spec = dataclasses.replace(spec, stage=lambda parts, _values: parts["flops"])
+    got_flops = price_family(flop_spec, model, batch, validated=True)
+    np.testing.assert_allclose(got_flops.step, pricer.stage_flops(values, recompute), rtol=1e-14, atol=0)
+    assert np.isfinite(got.stages[np.arange(len(batch)), batch.p - 1]).all()
+
+
+def test_the_step_time_spec_adds_the_bubble_and_exposed_communication():
+    """compute × (1 + bubble) + exposed communication, as StepTimePricer.price forms a step, for a comm callable of
+    the spec's (the time family's exposed seconds of the batch)."""
+    model, batch = _batch("qwen3-72b", 400, seed=5)
+    batch = _uniform(model, batch, "full")
+    comm = exposed_time_comm(model, SYSTEM)
+    got = price_family(step_time_family(SYSTEM, comm=comm, zero=1), model, batch, validated=True)
+    values = {k: getattr(batch, k) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+    want = StepTimePricer(model, system=SYSTEM).price(values, batch.recompute.mode, zero=1)
+    exposed = comm(batch)
+    assert (exposed > 0).any()
+    np.testing.assert_allclose(got.step, want["step_time_s"] + exposed, rtol=1e-14, atol=0)
+    bare = price_family(step_time_family(SYSTEM, zero=1), model, batch, validated=True)
+    np.testing.assert_allclose(bare.step, want["step_time_s"], rtol=1e-14, atol=0)
+
+
+# ----------------------------------------------------------------------------- the original's volumes
+
+
+@pytest.mark.parametrize("name,device,ttype,with_recomp", [("qwen3-72b", "A2", "FLOP", False),
+                                                           ("deepseek-v3", "A3", "TIME", True),
+                                                           ("llama2-7b", "A2", "FLOP", True)])
+def test_the_volumes_spec_prices_as_the_stage_pricer(name, device, ttype, with_recomp):
+    """Each stage's total to the bit as StagePricer's stages (both weigh the terms by the counts in the order of
+    stage_outputs); the bottleneck and the sum over the stages as its grouped fast path, which adds them in
+    another order (to rounding); the slopes as its stage_slopes."""
+    model, batch = _batch(name, 2500, seed=13)
+    pricer = StagePricer(model, device=device, ttype=ttype, with_recomp=with_recomp)
+    want = pricer.price_batch(batch, validated=True, per_stage=True)
+    spec = volumes_family(device, ttype=ttype, with_recomp=with_recomp)
+    got = price_family(spec, model, batch, validated=True, per_stage=True)
+    np.testing.assert_array_equal(got.stages, want.stages["total"])
+    np.testing.assert_allclose(got.step, want.bottleneck, rtol=1e-12, atol=0)
+    summed = price_family(dataclasses.replace(spec, step="sum"), model, batch, validated=True)
+    np.testing.assert_allclose(summed.step, want.sum, rtol=1e-12, atol=0)
+    for degree in ("t", "cp"):
+        slopes = price_slopes(spec, model, batch, degree, validated=True)
+        np.testing.assert_array_equal(slopes, pricer.stage_slopes(batch, [degree])[degree])
+    with pytest.raises(ValueError, match="no derivative in 'zz'"):
+        price_slopes(spec, model, batch, "zz", validated=True)

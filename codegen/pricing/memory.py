@@ -207,10 +207,17 @@ def _suffix(output: str) -> str:
     return output if output == "fits" else f"{output}_bytes"
 
 
-def _family_terms(model: ModelConfig) -> dict[str, str]:
-    """The memory family's stage terms of *model*'s variant: each part and the total."""
+def _family_terms(model: ModelConfig, _batch: LayoutBatch | None = None) -> dict[str, str]:
+    """The memory family's stage terms of *model*'s variant (the model alone picks it): each part and the total."""
     key = variant_key(model)
     return {out: f"memory_{key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
+
+
+def _family_slopes(model: ModelConfig, _batch: LayoutBatch | None, degree: str) -> dict[str, str] | None:
+    """The memory family's slopes: the generated derivative of the stage total in *degree* (:func:`slope_name`),
+    where one is generated."""
+    name = slope_name(model, degree)
+    return {"total": name} if name in generated.FORMULAS else None
 
 
 def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch) -> dict[str, float]:
@@ -228,8 +235,8 @@ def memory_family(settings: MemorySettings = DEFAULT_SETTINGS) -> FamilySpec:
     """The memory family as a spec (``codegen.pricing.families``): a stage's value is its total bytes per rank,
     the step's the largest stage's (the peak), its slopes the generated derivatives of the total
     (:func:`slope_name`). :class:`MemoryPricer` reads its terms and run values from here."""
-    return FamilySpec(name="memory", unit="bytes", terms=_family_terms, stage=lambda parts, _settings: parts["total"],
-                      step="max", slopes=lambda model, degree: slope_name(model, degree),
+    return FamilySpec(name="memory", unit="bytes", terms=_family_terms, stage=lambda parts, _values: parts["total"],
+                      step="max", slopes=_family_slopes,
                       settings=functools.partial(_run_values, settings))
 
 
@@ -527,7 +534,7 @@ class MemoryPricer:
         self.capacity = float(net.gpu.hbm_bytes)
         self.key = variant_key(model)
         self.family = memory_family(self.settings)
-        names = dict(self.family.terms(model))
+        names = dict(self.family.terms(model, None))
         self._functions = {out: term_function(name, backend) for out, name in names.items()}
         self._fused = any(f is not term_function(names[out]) for out, f in self._functions.items())
         self._spreads: dict[tuple[str, str], np.ndarray] = {}

@@ -32,11 +32,14 @@ from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE
                                  CpAlgorithm, LayerType, attention_variant, detect_attention, resolve_algorithm,
                                  routing)
 
+from ..configs import LayoutBatch, ModelConfig, derive_fields_batch
 from .engine import term_arguments, term_function
+from .families import FamilySpec
 from .levels import SCORE_FACTORS, score_factors
 
 __all__ = ["Fields", "Variant", "variant_of", "Terms", "terms_of", "bind", "stage_counts", "stage_outputs", "price",
-           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES", "field_sources"]
+           "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES", "field_sources",
+           "volumes_family"]
 
 #: The original's two stage conversions: volumes (FLOP) or level scores of DP, TP and CP (TIME).
 TTYPES = ("FLOP", "TIME")
@@ -393,3 +396,54 @@ def field_sources(names: frozenset[str]) -> tuple[str, ...]:
     """The fields :func:`bind` reads for the arguments *names* (layer counts are no fields)."""
     wanted = {source for name in names for source in BIND_SOURCES.get(name, (name,))}
     return tuple(sorted(wanted - set(STAGE_COUNT_NAMES)))
+
+
+# ----------------------------------------------------------------------------- the family as a spec
+
+
+def volumes_family(device: str = "A2", *, ttype: str = "FLOP", with_recomp: bool = False,
+                   step: str = "max") -> FamilySpec:
+    """The original's communication family as a spec (``codegen.pricing.families``): a stage's value is the sum
+    over ``dp, tp, ep, cp`` of ``Σ_count count · term`` (:func:`stage_outputs`, the recompute counts with
+    *with_recomp*), in the units of *ttype* (volumes, or the TIME path's level scores on *device*); the step is
+    the bottleneck stage (``step="max"``) or the sum over the stages (``"sum"``); the slopes are the terms'
+    generated derivatives, weighed alike. The variant's terms follow from the batch's run settings (one layout
+    tells); :class:`codegen.pricing.pricer.StagePricer` prices the same numbers with its grouped fast path.
+
+    Raises:
+        ValueError: naming an unknown *device* or *ttype*.
+    """
+    import hardware
+
+    if ttype not in TTYPES:
+        raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
+    system = hardware.load(device)
+    score = functools.partial(score_factors, device=device)
+
+    def variant(model: ModelConfig, batch: LayoutBatch | None) -> Variant:
+        if batch is None or not len(batch):
+            raise ValueError(f"{model.name}: the original's terms follow from a batch's run settings; none given")
+        return variant_of(Fields(derive_fields_batch(model, batch.subset(slice(0, 1)), validated=True, compact=True)))
+
+    def parts(table: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+        # "dim:count" → term, in stage_outputs' order (dimension by dimension, count by count)
+        return {f"{dim}:{count}": name for dim in STAGE_DIMENSIONS for count, name in table[dim].items()
+                if with_recomp and dim != "dp" or count not in RECOMPUTE_COUNT_NAMES}
+
+    def stage(values_of_parts: Mapping[str, np.ndarray], values: Mapping[str, Any]) -> np.ndarray:
+        totals: dict[str, Any] = {}
+        for key, value in values_of_parts.items():
+            dim, count = key.split(":")
+            totals[dim] = totals.get(dim, 0.0) + value * values[count]
+        return sum(totals.get(dim, 0.0) for dim in STAGE_DIMENSIONS)  # (0 + dp + tp + ep + cp, as priced)
+
+    def arguments(model: ModelConfig, block: LayoutBatch, names: frozenset[str]) -> dict[str, Any]:
+        fields = derive_fields_batch(model, block, names=field_sources(names), validated=True, compact=True)
+        return bind(Fields(fields), names, system=system, ttype=ttype, score=score)
+
+    return FamilySpec(name="volumes", unit="bytes" if ttype == "FLOP" else "score", step=step,
+                      terms=lambda model, batch: parts(terms_of(variant(model, batch)).by_output),
+                      slopes=lambda model, batch, degree: parts(terms_of(variant(model, batch), (degree,)).slopes[degree])
+                      or None,
+                      stage=stage, arguments=arguments)
+

@@ -39,6 +39,7 @@ Public API::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
@@ -50,10 +51,12 @@ import hardware
 from hardware import System
 from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
 
-from ..configs import ModelConfig, chunk_layer_counts
+from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
 from .engine import distinct_rows, term_arguments, term_function
+from .families import FamilySpec
 
-__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "exposed_comm", "forward_shares", "stage_layer_counts",
+__all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
+           "exposed_time_comm", "exposed_comm", "forward_shares", "stage_layer_counts",
            "time_family_comm", "time_item_keys"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
@@ -221,6 +224,97 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     return out
 
 
+#: The compute family's parts: the generated stage forms of ``symbolic.compute`` by what they count.
+COMPUTE_PARTS = {"flops": "stage_flop", "hbm_bytes": "stage_hbm_bytes", "vector_flops": "stage_vector_flop"}
+
+
+def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None) -> dict[str, str]:
+    """The compute family's stage terms of *model* (its attention variant and whether it has experts pick them;
+    the model alone): FLOPs, HBM bytes and vector FLOPs one rank of a stage runs per step."""
+    variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
+    kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
+    return {part: f"compute_{kind}_{suffix}" for part, suffix in COMPUTE_PARTS.items()}
+
+
+def _compute_inputs(counts: Mapping[str, float], stage: int) -> dict[str, float]:
+    """A stage's inputs of the compute forms from its counts (``pipeline_stage_counts``): its transformer layers
+    (body and MTP, as :func:`stage_layer_counts` counts them), whether it holds the output layer, and how many of
+    its layers it recomputes fully or selectively."""
+    return {"n_layers_stage": counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"],
+            "n_output": counts["n_output"], "n_full_rec": counts["n_full_rec"], "n_sel_rec": counts["n_sel_rec"],
+            "pp_rank": float(stage)}
+
+
+def _compute_seconds(parts: Mapping[str, np.ndarray], values: Mapping[str, Any]) -> np.ndarray:
+    """A stage's compute seconds from its parts and the GPU's facts (``compute_stage_time_s``)."""
+    return term_function("compute_stage_time_s")(
+        stage_flops=parts["flops"], peak_flops_per_s=values["peak_flops_per_s"],
+        compute_efficiency=values["compute_efficiency"], stage_hbm_bytes=parts["hbm_bytes"],
+        hbm_bytes_per_s=values["hbm_bytes_per_s"], hbm_efficiency=values["hbm_efficiency"],
+        stage_vector_flops=parts["vector_flops"], vector_flops_per_s=values["vector_flops_per_s"],
+        vector_efficiency=values["vector_efficiency"])
+
+
+def compute_family(system: System | str, *, flash_attention: float = 1.0, dropout: float = 0.0,
+                   zero: int | None = None) -> FamilySpec:
+    """The compute family as a spec (``codegen.pricing.families``): a stage's value is the seconds one rank
+    computes per step (``compute_stage_time_s`` of its FLOPs, HBM bytes and vector FLOPs), the step's the slowest
+    stage's. *zero*: the ZeRO level the optimizer update is sharded by (default the batch's run settings').
+    :class:`StepTimePricer` reads its terms from here.
+
+    Raises:
+        NoComputeFactsError: for a system without GPU peak, GEMM efficiency, HBM or vector-unit facts.
+    """
+    peak, efficiency, hbm, hbm_efficiency, vector, vector_efficiency, _name = _gpu_facts(system)
+    facts = {"peak_flops_per_s": peak, "compute_efficiency": efficiency, "hbm_bytes_per_s": hbm,
+             "hbm_efficiency": hbm_efficiency, "vector_flops_per_s": vector, "vector_efficiency": vector_efficiency}
+
+    def settings(_model: ModelConfig, batch: LayoutBatch) -> dict[str, float]:
+        level = _zero_level(batch) if zero is None else zero
+        return {**facts, "flash_attention": float(flash_attention), "dropout": float(dropout),
+                "zero_level": float(level)}
+
+    return FamilySpec(name="compute", unit="seconds", terms=compute_terms, stage=_compute_seconds, step="max",
+                      settings=settings, stage_inputs=_compute_inputs)
+
+
+def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.ndarray] | None = None,
+                     flash_attention: float = 1.0, dropout: float = 0.0, zero: int | None = None) -> FamilySpec:
+    """The step-time family as a spec: the compute family's slowest stage, times one plus the pipeline bubble
+    (``compute_pipeline_bubble``), plus the exposed communication ``comm(batch)`` (seconds per layout, e.g.
+    :func:`exposed_time_comm`; 0 without). The step as :meth:`StepTimePricer.price` forms it."""
+    compute = compute_family(system, flash_attention=flash_attention, dropout=dropout, zero=zero)
+
+    def finish(step: np.ndarray, batch: LayoutBatch, _settings: Mapping[str, Any]) -> np.ndarray:
+        bubble = term_function("compute_pipeline_bubble")(p=batch.p, vp=batch.vp, m=batch.m)
+        exposed = comm(batch) if comm is not None else np.zeros_like(step)
+        return step * (1 + bubble) + exposed
+
+    return dataclasses.replace(compute, name="step_time", finish=finish)
+
+
+def exposed_time_comm(model: ModelConfig, system: str) -> Callable[[LayoutBatch], np.ndarray]:
+    """The exposed communication seconds of each layout of a batch (:func:`exposed_comm` of the time family's
+    bottleneck stage, ``codegen.pricing.time.TimePricer``), under the batch's recompute mode and CP algorithm."""
+    from .time import TimePricer
+
+    pricer = TimePricer(model, system=system)
+
+    def comm(batch: LayoutBatch) -> np.ndarray:
+        parts = pricer.price_batch(batch, validated=True).by_dimension
+        return exposed_comm(parts, batch.recompute.mode, batch.cp_algo)
+
+    return comm
+
+
+def _zero_level(batch: LayoutBatch) -> int:
+    """The ZeRO level of a batch's run settings: 3 with FSDP, 2 with optimizer and gradient sharding, 1 with the
+    optimizer's alone, else 0 (as ``codegen.pricing.memory.zero_level_of``)."""
+    from .memory import zero_level_of
+
+    return zero_level_of(batch)
+
+
 class StepTimePricer:
     """Step time of layouts of *model* on *system*: compute + bubble + exposed communication.
 
@@ -246,14 +340,11 @@ class StepTimePricer:
         (self.peak, self.efficiency, self.hbm, self.hbm_efficiency, self.vector, self.vector_efficiency,
          self.system) = _gpu_facts(system)
         self.comm = comm
-        variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
-        kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
-        self._flops = term_function(f"compute_{kind}_stage_flop")
-        self._arguments = term_arguments(f"compute_{kind}_stage_flop")
-        self._bytes = term_function(f"compute_{kind}_stage_hbm_bytes")
-        self._bytes_arguments = term_arguments(f"compute_{kind}_stage_hbm_bytes")
-        self._vector = term_function(f"compute_{kind}_stage_vector_flop")
-        self._vector_arguments = term_arguments(f"compute_{kind}_stage_vector_flop")
+        terms = compute_terms(model)  # (the compute family's, declared once)
+        self._flops, self._arguments = term_function(terms["flops"]), term_arguments(terms["flops"])
+        self._bytes, self._bytes_arguments = term_function(terms["hbm_bytes"]), term_arguments(terms["hbm_bytes"])
+        self._vector = term_function(terms["vector_flops"])
+        self._vector_arguments = term_arguments(terms["vector_flops"])
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
