@@ -18,6 +18,7 @@ from codegen.pricing import engine
 from codegen.pricing.families import FamilySpec, price_family, price_slopes
 from codegen.pricing.pricer import StagePricer
 from codegen.pricing.stages import volumes_family
+from codegen.pricing.time import TimePricer, time_family
 from codegen.pricing.memory import DEFAULT_SETTINGS, MemoryPricer, memory_family, stage_memory, variant_key
 from codegen.pricing.step_time import StepTimePricer, compute_family, exposed_time_comm, step_time_family
 
@@ -166,3 +167,24 @@ def test_the_volumes_spec_prices_as_the_stage_pricer(name, device, ttype, with_r
         np.testing.assert_array_equal(slopes, pricer.stage_slopes(batch, [degree])[degree])
     with pytest.raises(ValueError, match="no derivative in 'zz'"):
         price_slopes(spec, model, batch, "zz", validated=True)
+
+
+# ----------------------------------------------------------------------------- collective time
+
+
+@pytest.mark.parametrize("name,order", [("qwen3-72b", "tp-cp-ep-dp-pp"), ("deepseek-v3", "tp-ep-cp-dp-pp")])
+def test_the_collective_time_spec_prices_as_the_time_pricer(name, order):
+    """Every stage's seconds over every item, NCCL's pick per call, to the bit as TimePricer's stages (which
+    evaluates each item once per group of layouts with equal inputs and per distinct layer count); the
+    bottleneck as its bottleneck."""
+    model, batch = _batch(name, 1500, seed=17)
+    want = TimePricer(model, system=SYSTEM, order=order).price_batch(batch, validated=True, per_stage=True)
+    got = price_family(time_family(model, SYSTEM, order=order), model, batch, validated=True, per_stage=True)
+    np.testing.assert_array_equal(got.stages, want.stages["total_s"])
+    np.testing.assert_array_equal(got.step, want.bottleneck_s)
+    # The spec names the first stage of the most seconds; the pricer the first stage of its layer count that has
+    # them (its columns are the distinct layer counts): the same stage unless stages of other counts tie.
+    rows = np.arange(len(batch))
+    np.testing.assert_array_equal(got.stages[rows, want.bottleneck_stage], got.step)
+    np.testing.assert_array_equal(got.stages[rows, got.stage], got.step)
+    assert (got.stage <= want.bottleneck_stage).all() and (got.stage == want.bottleneck_stage).mean() > 0.9

@@ -1,17 +1,20 @@
 """Cost families as specs: what a family declares, and the engine's one way to price a batch from it.
 
-A family (memory per rank, compute seconds, energy, …) is its generated stage terms, how a stage's value follows
-from them, how the stages make a step, and its slopes. :class:`FamilySpec` holds exactly that; :func:`price_family`
-does the rest with the engine's pieces (``codegen.pricing.engine``): the block loop, the pipeline shapes present,
-the stage counts of each, the grouping of layouts by the keys each term reads (found from the term's own
-arguments) and the calls of the generated terms. A new family is then its formulas, its hardware facts and one
-spec; a family with a pricer of its own (``MemoryPricer``, a search's hot path) reads its term names and slopes
-from its spec, so that they are declared once, and prices the same numbers to the bit (``tests/test_families.py``).
+A family (the original's volumes, collective time, memory per rank, compute and step seconds, energy, …) is its
+generated stage terms, how their arguments are bound, how a stage's value follows from them, how the stages
+make a step, and its slopes. :class:`FamilySpec` holds exactly that; :func:`price_family` does the rest with the
+engine's pieces (``codegen.pricing.engine``): the block loop, the pipeline shapes present, the stage counts of
+each, the grouping of layouts by the keys each term reads (found from the term's own arguments) and the calls of
+the generated terms. A new family is then its formulas, its hardware facts and one spec. The families with a
+pricer of their own (a search's hot paths) are declared as specs too and priced the same numbers by them
+(``tests/test_families.py``).
 
 Public API::
 
-    FamilySpec(name, unit, terms, stage, step="max", slopes=None, settings=None, stage_inputs=...)
+    FamilySpec(name, unit, terms, stage, step="max", slopes=None, settings=None, stage_inputs=...,
+               arguments=None, finish=None)
     price_family(spec, model, batch, *, validated=False, per_stage=False, group_from=...) -> FamilyPrices
+    price_slopes(spec, model, batch, degree, *, validated=False) -> (N, P_max) derivatives per stage
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ class FamilySpec:
         terms: ``(model, batch) → `` its generated stage terms, part name → function name (the variant's own;
             *batch*, the layouts priced, gives the run settings that pick a variant, or is ``None`` for a family
             whose variant the model alone picks).
-        stage: a stage's value from its parts (each a ``(rows,)`` array) and *values*: the settings and the
-            stage's inputs (``stage_inputs``), by name.
+        stage: a stage's value from its parts (each a ``(rows,)`` array) and *values*: the arguments bound for
+            the layouts (``arguments``), the settings and the stage's inputs (``stage_inputs``), by name.
         step: how the stages make a step (:data:`STEPS`).
         slopes: ``(model, batch, degree) → `` the generated derivatives of the parts in the degree (part name →
             function name), or ``None`` (none declared or generated). A stage's slope is ``stage`` applied to
@@ -182,6 +185,8 @@ def _price(spec: FamilySpec, model: ModelConfig, batch: LayoutBatch, terms: Mapp
             best = np.full(m, -np.inf) if spec.step == "max" else np.zeros(m)
             where = np.zeros(m, dtype=np.int64)
             once: dict[str, np.ndarray] = {}
+            bound = {k: columns[k] if k in columns else v[at] if isinstance(v, np.ndarray) and v.ndim else v
+                     for k, v in derived.items()}  # (the shape's layouts' own)
             for s in range(p):
                 inputs = spec.stage_inputs({k: float(v[s]) for k, v in counts.items()}, s)
                 parts = {}
@@ -198,7 +203,8 @@ def _price(spec: FamilySpec, model: ModelConfig, batch: LayoutBatch, terms: Mapp
                     parts[part] = value if found is None else np.take(value, found[1])
                     if term in stage_free:
                         once[term] = parts[part]
-                value = np.broadcast_to(np.asarray(spec.stage(parts, {**settings, **inputs}), dtype=np.float64), (m,))
+                value = np.broadcast_to(np.asarray(spec.stage(parts, {**bound, **settings, **inputs}),
+                                                   dtype=np.float64), (m,))
                 if stages is not None:
                     stages[np.arange(rows.start, rows.stop)[at], s] = value
                 if spec.step == "sum":

@@ -50,10 +50,11 @@ from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
 from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, PipelineShapes, batch_blocks, term_arguments,
                      term_function)
+from .families import FamilySpec
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, bind
 
-__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS"]
+__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS", "time_family"]
 
 #: The network-level parameters :meth:`TimePricer.stage_slopes` differentiates in (relative scales of a
 #: level's latencies, α, or bandwidths, β; ``codegen.pricing.collective.LEVEL_PARAMETERS``).
@@ -676,3 +677,52 @@ class TimePricer:
             return np.where(inside, np.take_along_axis(value, pick_cols, axis=1), np.nan)
 
         return stage(total), {x: stage(g) for x, g in grads.items()}
+
+
+# ----------------------------------------------------------------------------- the family as a spec
+
+
+def time_family(model: ModelConfig, system: str, *, order: str = DEFAULT_ORDER) -> FamilySpec:
+    """The collective-time family of *model* on *system* as a spec (``codegen.pricing.families``).
+
+    Its parts are every item's generated forms (``symbolic.stage_time``: calls per step, the size S of one call,
+    the group's ranks); its arguments the layouts' fields, the layer parameters, the hardware's constants and,
+    per group, the placement under the rank *order* (``"<group>@ranks_per_node"``, ``…@nodes``, ``…@nics_used``);
+    a stage's value is ``Σ_items calls × t(S, n)`` seconds with ``t`` the time of NCCL's pick for one call
+    (``codegen.pricing.collective``), a per-layer item weighed by the stage's layers (or MoE layers); the step is
+    the stage with the most seconds. :class:`TimePricer` prices the same numbers with its grouped fast path.
+    """
+    pricer = TimePricer(model, system=system, order=order)
+    moe = model.is_moe
+
+    def terms(_model: ModelConfig, _batch: LayoutBatch | None) -> dict[str, str]:
+        return {f"{dim}.{coll}:{what}": _item_name(dim, coll, what) for dim, coll, _, _ in ITEMS
+                for what in ("calls_count", "msg_bytes", "ranks_count")}
+
+    def arguments(_model: ModelConfig, block: LayoutBatch, _names: frozenset[str]) -> dict[str, Any]:
+        values, f = pricer._values(block)
+        for group, placed in pricer._placements(f).items():
+            values.update({f"{group}@{key}": value for key, value in placed.items()})
+        return values
+
+    def stage_inputs(counts: Mapping[str, float], stage: int) -> dict[str, float]:
+        layers = float(stage_layers(counts))
+        return {"n_layers_stage": layers, "n_moe_layers_stage": layers if moe else 0.0, "pp_rank": float(stage)}
+
+    def stage(parts: Mapping[str, np.ndarray], values: Mapping[str, Any]) -> np.ndarray:
+        dims: dict[str, Any] = {}
+        for dim, coll, group, weight in ITEMS:
+            key = f"{dim}.{coll}"
+            calls = parts[f"{key}:calls_count"]
+            seconds = np.zeros(np.shape(calls))
+            if np.any(calls):
+                call = {name: values[f"{group}@{name}"] for name in _GROUP_SYMBOLS}
+                call.update(msg_bytes=parts[f"{key}:msg_bytes"], ranks=parts[f"{key}:ranks_count"])
+                seconds = np.where(calls > 0, calls * pricer._pick_times(OPS[key], [call])[0], 0.0)
+            if weight != "stage":
+                seconds = seconds * values["n_layers_stage" if weight == "layer" else "n_moe_layers_stage"]
+            dims[dim] = dims.get(dim, 0) + seconds
+        return sum(dims[dim] for dim in TIME_DIMENSIONS if dim in dims)  # (the pricer's order of additions)
+
+    return FamilySpec(name="collective_time", unit="seconds", terms=terms, stage=stage, step="max",
+                      arguments=arguments, stage_inputs=stage_inputs)
