@@ -19,7 +19,9 @@ File layout (every key below is checked; any other key is an error)::
     original_stage_cost_scale = 0.5         # optional (default 1), the original's A3 halving
     [gpu]                                   # optional: model, generation, compute_capability,
                                             # nvlink_links, hbm_bytes, peak_flops_bf16_per_s,
-                                            # peak_flops_fp8_per_s (optional)
+                                            # peak_flops_fp8_per_s, peak_flops_fp4_per_s,
+                                            # compute_efficiency, hbm_bytes_per_s, hbm_efficiency,
+                                            # vector_flops_per_s, vector_efficiency (optional)
     [[unused_helper_levels]]                # optional: figures the original never uses
     name = "NODE"
     bandwidth_bytes_per_s = 300e9
@@ -55,7 +57,7 @@ _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", "marketed_bandwidth_bytes_per_s",
                    "marketed_direction", "nics_per_unit", "nvls")
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
-_GPU_OPTIONAL = ("peak_flops_fp8_per_s", "compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
+_GPU_OPTIONAL = ("peak_flops_fp8_per_s", "peak_flops_fp4_per_s", "compute_efficiency", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
                  "vector_efficiency")
 _HELPER_REQUIRED = ("name", "bandwidth_bytes_per_s", "efficiency", "latency_s")
 

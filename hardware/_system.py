@@ -192,6 +192,8 @@ class Gpu:
         hbm_bytes: HBM capacity per GPU, bytes (HBM is counted in binary units: 80 GB = 80 GiB).
         peak_flops_bf16_per_s: datasheet dense BF16 tensor peak, FLOP/s (sparsity figures halved).
         peak_flops_fp8_per_s: datasheet dense FP8 tensor peak, FLOP/s; ``None`` where the GPU has no FP8.
+        peak_flops_fp4_per_s: datasheet dense FP4 (NVFP4) tensor peak, FLOP/s; ``None`` where the GPU has no FP4
+            (before Blackwell).
         compute_efficiency: achieved fraction of the BF16 peak a training step's matrix multiplies reach,
             one published figure per GPU generation (the catalog comment names it); ``None`` where none
             is published (the step-time objective then refuses the system).
@@ -211,6 +213,7 @@ class Gpu:
     hbm_bytes: float
     peak_flops_bf16_per_s: float
     peak_flops_fp8_per_s: float | None = None
+    peak_flops_fp4_per_s: float | None = None
     compute_efficiency: float | None = None
     hbm_bytes_per_s: float | None = None
     hbm_efficiency: float | None = None
@@ -229,6 +232,9 @@ class Gpu:
         if self.peak_flops_fp8_per_s is not None:
             object.__setattr__(self, "peak_flops_fp8_per_s",
                                positive_real("peak_flops_fp8_per_s", self.peak_flops_fp8_per_s))
+        if self.peak_flops_fp4_per_s is not None:
+            object.__setattr__(self, "peak_flops_fp4_per_s",
+                               positive_real("peak_flops_fp4_per_s", self.peak_flops_fp4_per_s))
         if self.compute_efficiency is not None:
             object.__setattr__(self, "compute_efficiency", _fraction("compute_efficiency", self.compute_efficiency))
         if self.hbm_bytes_per_s is not None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import hardware
@@ -578,3 +579,40 @@ def test_cli_show_unknown_name_exits_2(capsys):
     assert main(["hardware", "show", "nope"]) == 2
     err = capsys.readouterr().err
     assert "'nope'" in err and "A2" in err
+
+
+#: Datasheet peaks per GPU (dense; sparsity figures halved) and the generation's chosen efficiencies, as
+#: docs/search.md states them: (BF16, FP8, FP4 FLOP/s, HBM bytes/s, GEMM efficiency, vector FLOP/s).
+BLACKWELL_FACTS = {
+    "dgx_b200": (2.25e15, 4.5e15, 9e15, 8e12, 0.87, 150e12),  # DGX B200 datasheet; FP32 75 TFLOPS x 2
+    "gb200_nvl72": (2.5e15, 5e15, 10e15, 8e12, 0.87, 160e12),  # GB200 NVL72 datasheet; FP32 80 TFLOPS x 2
+    "hgx_b300": (2.25e15, 4.5e15, 13.5e15, 8e12, 0.88, 150e12),  # HGX B300 specifications
+    "gb300_nvl72": (2.5e15, 5e15, 15e15, 8e12, 0.88, 160e12),  # GB300 NVL72 specifications
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLACKWELL_FACTS))
+def test_blackwell_systems_have_the_compute_facts_a_step_time_needs(name):
+    """Every Blackwell system is priced (no NoComputeFactsError); its GEMM efficiency is Hopper's scaled by the
+    ratio of the published maximum achievable matmul efficiencies (B200 77.6 % or B300 78.6 % over H100 80.3 %)."""
+    from codegen.configs.models import load_model
+    from codegen.pricing.step_time import StepTimePricer
+
+    gpu = hardware.load(name).gpu
+    bf16, fp8, fp4, hbm, gemm, vector = BLACKWELL_FACTS[name]
+    assert (gpu.peak_flops_bf16_per_s, gpu.peak_flops_fp8_per_s, gpu.peak_flops_fp4_per_s, gpu.hbm_bytes_per_s,
+            gpu.compute_efficiency, gpu.vector_flops_per_s) == (bf16, fp8, fp4, hbm, gemm, vector)
+    hopper = hardware.load("dgx_h100").gpu.compute_efficiency
+    mamf = 0.776 if gpu.compute_capability == 100 else 0.786
+    assert gpu.compute_efficiency == round(hopper * mamf / 0.803, 2)
+    assert (gpu.hbm_efficiency, gpu.vector_efficiency) == (0.9, 0.1)  # (Calculon's, as on Hopper)
+    values = {k: np.array([v]) for k, v in dict(d=8, t=4, p=2, cp=1, ep=1, etp=1, vp=1, b=1, m=16).items()}
+    model = load_model("qwen3-72b")
+    blackwell = StepTimePricer(model, system=name).price(values, "selective", zero=1)["compute_s"][0]
+    h100 = StepTimePricer(model, system="dgx_h100").price(values, "selective", zero=1)["compute_s"][0]
+    # Compute seconds are a sum of GEMM, HBM and vector terms, each the same quantity over Hopper's rate times the
+    # ratio of the two GPUs' achieved rates: the total's ratio lies between the smallest and the largest of these.
+    h = hardware.load("dgx_h100").gpu
+    speedups = (bf16 * gemm / (h.peak_flops_bf16_per_s * h.compute_efficiency), hbm / h.hbm_bytes_per_s,
+                vector / h.vector_flops_per_s)
+    assert min(speedups) > 1 and h100 / max(speedups) <= blackwell <= h100 / min(speedups)

@@ -91,6 +91,7 @@ def _print_gpu(system: System) -> None:
           f"{gpu.nvlink_links} NVLink links)")
     rows = (("HBM", gpu.hbm_bytes, "bytes"), ("peak dense BF16", gpu.peak_flops_bf16_per_s, "FLOP/s"),
             ("peak dense FP8", gpu.peak_flops_fp8_per_s, "FLOP/s"),
+            ("peak dense FP4", gpu.peak_flops_fp4_per_s, "FLOP/s"),
             ("matrix-multiply efficiency", gpu.compute_efficiency, "(fraction of the BF16 peak)"),
             ("HBM bandwidth", gpu.hbm_bytes_per_s, "bytes/s"),
             ("HBM efficiency", gpu.hbm_efficiency, "(fraction of peak)"),
