@@ -1,5 +1,6 @@
-"""The stage pricer's fused backend (``StagePricer(..., backend="numba")``, ``codegen.pricing.fused.FusedBackend``):
-the NumPy pricer's numbers from one numba kernel per variant. Every number is compared with ``StagePricer`` (itself held to the original's
+"""The stage pricer's fused backend (``StagePricer(..., backend="numba")``,
+``codegen.pricing.fused.FusedBackend``): the NumPy pricer's numbers from one numba kernel per variant. Every
+number is compared with the NumPy backend's (itself held to the original's
 closed forms in test_search.py) on the same layouts.
 
 Skips without numba (``pip install -e '.[fast]'``); the first run compiles a kernel per variant
@@ -36,9 +37,10 @@ def test_without_numba_it_says_which_extra(monkeypatch):
         StagePricer("llama2-7b", backend="numba")
 
 
-def test_an_unknown_backend_is_named():
-    with pytest.raises(InputError, match=re.escape("backend: expected 'numpy' or 'numba', got 'jax'")):
-        StagePricer("llama2-7b", backend="jax")
+@pytest.mark.parametrize("backend", ["jax", "fused", None, ["numba"]])
+def test_an_unknown_backend_is_named(backend):
+    with pytest.raises(InputError, match=re.escape(f"backend: expected 'numpy' or 'numba', got {backend!r}")):
+        StagePricer("llama2-7b", backend=backend)
 
 
 def test_the_backend_reads_only_the_pricers_public_plan():

@@ -110,7 +110,7 @@ class StagePricer:
                  backend: str = "numpy"):
         import hardware
 
-        if backend not in ("numpy", "numba"):
+        if not isinstance(backend, str) or backend not in ("numpy", "numba"):
             raise InputError(f"backend: expected 'numpy' or 'numba', got {backend!r}")
         if isinstance(model, str):
             model = load_model(model)
