@@ -28,7 +28,8 @@ round so that a slow spell of the machine hits each alike:
   costs.
 * ``generated_checked``: as ``generated``, with every layout checked again
   (``validated=False``, the pricer's default for layouts of unknown origin).
-* ``fused``: ``codegen.pricing.fused.FusedPricer`` on all N layouts, called as
+* ``fused``: ``StagePricer(..., backend="numba")`` (the fused target,
+  ``codegen.pricing.fused.FusedBackend``) on all N layouts, called as
   ``generated`` is (``validated=True``): one numba kernel per variant reads
   the key columns once and does the input gate, the derived fields, the
   level scores, the terms, the groups, the stage tables, the bottleneck and
@@ -202,7 +203,7 @@ def _model_rates(name: str, n: int, walk_n: int, repeat: int, seed: int) -> dict
     ways = {"scalar_walk": (scalar_walk, k), "generated": (generated, n), "generated_n1000": (generated_n1000, n),
             "generated_checked": (generated_checked, n)}
     if fused_pricer.available():
-        fast = fused_pricer.FusedPricer(model, device="A2")
+        fast = StagePricer(model, device="A2", backend="numba")
 
         def fused() -> np.ndarray:
             return fast(**arrays, validated=True).bottleneck

@@ -1,5 +1,6 @@
-"""The fused pricer (``codegen.pricing.fused.FusedPricer``): the NumPy pricer's numbers from one numba
-kernel per variant. Every number is compared with ``StagePricer`` (itself held to the original's
+"""The stage pricer's fused backend (``StagePricer(..., backend="numba")``,
+``codegen.pricing.fused.FusedBackend``): the NumPy pricer's numbers from one numba kernel per variant. Every
+number is compared with the NumPy backend's (itself held to the original's
 closed forms in test_search.py) on the same layouts.
 
 Skips without numba (``pip install -e '.[fast]'``); the first run compiles a kernel per variant
@@ -8,12 +9,15 @@ Skips without numba (``pip install -e '.[fast]'``); the first run compiles a ker
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from codegen.configs import LayoutError, load_model
+from codegen.configs import LayoutBatch, LayoutError, load_model
+from codegen.runtime.inputs import InputError
 from codegen.pricing import fused
 from codegen.pricing.pricer import StagePricer
 from conftest import assert_close
@@ -30,7 +34,31 @@ needs_numba = pytest.mark.skipif(not fused.available(), reason=NO_NUMBA)
 def test_without_numba_it_says_which_extra(monkeypatch):
     monkeypatch.setattr(fused, "available", lambda: False)
     with pytest.raises(ImportError, match=re.escape("pip install -e '.[fast]'")):
-        fused.FusedPricer("llama2-7b")
+        StagePricer("llama2-7b", backend="numba")
+
+
+@pytest.mark.parametrize("backend", ["jax", "fused", None, ["numba"]])
+def test_an_unknown_backend_is_named(backend):
+    with pytest.raises(InputError, match=re.escape(f"backend: expected 'numpy' or 'numba', got {backend!r}")):
+        StagePricer("llama2-7b", backend=backend)
+
+
+def test_the_backend_reads_only_the_pricers_public_plan():
+    """FusedBackend holds its pricer and reads it through the public members StagePlanner declares (no private
+    name of the pricer's, nothing else): the plan stays the pricer's, in one place."""
+    tree = ast.parse(Path(fused.__file__).read_text())
+    declared = {node.target.id if isinstance(node, ast.AnnAssign) else node.name
+                for node in next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "StagePlanner").body
+                if isinstance(node, (ast.AnnAssign, ast.FunctionDef))}
+    aliases = {"pricer"}  # self.pricer, and the locals it is read into
+    read = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and (isinstance(node.value, ast.Name) and node.value.id in aliases
+                 or isinstance(node.value, ast.Attribute) and node.value.attr == "pricer")}
+    read -= {"pricer"}
+    assert read and read <= declared, read - declared
+    assert not any(name.startswith("_") for name in declared)
+    assert all(callable(getattr(StagePricer, name, None)) or name in vars(StagePricer("llama2-7b"))
+               for name in declared)
 
 
 # Per model: the settings of test_search (FLOP and TIME, FSDP on and off, with_recomp on and off) and a
@@ -48,7 +76,7 @@ def test_same_prices_as_the_numpy_pricer(name, ttype, fsdp, with_recomp, device,
     arrays = _valid_arrays(name, fsdp, 300, seed=3 + len(name) + fsdp + 2 * with_recomp)
     settings = dict(device=device, fsdp=fsdp, with_recomp=with_recomp, ttype=ttype, recompute=recompute)
     want = StagePricer(model, **settings)(**arrays)
-    got = fused.FusedPricer(model, **settings)(**arrays)
+    got = StagePricer(model, **settings, backend="numba")(**arrays)
     assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
     assert_close(got.sum, want.sum, rtol=RTOL, atol=0)
     assert got.stages is None
@@ -60,18 +88,34 @@ def test_blocks_shared_keys_and_per_stage(monkeypatch):
     model = load_model("deepseek-v3")
     arrays = _valid_arrays("deepseek-v3", False, 200, seed=11)
     want = StagePricer(model)(**arrays)
-    monkeypatch.setattr(fused.FusedPricer, "kernel_block", 7)
-    got = fused.FusedPricer(model)(**arrays)
+    monkeypatch.setattr(fused.FusedBackend, "kernel_block", 7)
+    got = StagePricer(model, backend="numba")(**arrays)
     assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
     assert_close(got.sum, want.sum, rtol=RTOL, atol=0)
     d = np.array([32, 16, 8, 1])
-    qwen = fused.FusedPricer("qwen3-72b")
+    qwen = StagePricer("qwen3-72b", backend="numba")
     shared = qwen(d=d, t=4, p=8, cp=2, m=144)
     assert_close(shared.bottleneck, StagePricer("qwen3-72b")(d=d, t=4, p=8, cp=2, m=144).bottleneck,
                  rtol=RTOL, atol=0)
     staged = qwen(d=d, t=4, p=8, cp=2, m=144, per_stage=True)
     assert_close(staged.bottleneck, shared.bottleneck, rtol=RTOL, atol=0)
     assert staged.stages["total"].shape == (4, 8)
+
+
+@needs_numba
+def test_per_stage_and_slopes_stay_the_numpy_passes():
+    """The backend takes the per_stage=False prices only: every stage's parts and the slopes are the NumPy
+    pricer's, bit for bit, and the pricer is a StagePricer either way (the backend is held, not inherited)."""
+    arrays = _valid_arrays("deepseek-v3", False, 60, seed=31)
+    numpy_pricer, pricer = StagePricer("deepseek-v3"), StagePricer("deepseek-v3", backend="numba")
+    assert type(pricer) is StagePricer and pricer.backend == "numba" and numpy_pricer.backend == "numpy"
+    want, got = numpy_pricer(per_stage=True, **arrays), pricer(per_stage=True, **arrays)
+    for name, stages in want.stages.items():
+        np.testing.assert_array_equal(got.stages[name], stages)
+    np.testing.assert_array_equal(got.bottleneck, want.bottleneck)
+    batch = LayoutBatch.from_arrays(load_model("deepseek-v3").layout, **arrays)
+    for degree, slopes in numpy_pricer.stage_slopes(batch, ["t", "p"], relax_p=True).items():
+        np.testing.assert_array_equal(pricer.stage_slopes(batch, ["t", "p"], relax_p=True)[degree], slopes)
 
 
 @needs_numba
@@ -85,14 +129,14 @@ def test_invalid_layouts_raise_as_the_numpy_pricer(name, arrays, message):
     with pytest.raises(LayoutError) as numpy_error:
         StagePricer(name)(**arrays)
     with pytest.raises(LayoutError, match=re.escape(message)) as fused_error:
-        fused.FusedPricer(name)(**arrays)
+        StagePricer(name, backend="numba")(**arrays)
     assert str(fused_error.value) == str(numpy_error.value)
 
 
 @needs_numba
 def test_empty_and_validated():
     model = load_model("llama2-7b")
-    pricer = fused.FusedPricer(model)
+    pricer = StagePricer(model, backend="numba")
     assert pricer(d=np.array([], dtype=np.int64)).bottleneck.shape == (0,)
     arrays = _valid_arrays("llama2-7b", False, 50, seed=5)
     np.testing.assert_array_equal(pricer(validated=True, **arrays).bottleneck, pricer(**arrays).bottleneck)
@@ -103,7 +147,8 @@ def test_empty_and_validated():
 
 def _used_keys_kernel(pricer) -> bool:
     """Whether the last plans the pricer built were kernels over the key columns (not the batch path)."""
-    return bool(pricer._key_plans) and all(plan is not False for plan in pricer._key_plans.values())
+    plans = pricer._fused._key_plans
+    return bool(plans) and all(plan is not False for plan in plans.values())
 
 
 # Every case with the term groups tabulated; per model one case (FLOP and TIME both) with every group in the kernel.
@@ -124,7 +169,7 @@ def test_keys_kernel_same_prices_as_the_numpy_pricer(monkeypatch, name, ttype, f
     arrays = _valid_arrays(name, fsdp, 400, seed=7 + len(name) + fsdp + 2 * with_recomp)
     settings = dict(device=device, fsdp=fsdp, with_recomp=with_recomp, ttype=ttype, recompute=recompute)
     want = StagePricer(model, **settings)(**arrays)
-    pricer = fused.FusedPricer(model, **settings)
+    pricer = StagePricer(model, **settings, backend="numba")
     for validated in (False, True):
         got = pricer(validated=validated, **arrays)
         assert _used_keys_kernel(pricer)
@@ -140,7 +185,7 @@ def test_small_calls_take_the_keys_kernel_once_their_shape_repeats(monkeypatch):
     monkeypatch.setattr(fused, "_WARM_CALLS", 3)
     arrays = _valid_arrays("deepseek-v3", False, 200, seed=17)
     chunks = [{key: values[start:start + 50] for key, values in arrays.items()} for start in range(0, 200, 50)]
-    numpy_pricer, pricer = StagePricer("deepseek-v3"), fused.FusedPricer("deepseek-v3")
+    numpy_pricer, pricer = StagePricer("deepseek-v3"), StagePricer("deepseek-v3", backend="numba")
     used = []
     for chunk in chunks:
         got = pricer(**chunk)
@@ -158,7 +203,7 @@ def test_small_calls_take_the_keys_kernel_once_their_shape_repeats(monkeypatch):
         with pytest.raises(LayoutError) as fused_error:
             pricer(**broken)
         assert str(fused_error.value) == str(numpy_error.value)
-    again = fused.FusedPricer("deepseek-v3")
+    again = StagePricer("deepseek-v3", backend="numba")
     for validated in (False, True):  # validated is part of the shape: each counts from one
         again(validated=validated, **chunks[0])
         assert not _used_keys_kernel(again)
@@ -175,7 +220,7 @@ def test_keys_kernel_keys_given_as_numbers_and_os(monkeypatch):
              dict(arrays, os=np.zeros(len(d), dtype=np.int64))]
     for given in cases:
         want = StagePricer("qwen3-72b")(**given)
-        pricer = fused.FusedPricer("qwen3-72b")
+        pricer = StagePricer("qwen3-72b", backend="numba")
         got = pricer(**given)
         assert _used_keys_kernel(pricer)
         assert_close(got.bottleneck, want.bottleneck, rtol=RTOL, atol=0)
@@ -198,7 +243,7 @@ def test_keys_kernel_invalid_layouts_raise_as_the_numpy_pricer(monkeypatch, name
     with pytest.raises(LayoutError) as numpy_error:
         StagePricer(name)(**arrays)
     with pytest.raises(LayoutError) as fused_error:
-        fused.FusedPricer(name)(**arrays)
+        StagePricer(name, backend="numba")(**arrays)
     assert str(fused_error.value) == str(numpy_error.value)
     assert f"{index}" in str(fused_error.value)
 
@@ -210,13 +255,13 @@ def test_keys_kernel_falls_back_to_the_batch_path(monkeypatch):
     want = StagePricer("deepseek-v3")(**arrays)
     monkeypatch.setattr(fused, "_KEYS_FROM", 1)
     monkeypatch.setattr(fused, "_VALUES", 8)  # d and ep reach 32
-    pricer = fused.FusedPricer("deepseek-v3")
+    pricer = StagePricer("deepseek-v3", backend="numba")
     assert_close(pricer(**arrays).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
-    assert not pricer._key_plans
+    assert not pricer._fused._key_plans
     monkeypatch.setattr(fused, "_VALUES", 1 << 12)
     listed = {key: values.tolist() for key, values in arrays.items()}
     assert_close(pricer(**listed).bottleneck, want.bottleneck, rtol=RTOL, atol=0)
-    assert not pricer._key_plans
+    assert not pricer._fused._key_plans
 
 
 def test_layout_field_keys_name_every_key_a_field_reads():
@@ -249,13 +294,13 @@ def test_keys_kernel_later_calls_with_other_values(monkeypatch):
     the values of both) when one is not; an invalid layout in a later call raises as the NumPy pricer."""
     monkeypatch.setattr(fused, "_KEYS_FROM", 1)
     arrays = _valid_arrays("deepseek-v3", False, 600, seed=29)
-    numpy_pricer, pricer = StagePricer("deepseek-v3"), fused.FusedPricer("deepseek-v3")
+    numpy_pricer, pricer = StagePricer("deepseek-v3"), StagePricer("deepseek-v3", backend="numba")
     small = {key: values[arrays["d"] < 16] for key, values in arrays.items()}
     for given in (small, arrays, small, {key: values[::-1].copy() for key, values in arrays.items()}):
         got = pricer(**given)
         assert_close(got.bottleneck, numpy_pricer(**given).bottleneck, rtol=RTOL, atol=0)
         assert_close(got.sum, numpy_pricer(**given).sum, rtol=RTOL, atol=0)
-    assert len(pricer._key_plans) == 2  # the small values', then the union's (reused by the last two calls)
+    assert len(pricer._fused._key_plans) == 2  # the small values', then the union's (reused by the last two calls)
     broken = {key: values.copy() for key, values in arrays.items()}
     broken["t"][100] = 3
     with pytest.raises(LayoutError) as numpy_error:

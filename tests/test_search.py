@@ -163,7 +163,7 @@ def test_the_maximum_is_taken_when_sums_can_be_negative():
     model = load_model("qwen3-72b")
     batch = LayoutBatch.from_arrays(model.layout, d=np.array([1, 2, 4, 8]), p=np.array([1, 2, 3, 16]))
     pricer = StagePricer(model)
-    stage_counts = lambda p, vp: pricer._stage_counts(batch, p, vp)  # noqa: E731
+    stage_counts = lambda p, vp: pricer.stage_counts(batch, p, vp)  # noqa: E731
     pipelines = engine.PipelineShapes.of(batch, stage_counts)
     sums = engine.TermGroups(((0, 0, 1), (1, 1, 1)), ("n_embedding", "n_output", "n_body"), ())
     tables = engine.stage_tables(stage_counts, pipelines, sums)
@@ -171,7 +171,7 @@ def test_the_maximum_is_taken_when_sums_can_be_negative():
     bottleneck, total = np.empty(4), np.empty(4)
     engine.combine(parts, tables, pipelines.index, bottleneck, total, np.empty(4), np.empty(4))
     for i, p in enumerate([1, 2, 3, 16]):
-        counts = pricer._stage_counts(batch, p, 1)
+        counts = pricer.stage_counts(batch, p, 1)
         every_layer = counts["n_embedding"] + counts["n_output"] + counts["n_body"]
         stage = counts["n_body"] * parts[0][i] + every_layer * parts[1][i]
         assert_close(bottleneck[i], stage.max(), rtol=RTOL, atol=1e-12)

@@ -1,7 +1,11 @@
-"""The fused pricer: the stage pricer's numbers from one numba kernel per model variant.
+"""The stage pricer's fused backend: its numbers from one numba kernel per model variant.
 
-``FusedPricer`` is ``StagePricer`` (same constructor, ``__call__``/``price_batch`` and
-``StagePrices``) with its NumPy passes replaced, for ``per_stage=False``, by compiled loops.
+``StagePricer(..., backend="numba")`` (``codegen.pricing.pricer``) hands its ``per_stage=False``
+calls to a :class:`FusedBackend`, which evaluates the pricer's own plan in compiled loops instead of
+its NumPy passes. The backend holds the pricer, not its code: it reads the plan through the pricer's
+public methods (:class:`StagePlanner`: ``terms``, ``pipeline_shapes``, ``plan``,
+``argument_values``) and returns ``(bottleneck, sum)`` arrays, which the pricer returns as
+``StagePrices``; ``per_stage``, the slopes and every error stay the pricer's.
 
 **Called with key arrays** (``pricer(d=…, t=…, …)``, int64 columns or single numbers, at least
 ``_KEYS_FROM`` layouts, or fewer in the ``_WARM_CALLS``-th call of one shape on): the whole pricer is one loop
@@ -32,7 +36,8 @@ The pieces come from one place each:
   ``_<name>_at(i, …)`` — the lowered CSE form of one element, the same statements as its loop
   kernel, inlined by numba into the caller; tabulated groups are the NumPy target's terms;
 * the plan (which terms, how they group, the weight tables over the pipeline shapes ``(p, vp)``)
-  is the engine's (``engine.PipelineShapes``, ``engine.stage_tables``, through ``StagePricer``), not restated;
+  is the engine's (``engine.PipelineShapes``, ``engine.stage_tables``), as the pricer keeps it
+  (``StagePricer.plan``), not restated;
 * the derived fields (expert degrees, optimizer shards, levels, …) and the validation are
   ``codegen.configs``' and ``codegen.pricing.stages``': the NumPy code stays the one
   source of truth for them, run on the tables' grids, so an invalid layout raises the same
@@ -45,7 +50,7 @@ compiler's one strict Jinja2 environment — into a per-user cache directory (``
 ``$XDG_CACHE_HOME/symcost`` or ``~/.cache/symcost``), named by a hash of its text, and compiled
 there by numba with ``cache=True`` (later processes load the machine code).
 
-Needs numba (``pip install -e '.[fast]'``); without it constructing a ``FusedPricer`` raises
+Needs numba (``pip install -e '.[fast]'``); without it ``StagePricer(..., backend="numba")`` raises
 ImportError naming the extra.
 """
 
@@ -57,24 +62,23 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from ..backends import NUMBA, render_kernel
 from ..runtime import cache
-from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, check_batch, constraint_keys,
-                               derive_fields_batch, layout_violations)
-from ..runtime.inputs import DEVICES_MAX, bound, flag
-from .engine import (KERNEL_BLOCK, PipelineShapes, StageTables, add_parts, blocks, group_arguments,
+from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_KEYS, LayoutBatch, LayoutError, ModelConfig, constraint_keys,
+                       layout_violations)
+from ..runtime.inputs import DEVICES_MAX, bound
+from .engine import (KERNEL_BLOCK, PipelineShapes, StageTables, TermGroups, add_parts, blocks, group_arguments,
                      term_arguments, term_function)
-from .pricer import StagePrices, StagePricer
 from .levels import SCORE_FACTORS
-from .stages import BIND_SOURCES, Fields, bind, field_sources
+from .stages import BIND_SOURCES, Terms
 
-__all__ = ["FusedPricer", "available"]
+__all__ = ["FusedBackend", "StagePlanner", "available"]
 
-#: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedPricer._price_keys`)
+#: Fewest layouts a call prices by reading the key columns in one kernel (:meth:`FusedBackend.price_keys`)
 #: at once; fewer go the batch path, whose first call costs less than the scan and the plan (some 40-70 ms).
 _KEYS_FROM = 1 << 12
 
@@ -89,11 +93,11 @@ _VALUES = 1 << 12
 #: Most entries of a table over the values present of the keys a field or the constraints read.
 _TABLE_LIMIT = 1 << 18
 
-#: Most entries of a table of a term group's sum (:meth:`FusedPricer._key_plan`); larger groups are computed
+#: Most entries of a table of a term group's sum (:meth:`FusedBackend._key_plan`); larger groups are computed
 #: in the kernel from their arguments.
 _PART_TABLE_LIMIT = 1 << 16
 
-#: Keys :func:`bind` reads for an argument beyond the fields of ``BIND_SOURCES`` (it takes ``ep`` as one value).
+#: Keys ``stages.bind`` reads for an argument beyond the fields of ``BIND_SOURCES`` (it takes ``ep`` as one value).
 _BIND_KEYS: dict[str, tuple[str, ...]] = {"max_rank_tokens": ("ep",)}
 
 
@@ -181,21 +185,46 @@ def _tables(tables: StageTables) -> tuple[np.ndarray, ...]:
     return total, front_w, _matrix(tables.front.common, width), every_w, _matrix(tables.every.common, width)
 
 
-class FusedPricer(StagePricer):
-    """``StagePricer`` whose bottleneck and sum come from one numba kernel per variant (see the module).
+class StagePlanner(Protocol):
+    """What :class:`FusedBackend` reads of its pricer: ``pricer.StagePricer``'s public plan (see its methods)."""
 
-    The same arguments and results; ``per_stage`` (every stage's parts) is priced as by
-    ``StagePricer``. Raises ImportError naming the ``fast`` extra when numba is not installed.
+    model: ModelConfig
+    fsdp: bool | None
+    recompute: str | None
+    ttype: str
+    outputs: tuple[str, ...]
+
+    def terms(self, batch: LayoutBatch, degrees: Sequence[str] = ()) -> Terms: ...
+
+    def pipeline_shapes(self, batch: LayoutBatch) -> PipelineShapes: ...
+
+    def plan(self, terms: Terms, block: LayoutBatch, pipelines: PipelineShapes) -> tuple[TermGroups, StageTables]: ...
+
+    def argument_values(self, batch: LayoutBatch, needed: frozenset[str] | set[str] | Sequence[str]
+                        ) -> dict[str, Any]: ...
+
+
+class FusedBackend:
+    """The fused target of a stage pricer: its ``per_stage=False`` prices from numba kernels (see the module).
+
+    ``StagePricer(..., backend="numba")`` makes one and hands it its calls; the plan (terms, groups, stage
+    tables, bound arguments) is the pricer's, read through *pricer*'s public methods (:class:`StagePlanner`).
+
+    Args:
+        pricer: the stage pricer whose plan the kernels evaluate.
+
+    Raises:
+        ImportError: naming the ``fast`` extra when numba is not installed.
     """
 
-    #: Layouts per call of the batch kernel (``engine.KERNEL_BLOCK``; ``block``, the NumPy passes', is the stage
-    #: pricer's).
+    #: Layouts per call of the batch kernel (``engine.KERNEL_BLOCK``; the NumPy passes' block is the pricer's).
     kernel_block: int = KERNEL_BLOCK
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, pricer: StagePlanner):
         if not available():
-            raise ImportError("FusedPricer needs numba: pip install -e '.[fast]' (or use StagePricer)")
-        super().__init__(*args, **kwargs)
+            raise ImportError("backend='numba' (the fused target) needs numba: pip install -e '.[fast]' "
+                              "(or use backend='numpy')")
+        self.pricer = pricer
         self._arrays: dict[int, tuple[np.ndarray, ...]] = {}
         self._key_plans: dict[Any, Any] = {}
         self._scanned: dict[Any, tuple[str, ...]] = {}
@@ -203,23 +232,12 @@ class FusedPricer(StagePricer):
         self._heads: dict[Any, tuple[LayoutBatch, tuple[Any, ...]]] = {}
         self._calls: dict[Any, int] = {}
 
-    def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
-                 **arrays: Any) -> StagePrices:
-        """Prices of the layouts given as arrays; as ``StagePricer.__call__``.
+    def price_keys(self, arrays: dict[str, Any], validated: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(bottleneck, sum)`` of the layouts given as key arrays (``StagePricer.__call__``'s) from one pass of a
+        kernel over the key columns, or ``None`` where the pricer's batch path must price them (or raise its error).
 
-        When every key is an int64 array (or one whole number) and there are at least ``_KEYS_FROM``
-        layouts (or the same shape was priced ``_WARM_CALLS`` times), one kernel reads the keys themselves (see
-        :meth:`_price_keys`); otherwise, or when a layout is invalid, the batch path (:meth:`price_batch`) prices
-        them and raises its errors.
-        """
-        if per_stage is False:
-            prices = self._price_keys(arrays, flag("validated", validated))
-            if prices is not None:
-                return prices
-        return super().__call__(per_stage=per_stage, validated=validated, **arrays)
-
-    def _price_keys(self, arrays: dict[str, Any], validated: bool) -> StagePrices | None:
-        """Prices from one pass of a kernel over the key columns, or ``None`` where the batch path must price.
+        The kernel takes a call whose every key is an int64 array (or one whole number) of at least
+        ``_KEYS_FROM`` layouts, or fewer once the same shape was priced ``_WARM_CALLS`` times.
 
         The keys' values are scanned first (``generated.fused.seen_values``: the input gate's bounds and the
         values present); what follows from the keys alone — the first broken constraint
@@ -278,7 +296,7 @@ class FusedPricer(StagePricer):
             kernel, before, after = current[1]
             found = kernel(bottleneck, total, *before, *columns.values(), *after)
             if found == -1:
-                return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+                return bottleneck, total
             if found >= 0:
                 return None  # an invalid layout: the batch path raises its error
         seen: dict[str, np.ndarray] = {}
@@ -302,7 +320,7 @@ class FusedPricer(StagePricer):
         if len(self._current) >= 256:
             self._current.clear()
         self._current[layout_key] = plan
-        return StagePrices(bottleneck=bottleneck, sum=total, stages=None)
+        return bottleneck, total
 
     def _plan_of(self, layout_key: Any, head: LayoutBatch, settings: dict[str, Any], keys: dict[str, Any],
                  columns: dict[str, np.ndarray], scanned: tuple[str, ...], seen: dict[str, np.ndarray],
@@ -360,11 +378,13 @@ class FusedPricer(StagePricer):
 
     def _batch(self, settings: dict[str, Any], keys: dict[str, Any]) -> LayoutBatch:
         """The batch of *keys* (arrays or numbers) over the model's layout, as ``__call__`` makes it."""
-        return LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute, **settings, **keys)
+        pricer = self.pricer
+        return LayoutBatch.from_arrays(pricer.model.layout, fsdp=pricer.fsdp, recompute=pricer.recompute, **settings,
+                                       **keys)
 
     def _reads(self, name: str, keys: dict[str, Any], varying: Sequence[str]) -> tuple[str, ...]:
         """The varying keys the value of argument (or field) *name* follows from, in ``ARRAY_KEYS`` order."""
-        if self.ttype == "FLOP" and name in SCORE_FACTORS:
+        if self.pricer.ttype == "FLOP" and name in SCORE_FACTORS:
             return ()  # bind: 1 on the FLOP path
         reads = {key for source in BIND_SOURCES.get(name, (name,)) for key in
                  (*LAYOUT_FIELD_KEYS.get(source, ()), *_BIND_KEYS.get(source, ()))}
@@ -374,7 +394,7 @@ class FusedPricer(StagePricer):
                    ) -> tuple[str, ...]:
         # Without an os of its own, a batch takes the model layout's where it divides d (from_arrays): os then
         # follows d, and what reads os reads d.
-        if "os" in reads and "os" not in keys and self.model.layout.os is not None:
+        if "os" in reads and "os" not in keys and self.pricer.model.layout.os is not None:
             reads = set(reads) | {"d"}
         return tuple(key for key in ARRAY_KEYS if key in reads and key in varying)
 
@@ -382,29 +402,30 @@ class FusedPricer(StagePricer):
                       validated: bool) -> tuple[str, ...]:
         """The varying keys whose values present a plan needs: those a term's argument, the pipeline or the
         constraints read (the kernel checks the others' bounds itself)."""
-        terms = self._terms(head)
-        needed = terms.arguments({output.removesuffix("_recomputed") for output in self.outputs})
+        terms = self.pricer.terms(head)
+        needed = terms.arguments({output.removesuffix("_recomputed") for output in self.pricer.outputs})
         reads = {key for name in needed for key in self._reads(name, keys, varying)}
         reads |= {"p", "vp"}
         if not validated:
-            reads |= set(self._key_reads(constraint_keys(self.model, head), keys, varying))
+            reads |= set(self._key_reads(constraint_keys(self.pricer.model, head), keys, varying))
         return tuple(key for key in ARRAY_KEYS if key in reads and key in varying)
 
     def _key_plan(self, head: LayoutBatch, settings: dict[str, Any], keys: dict[str, Any], varying: tuple[str, ...],
                   scanned: tuple[str, ...], values: dict[str, np.ndarray], seen: dict[str, np.ndarray],
                   validated: bool) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
-        """The kernel of :meth:`_price_keys` and its arguments before and after the key columns."""
+        """The kernel of :meth:`price_keys` and its arguments before and after the key columns."""
         shared = {name: int(getattr(head, name)[0]) for name in ARRAY_KEYS}
         given = {name: shared[name] for name in keys}  # keys not given take the model's layout in every batch
 
         def key_reads(reads: set[str]) -> tuple[str, ...]:
             return self._key_reads(reads, keys, varying)
 
-        terms = self._terms(head)
+        pricer = self.pricer
+        terms = pricer.terms(head)
         probe = self._batch(settings, {**given, **{name: np.array([values[name][0], values[name][-1]])
                                                   for name in ("p", "vp") if name in varying}})
-        pipelines = PipelineShapes.of(probe, functools.partial(self._stage_counts, probe), self._pipelines)
-        sums, tables = self._plan(terms, probe, pipelines)
+        pipelines = pricer.pipeline_shapes(probe)
+        sums, tables = pricer.plan(terms, probe, pipelines)
         weights = _tables(tables)
         if pipelines.index is None:
             radix, pipeline = 0, "0"
@@ -426,18 +447,15 @@ class FusedPricer(StagePricer):
                 grid_columns[name] = np.tile(np.repeat(values[name], inner), size // (inner * sizes[j]))
             return self._batch(settings, {**given, **grid_columns}), strides
 
-        def bound_values(batch: LayoutBatch, names: Sequence[str]) -> dict[str, Any]:
-            derived = derive_fields_batch(self.model, batch, names=field_sources(frozenset(names)), validated=True,
-                                          compact=True)
-            return bind(Fields(derived), names, system=self.system, ttype=self.ttype, score=self._score)
+        bound_values = pricer.argument_values
 
         check = None
         check_args: tuple[Any, ...] = ()
         coded: set[str] = set()
         if not validated:
-            read = key_reads(set(constraint_keys(self.model, head)))
+            read = key_reads(set(constraint_keys(pricer.model, head)))
             batch, strides = grid(read)
-            first = layout_violations(self.model, batch)
+            first = layout_violations(pricer.model, batch)
             if not read:
                 if first[0] >= 0:
                     raise LayoutError("every layout breaks a constraint")  # the batch path names it
@@ -519,23 +537,20 @@ class FusedPricer(StagePricer):
         return module.price, before, after
 
 
-    def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
-                    validated: bool = False) -> StagePrices:
-        """Prices of the layouts of *batch*; as ``StagePricer.price_batch``."""
-        if per_stage is not False or len(batch) == 0:
-            return super().price_batch(batch, per_stage=per_stage, validated=validated)
-        validated = flag("validated", validated)
+    def price_batch(self, batch: LayoutBatch, terms: Terms) -> tuple[np.ndarray, np.ndarray]:
+        """``(bottleneck, sum)`` of the layouts of *batch* (checked, or vouched for, by the pricer) with the
+        variant's *terms* (``StagePricer.terms``): per block of :attr:`kernel_block` layouts, the pricer's plan
+        for the block's pipeline shapes and its bound arguments, and one kernel over the terms, the groups, the
+        stage weights, the bottleneck and the sum."""
+        pricer = self.pricer
         n = len(batch)
-        if not validated:
-            check_batch(self.model, batch)
-        terms = self._terms(batch)
         bottleneck, total_sum = np.empty(n), np.empty(n)
         for rows in blocks(n, self.kernel_block):
             block = batch.subset(rows) if n > self.kernel_block else batch
             m = len(block)
-            pipelines = PipelineShapes.of(block, lambda p, vp, _b=block: self._stage_counts(_b, p, vp), self._pipelines)
-            sums, tables = self._plan(terms, block, pipelines)
-            values = self._values(block, group_arguments(sums))
+            pipelines = pricer.pipeline_shapes(block)
+            sums, tables = pricer.plan(terms, block, pipelines)
+            values = pricer.argument_values(block, group_arguments(sums))
             # Arrays for the fields that vary by layout (by name, so that the kernel stays the same from
             # block to block), numbers for the model's and the run's; an array where a number was
             # expected makes its own kernel.
@@ -551,7 +566,7 @@ class FusedPricer(StagePricer):
             kernel(index, *arrays[1:], bottleneck[rows], total_sum[rows],
                    *(_as_array(values[a], m) if a in varying else float(np.asarray(values[a]).reshape(-1)[0])
                      for a in arguments))
-        return StagePrices(bottleneck=bottleneck, sum=total_sum, stages=None)
+        return bottleneck, total_sum
 
 
 def _as_array(value: Any, m: int) -> np.ndarray:

@@ -24,6 +24,18 @@ count · term`` (``symbolic.model``), with generated per-layer terms
 With ``per_stage=True`` every stage's parts come from ``stages.stage_outputs``,
 the function the reference check prices the original's cases with. Stages
 beyond a layout's own ``p`` are NaN in the per-stage arrays.
+
+**Backends.** ``backend="numpy"`` (the default) runs the passes above on the
+generated NumPy terms. ``backend="numba"`` hands the ``per_stage=False`` calls
+(key arrays or batches) to ``codegen.pricing.fused.FusedBackend``: the same
+plan (the variant's terms, their groups, the stage tables over the pipeline
+shapes, the terms' bound arguments), read through this pricer's public
+:meth:`StagePricer.terms`, :meth:`StagePricer.pipeline_shapes`,
+:meth:`StagePricer.plan`, :meth:`StagePricer.stage_counts` and
+:meth:`StagePricer.argument_values`, evaluated by numba kernels the compiler's
+``NUMBA`` backend renders. Everything else (``per_stage``, the slopes, a
+vouched-for call of one block below the fused target's thresholds) stays on
+the NumPy passes.
 """
 
 from __future__ import annotations
@@ -39,7 +51,7 @@ from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs import (LAYOUT_FIELD_NAMES, LayoutBatch, ModelConfig, batch_stage_counts, check_batch,
                        derive_fields_batch, direct_column, dp_comm_level_values, load_model)
-from ..runtime.inputs import flag
+from ..runtime.inputs import InputError, flag
 from .engine import (BOUND_BLOCK, STAGE_BLOCK, BoundKernel, PipelineShapes, StageTables, TermGroups, accumulate,
                      batch_blocks, bound_term, combine, counts_used, group_arguments, group_terms, stage_tables,
                      term_calls)
@@ -81,18 +93,25 @@ class StagePricer:
         fsdp, recompute: run settings shared by every layout (``None`` keeps the model file's).
         with_recomp: price each recomputed layer's traffic again (the original's ``with_recomp``).
         ttype: "FLOP" (volumes) or "TIME" (level scores for DP, TP and CP).
+        backend: ``"numpy"`` (the generated NumPy terms) or ``"numba"`` (the fused target,
+            ``codegen.pricing.fused.FusedBackend``, for the ``per_stage=False`` calls: one numba kernel per
+            variant; the same numbers within rounding, ``tests/test_fused_pricer.py``).
 
     Raises:
-        ValueError: naming an unknown model, device or setting.
+        ValueError: naming an unknown model, device, setting or backend.
+        ImportError: ``backend="numba"`` without numba, naming the extra ``fast``.
     """
 
     #: Layouts per block of the pricing loop (``engine.STAGE_BLOCK``).
     block: int = STAGE_BLOCK
 
     def __init__(self, model: str | ModelConfig, *, device: str = "A2", fsdp: bool | None = None,
-                 recompute: str | None = None, with_recomp: bool = False, ttype: str = "FLOP"):
+                 recompute: str | None = None, with_recomp: bool = False, ttype: str = "FLOP",
+                 backend: str = "numpy"):
         import hardware
 
+        if not isinstance(backend, str) or backend not in ("numpy", "numba"):
+            raise InputError(f"backend: expected 'numpy' or 'numba', got {backend!r}")
         if isinstance(model, str):
             model = load_model(model)
         if not isinstance(model, ModelConfig):
@@ -117,6 +136,12 @@ class StagePricer:
         self._last_plan: tuple[Any, ...] = (None, None, None, None)
         self._variants: dict[Any, Terms] = {}
         self._scratch: dict[tuple[int, int], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self.backend = backend
+        self._fused: Any = None  # the fused target's FusedBackend, for backend="numba"
+        if backend == "numba":
+            from .fused import FusedBackend  # (numba's import and the kernels only for this backend)
+
+            self._fused = FusedBackend(self)
 
     def __call__(self, *, per_stage: bool | Sequence[str] = False, validated: bool = False,
                  **arrays: Any) -> StagePrices:
@@ -130,9 +155,17 @@ class StagePricer:
                 that check implies; see ``LayoutBatch.from_arrays``); an invalid layout then gets
                 an unspecified price. By default every layout is checked.
 
+        With ``backend="numba"`` and ``per_stage=False``, the fused target first tries its kernel over
+        the key columns (``FusedBackend.price_keys``); where it does not take the call, as below.
+
         Raises:
             codegen.configs.LayoutError: naming the first invalid layout and its constraint.
         """
+        fused = self._fused
+        if fused is not None and per_stage is False:
+            priced = fused.price_keys(arrays, flag("validated", validated))
+            if priced is not None:
+                return StagePrices(bottleneck=priced[0], sum=priced[1])
         validated = flag("validated", validated)
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
                                         validated=validated, **arrays)
@@ -141,13 +174,17 @@ class StagePricer:
             # A searcher's call (vouched-for layouts, one block, no stages): price_batch's own path, without
             # its checks of what this call's arguments already are.
             bottleneck, total_sum = np.empty(n), np.empty(n)
-            self._price_block(self._terms(batch), batch, bottleneck, total_sum, self._combine_scratch(n))
+            self._price_block(self.terms(batch), batch, bottleneck, total_sum, self._combine_scratch(n))
             return StagePrices(bottleneck=bottleneck, sum=total_sum)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
 
     def price_batch(self, batch: LayoutBatch, *, per_stage: bool | Sequence[str] = False,
                     validated: bool = False) -> StagePrices:
-        """Prices of the layouts of *batch* (``LayoutBatch.from_layouts`` for parsed layouts); as ``__call__``."""
+        """Prices of the layouts of *batch* (``LayoutBatch.from_layouts`` for parsed layouts); as ``__call__``.
+
+        With ``backend="numba"`` and ``per_stage=False`` the fused target prices them
+        (``FusedBackend.price_batch``) after the same checks.
+        """
         validated = flag("validated", validated)  # only a real bool: validated="no" must not skip the checks
         if not isinstance(per_stage, (bool, np.bool_)) and (
                 isinstance(per_stage, str) or not all(isinstance(name, str) for name in per_stage)):
@@ -160,7 +197,10 @@ class StagePricer:
             return StagePrices(bottleneck=np.empty(0), sum=np.empty(0), stages=empty)
         if not validated:
             check_batch(self.model, batch)
-        terms = self._terms(batch)
+        terms = self.terms(batch)
+        if self._fused is not None and per_stage is False:
+            bottleneck, total_sum = self._fused.price_batch(batch, terms)
+            return StagePrices(bottleneck=bottleneck, sum=total_sum)
         bottleneck, total_sum = np.empty(n), np.empty(n)
         scratch = self._combine_scratch(min(n, self.block))
         # Block by block, each step over the same layouts: every temporary is one block long and stays in cache.
@@ -179,8 +219,8 @@ class StagePricer:
     def _price_block(self, terms: Terms, block: LayoutBatch, bottleneck: np.ndarray, total_sum: np.ndarray,
                      scratch: tuple[np.ndarray, np.ndarray]) -> None:
         """Fill *bottleneck* and *total_sum* of the layouts of *block* (at most :attr:`block` of them)."""
-        pipelines = PipelineShapes.of(block, functools.partial(self._stage_counts, block), self._pipelines)
-        sums, tables = self._plan(terms, block, pipelines)
+        pipelines = self.pipeline_shapes(block)
+        sums, tables = self.plan(terms, block, pipelines)
         evaluated = self._evaluate(block, sums)
         # Each term is in one group and its array is this call's own: the group's sum goes into it.
         parts = [accumulate([evaluated[name] for name in group if name in evaluated]) for group in sums.names]
@@ -197,16 +237,19 @@ class StagePricer:
         Raises:
             ValueError: naming a degree with no derivative terms (see ``symbolic.sensitivity.DEGREES``).
         """
-        terms = self._terms(batch, degrees)
+        terms = self.terms(batch, degrees)
         out = {x: sum(self._stages(batch, terms, self.outputs, wrt=x).values()) for x in degrees}
         if relax_p and "p" in degrees:
             body = sum(self._stages(batch, terms, self.outputs, only=BODY_COUNT_NAMES).values())
             out["p"] = out["p"] - body / batch.p[:, None]
         return out
 
-    def _terms(self, batch: LayoutBatch, degrees: Sequence[str] = ()) -> Terms:
-        """The variant's terms: the fields that pick it are the model's and the run's (the batch's shared
-        settings), so one layout tells, once per set of settings."""
+    def terms(self, batch: LayoutBatch, degrees: Sequence[str] = ()) -> Terms:
+        """The variant's terms for the layouts of *batch* (with the derivative terms of *degrees*).
+
+        The fields that pick the variant are the model's and the run's (the batch's shared settings), so
+        one layout tells, once per set of settings.
+        """
         key = (batch.settings(), tuple(degrees))
         terms = self._variants.get(key)
         if terms is None:
@@ -214,10 +257,20 @@ class StagePricer:
             terms = self._variants[key] = terms_of(variant_of(Fields(probe)), degrees)
         return terms
 
-    def _plan(self, terms: Terms, block: LayoutBatch, pipelines: PipelineShapes) -> tuple[TermGroups, StageTables]:
-        """The term groups and the weight tables for layouts of the *pipelines* present (each built once)."""
+    def pipeline_shapes(self, batch: LayoutBatch) -> PipelineShapes:
+        """The pipeline shapes ``(p, vp)`` of the model up to the largest of *batch* and each layout's index
+        among them (``engine.PipelineShapes.of``; the shapes kept per set of pipelines)."""
+        return PipelineShapes.of(batch, functools.partial(self.stage_counts, batch), self._pipelines)
+
+    def plan(self, terms: Terms, block: LayoutBatch, pipelines: PipelineShapes) -> tuple[TermGroups, StageTables]:
+        """The plan of *terms* for layouts of the *pipelines* present (:meth:`pipeline_shapes` of *block*).
+
+        Returns:
+            The term groups (``engine.group_terms``: the terms by how the stages weigh them) and their weight
+            in each kind of stage and over the stages (``engine.stage_tables``), each built once.
+        """
         pipeline_key = pipelines.key  # (the batch's offset and recompute lists included)
-        stage_counts = functools.partial(self._stage_counts, block)
+        stage_counts = functools.partial(self.stage_counts, block)
         used = self._counts_used.get(pipeline_key)
         if used is None:
             used = self._counts_used[pipeline_key] = counts_used(stage_counts, pipelines)
@@ -229,17 +282,18 @@ class StagePricer:
             tables = self._weights[(terms, pipeline_key)] = stage_tables(stage_counts, pipelines, sums)
         return sums, tables
 
-    def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
-        """The stage counts of the batch's layouts with pipeline (p, vp) (``batch_stage_counts``)."""
+    def stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray] | None:
+        """The stage counts of the batch's layouts with pipeline (p, vp) (``configs.batch_stage_counts``)."""
         return batch_stage_counts(self.model, batch, p, vp, self._counts)
 
-    def _values(self, batch: LayoutBatch, needed: frozenset[str] | set[str]) -> dict[str, Any]:
-        """The terms' arguments *needed* for the layouts of *batch*: shared ones as numbers, the rest arrays.
+    def argument_values(self, batch: LayoutBatch, needed: frozenset[str] | set[str] | Sequence[str]
+                        ) -> dict[str, Any]:
+        """The terms' arguments *needed*, bound for the layouts of *batch*: shared ones as numbers, the rest arrays.
 
-        Which arguments are one number for the whole batch, and their values, follow from the run
-        settings and from the keys every layout shares (a stride-0 column and its value): per such
-        shape of batch they are derived and bound once, and later calls derive and bind only the
-        arguments that vary per layout.
+        The values ``stages.bind`` gives on the fields ``derive_fields_batch`` derives. Which arguments are
+        one number for the whole batch, and their values, follow from the run settings and from the keys
+        every layout shares (a stride-0 column and its value): per such shape of batch they are derived and
+        bound once, and later calls derive and bind only the arguments that vary per layout.
         """
         needed = frozenset(needed)
         shape = (needed, batch.settings(), batch.shared_keys())
@@ -262,7 +316,7 @@ class StagePricer:
     def _evaluate(self, batch: LayoutBatch, sums: TermGroups) -> dict[str, np.ndarray]:
         """Each generated term the groups of *sums* add, evaluated for the layouts of *batch*.
 
-        As :meth:`_values` (whose plans decide which arguments are one number for a shape of batch),
+        As :meth:`argument_values` (whose plans decide which arguments are one number for a shape of batch),
         and per such shape each term's shared arguments are bound once: a later call derives, binds
         and passes only the arguments that vary per layout. A term whose generated function has a
         kernel (``generated._runtime.Kernel``) then runs its block statements directly
@@ -281,7 +335,7 @@ class StagePricer:
             if plan is not None:
                 self._last_plan = (sums, settings, shared_keys, plan)
         if plan is None:
-            values = self._values(batch, group_arguments(sums))
+            values = self.argument_values(batch, group_arguments(sums))
             # A ZeRO switch of a level the batch's settings rule out is 0 for every layout: shared.
             levels = dp_comm_level_values(batch)
             for name, (_source, level) in ZERO_SWITCHES.items():
@@ -381,13 +435,13 @@ class StagePricer:
         """Every stage's *outputs*, ``(N, P_max)`` arrays, NaN past a layout's last stage (``stage_outputs``
         per pipeline shape; *wrt*: their derivatives; *only*: weigh these layer counts alone)."""
         n = len(batch)
-        stage_counts = functools.partial(self._stage_counts, batch)
+        stage_counts = functools.partial(self.stage_counts, batch)
         pipelines = PipelineShapes.of(batch, stage_counts)
         p_max = max(p for p, _ in pipelines.present.values())
         stages = {name: np.full((n, p_max), np.nan) for name in outputs}
         bases = {o.removesuffix("_recomputed") for o in outputs}
         needed = terms.arguments(bases) if wrt is None else terms.arguments((), slopes=(wrt,))
-        values = self._values(batch, needed)
+        values = self.argument_values(batch, needed)
         for i, (p, vp) in pipelines.present.items():
             rows = np.arange(n) if pipelines.index is None else np.flatnonzero(pipelines.index == i)
             if not len(rows):
