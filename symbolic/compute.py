@@ -37,7 +37,7 @@ from .params import (attention_params, dense_ffn_params, norm_params, router_par
 from .symbols import syms
 from .vocabulary import AttentionParams
 
-__all__ = ["layer_forward_flops", "score_flops", "stage_flops", "stage_hbm_bytes", "stage_vector_flops", "FORMULAS"]
+__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "FORMULAS"]
 
 s, b, h, a, dh, dhr, qk_nope, v = syms("s", "b", "h", "a", "dh", "dhr", "qk_nope_head_dim", "v")
 hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, n_ffMM = syms(
@@ -50,6 +50,7 @@ n_kv, sp, d, ep, zero_level, flash, dropout = syms("n_kv", "sp", "d", "ep", "zer
 bytes_grad = syms("bytes_grad")[0]
 hbm_bytes_sym, hbm_bw, hbm_eff = syms("stage_hbm_bytes", "hbm_bytes_per_s", "hbm_efficiency")
 vector_sym, vector_peak, vector_eff = syms("stage_vector_flops", "vector_flops_per_s", "vector_efficiency")
+lowp_sym, lowp_peak, lowp_eff = syms("stage_lowp_flops", "lowp_peak_flops_per_s", "lowp_efficiency")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
@@ -64,6 +65,11 @@ ACCUMULATE = ("Megatron-LM (NVIDIA/Megatron-LM, megatron/core/tensor_parallel/la
               "LinearWithGradAccumulationAndAsyncCommunication.backward): the weight gradient is accumulated in "
               "place into the parameter's main_grad buffer every micro-batch (wgrad_gemm_accum_fp32 / _fp16, or "
               "main_grad.add_), which reads and writes the buffer in the gradient dtype")
+LOW_PRECISION = ("NVIDIA Transformer Engine documentation (\"Using FP8 with Transformer Engine\"; "
+                 "transformer_engine.pytorch.Linear / LayerNormLinear / LayerNormMLP / GroupedLinear under fp8_autocast): "
+                 "a linear layer's forward, input-gradient (dgrad) and weight-gradient (wgrad) GEMMs run in FP8 "
+                 "(MXFP8, NVFP4 on Blackwell); attention's core and every other operation stay in BF16; Megatron-Core's "
+                 "output layer and MoE router are not Transformer Engine modules and stay in BF16")
 BUBBLE = "Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble (p-1)/(vp·m)"
 
 
@@ -85,6 +91,23 @@ def layer_forward_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     else:
         ffn = n_ffMM * hff * h
     return 2 * (projections + ffn) + score_flops(variant)
+
+
+def linear_forward_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """Forward FLOPs per token of one layer's linear layers that Transformer Engine runs in a low precision: the
+    attention projections and the MLP or the chosen and shared experts (not the router, not the scores)."""
+    projections = attention_params(variant)
+    if moe:
+        ffn = (n_chosen_exp + n_shared_exp) * n_ffMM * hff_exp * h
+    else:
+        ffn = n_ffMM * hff * h
+    return 2 * (projections + ffn)
+
+
+def stage_lowp_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """FLOPs of a stage's GEMMs one rank runs per step in the run's low precision: the linear layers' three passes
+    (forward, input gradient, weight gradient) and their forward again under full recompute."""
+    return m * b * s / (t * cp) * (3 * n_layers_stage + n_full_rec) * linear_forward_flops(variant, moe)
 
 
 def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
@@ -219,6 +242,11 @@ def _build() -> tuple[Formula, ...]:
                           "FLOPs per rank per step of one pipeline stage: three passes of its layers and output "
                           "layer, plus the recomputed forward passes (full) or attention scores (selective).",
                           f"{NARAYANAN}; {KORTHIKANTI}"))
+            out.append(_f(f"{key}_stage_lowp_flop", stage_lowp_flops(variant, moe), key, "FLOP",
+                          "FLOPs per rank per step of one pipeline stage's GEMMs that run in the low precision of an "
+                          "FP8 / MXFP8 / NVFP4 run: its linear layers' forward, input-gradient and weight-gradient "
+                          "GEMMs and their recomputed forward (a part of the stage's FLOPs).",
+                          f"{NARAYANAN}; {LOW_PRECISION}"))
             out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
                           "operations, GEMM operands and weights, the weight gradients' accumulation, "
@@ -230,14 +258,19 @@ def _build() -> tuple[Formula, ...]:
                           "unless fused), their recomputation, the Adam update.", VECTOR))
     out.append(_f("output_forward_flop", 2 * h * v, "output", "FLOP",
                   "Forward FLOPs per token of the output layer (logits).", NARAYANAN))
+    # Every FLOP at the BF16 rate, then the low-precision GEMMs' at theirs instead: (F − L)/R + L/R_low written as
+    # F/R + L·(1/R_low − 1/R), so that a BF16 run (L = 0, R_low = R) adds its terms as it always has.
     compute = (stage_flops_sym / (peak * efficiency) + hbm_bytes_sym / (hbm_bw * hbm_eff)
+               + lowp_sym * (1 / (lowp_peak * lowp_eff) - 1 / (peak * efficiency))
                + vector_sym / (vector_peak * vector_eff))
     out.append(_f("stage_time_s", compute, "time", "s",
-                  "Seconds per step one rank of a stage computes: its matrix-multiply FLOPs over the achieved "
-                  "GEMM FLOP/s (peak × the generation's GEMM efficiency), plus its memory-bound bytes over the "
-                  "achieved HBM bandwidth (peak × the generation's HBM efficiency), plus its element-wise FLOPs "
-                  "over the achieved vector-unit FLOP/s (peak × the generation's vector efficiency), not "
-                  "overlapped.", f"{CALCULON}; {VECTOR}; peaks and efficiencies: the hardware catalog"))
+                  "Seconds per step one rank of a stage computes: its matrix-multiply FLOPs in BF16 over the "
+                  "achieved BF16 GEMM FLOP/s (peak × the generation's GEMM efficiency) and those of its GEMMs in "
+                  "the run's low precision over the achieved low-precision FLOP/s (0 in a BF16 run), plus its "
+                  "memory-bound bytes over the achieved HBM bandwidth (peak × the generation's HBM efficiency), "
+                  "plus its element-wise FLOPs over the achieved vector-unit FLOP/s (peak × the generation's "
+                  "vector efficiency), not overlapped.",
+                  f"{CALCULON}; {VECTOR}; {LOW_PRECISION}; peaks and efficiencies: the hardware catalog"))
     out.append(_f("pipeline_bubble", (p - 1) / (vp * m), "pipeline", "1",
                   "Idle fraction of the ideal step time a pipeline adds under 1F1B / interleaved schedules.", BUBBLE))
     out.append(_f("step_time_s", compute * (1 + (p - 1) / (vp * m)) + exposed,

@@ -272,6 +272,11 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("stage_flops", "nonnegative", "FLOP", "FLOPs one rank of a pipeline stage computes per step"),
     ("peak_flops_per_s", "positive", "FLOP/s", "datasheet dense peak FLOP/s of one GPU in the training dtype"),
     ("compute_efficiency", "positive", "1", "achieved fraction of the peak FLOP/s (one per GPU generation)"),
+    ("stage_lowp_flops", "nonnegative", "FLOP",
+     "FLOPs of a stage's GEMMs one rank runs per step in the run's low precision (FP8, MXFP8, NVFP4; 0 in BF16)"),
+    ("lowp_peak_flops_per_s", "positive", "FLOP/s", "datasheet dense peak FLOP/s of one GPU in the low precision"),
+    ("lowp_efficiency", "positive", "1",
+     "achieved fraction of the low-precision peak FLOP/s (one per GPU generation and precision)"),
     ("exposed_comm_s", "nonnegative", "s", "communication seconds per step that do not overlap with compute"),
     ("stage_hbm_bytes", "nonnegative", "bytes",
      "HBM bytes one rank of a pipeline stage moves per step in memory-bound work (element-wise ops, GEMM operands, "
@@ -319,6 +324,7 @@ PER_LAYOUT: frozenset[str] = frozenset({
     "msg_bytes", "ranks", "ranks_per_node", "nodes", "nics_used", "ring_channels", "group_size", "group_stride",
     "group_size_2", "group_stride_2",
     "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s", "stage_hbm_bytes", "stage_vector_flops",
+    "stage_lowp_flops",
 })
 if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators
     raise ValueError(f"PER_LAYOUT names undeclared symbols: {sorted(PER_LAYOUT - set(SPECS))}")

@@ -57,6 +57,8 @@ __all__ = [
     "SEARCH_KEYS",
     "SEARCH_SETTINGS",
     "LEVEL_PARAMETERS",
+    "Precision",
+    "PRECISIONS",
 ]
 
 
@@ -407,6 +409,41 @@ SEARCH_KEYS: tuple[str, ...] = ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m"
 #: :data:`RECOMPUTE_MODES`, :data:`ZERO_LEVELS` and the searched CP algorithms).
 SEARCH_SETTINGS: tuple[str, ...] = ("recompute", "zero", "cp_algo")
 
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A training precision: the data type of the linear layers' GEMMs (NVIDIA Transformer Engine's recipes; every
+    other operation stays in BF16).
+
+    Attributes:
+        name: the run setting's value (``--precision``).
+        peak: the ``hardware.Gpu`` field of its dense tensor peak.
+        efficiency: the ``hardware.Gpu`` field of the achieved fraction of that peak.
+        min_capability: the CUDA compute capability (× 10) its GEMMs need: FP8 from Hopper (89/90), the MX block
+            formats from Blackwell (100).
+        meaning: one line for ``--help`` and the docs.
+    """
+
+    name: str
+    peak: str
+    efficiency: str
+    min_capability: int
+    meaning: str
+
+
+#: The precisions a run can train in, by name; ``bf16`` first (the default: no GEMM in a lower precision).
+PRECISIONS: Mapping[str, Precision] = MappingProxyType({p.name: p for p in (
+    Precision("bf16", "peak_flops_bf16_per_s", "compute_efficiency", 80, "every GEMM in BF16"),
+    Precision("fp8", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 89,
+              "linear layers' GEMMs in FP8 (E4M3/E5M2) with delayed per-tensor scaling (TE DelayedScaling)"),
+    Precision("fp8-cs", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 89,
+              "linear layers' GEMMs in FP8 with per-tensor current scaling (TE Float8CurrentScaling)"),
+    Precision("mxfp8", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 100,
+              "linear layers' GEMMs in MXFP8 (32-element blocks, E8M0 scales; TE MXFP8BlockScaling), Blackwell"),
+    Precision("nvfp4", "peak_flops_fp4_per_s", "compute_efficiency_fp8", 100,
+              "linear layers' GEMMs in NVFP4 (16-element blocks, E4M3 scales; TE NVFP4BlockScaling), Blackwell"),
+)})
 
 # ---------------------------------------------------------------- network levels
 

@@ -140,5 +140,8 @@ def test_stage_parts_by_groups_are_every_rows_own_to_the_bit(recompute):
         grouped = step.stage_parts(values, recompute, 1, groups=groups)
         for stage_whole, stage_grouped, (reps, inverse) in zip(whole, grouped, groups):
             for a, b in zip(stage_whole, stage_grouped):
+                if a is None:  # (no low-precision GEMM FLOPs in a BF16 run)
+                    assert b is None
+                    continue
                 b = np.take(np.broadcast_to(b, reps.shape), inverse)  # each row's group's value
                 np.testing.assert_array_equal(np.broadcast_to(a, batch.shape), b)

@@ -390,19 +390,77 @@ def test_stage_vector_flops_equal_an_operation_count(recompute, sp, zero):
 
 def test_every_step_time_system_has_vector_facts_and_without_them_is_refused():
     """The systems the step time prices carry the vector unit's peak and efficiency (one per generation, from
-    Calculon's system files); a GPU without them is refused with the missing field named."""
+    Calculon's system files; Blackwell's 16-bit peak is twice its datasheet FP32 one, 75 or 80 TFLOPS, as on
+    Hopper); a GPU without them is refused with the missing field named."""
     import dataclasses
 
     import hardware
     from codegen.pricing.step_time import NoComputeFactsError
 
     priced = [n for n in hardware.names() if (g := hardware.load(n).gpu) is not None and g.compute_efficiency]
-    assert {"selene_a100", "dgx_a100", "dgx_h100", "dgx_h200"} <= set(priced)
+    assert {"selene_a100", "dgx_a100", "dgx_h100", "dgx_h200", "dgx_b200", "gb200_nvl72", "hgx_b300",
+            "gb300_nvl72"} <= set(priced)
     for name in priced:
         gpu = hardware.load(name).gpu
-        assert gpu.vector_flops_per_s == {"ampere": 78e12, "hopper": 120e12}[gpu.generation]
+        assert gpu.vector_flops_per_s in {"ampere": {78e12}, "hopper": {120e12},
+                                          "blackwell": {2 * 75e12, 2 * 80e12}}[gpu.generation]
         assert gpu.vector_efficiency == 0.1
     spec = hardware.load("selene_a100")
     bare = dataclasses.replace(spec, gpu=dataclasses.replace(spec.gpu, vector_efficiency=None))
     with pytest.raises(NoComputeFactsError, match="vector_efficiency"):
         StepTimePricer(load_model("llama2-7b"), system=bare)
+
+
+# ----------------------------------------------------------------------------- precision
+
+
+def _llama_values():
+    return {k: np.array([v]) for k, v in dict(d=8, t=2, p=2, cp=1, ep=1, etp=1, vp=1, b=1, m=16).items()}
+
+
+@pytest.mark.parametrize("system,precision", [("dgx_h100", "fp8"), ("dgx_h100", "fp8-cs"), ("dgx_b200", "mxfp8"),
+                                              ("dgx_b200", "nvfp4")])
+def test_low_precision_gemms_run_at_their_peak(system, precision):
+    """Llama-2-7B (MHA, gated MLP, no biases): the linear layers' forward FLOPs per token are 2·(4h² + 3·h·hff)
+    (four h×h projections, three h×hff ones), run three times (forward, input and weight gradients) per layer of
+    the stage; those GEMMs take the low precision's rate (peak × efficiency), the rest of the FLOPs BF16's."""
+    import hardware
+    from symbolic.vocabulary import PRECISIONS
+
+    model = load_model("llama2-7b")
+    values = _llama_values()
+    bf16 = StepTimePricer(model, system=system)
+    low = StepTimePricer(model, system=system, precision=precision)
+    stages = low.stage_parts(values, "none", 1)
+    flops, lowp = stages[0][0], stages[0][1]
+    h, hff, s = 4096.0, 11008.0, 4096.0
+    layers = 16  # 32 layers over p = 2, the first stage's
+    tokens = 16 * 1 * s / 2  # m·b·s over t·cp
+    assert lowp[0] == tokens * 3 * layers * 2 * (4 * h * h + 3 * h * hff)
+    gpu = hardware.load(system).gpu
+    chosen = PRECISIONS[precision]
+
+    def seconds(stage):
+        flops, lowp, moved, vector = stage
+        return ((flops - lowp) / (gpu.peak_flops_bf16_per_s * gpu.compute_efficiency)
+                + lowp / (getattr(gpu, chosen.peak) * getattr(gpu, chosen.efficiency))
+                + moved / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
+                + vector / (gpu.vector_flops_per_s * gpu.vector_efficiency))
+
+    got = low.price(values, "none", zero=1)
+    slower = max(range(2), key=lambda i: seconds(stages[i])[0])
+    assert_close(got["compute_s"], seconds(stages[slower]), rtol=1e-12, atol=0)
+    assert (got["compute_s"] < bf16.price(values, "none", zero=1)["compute_s"]).all()
+    flops = stages[slower][0]
+    assert got["stage_flops"] == flops  # (the FLOPs reported are the stage's, whatever their precision)
+
+
+@pytest.mark.parametrize("system,precision,match", [
+    ("dgx_a100", "fp8", "--precision fp8: the A100.*capability 8.*needs 8.9"),
+    ("dgx_h100", "mxfp8", "--precision mxfp8: the H100.*needs 10 or newer"),
+    ("dgx_h100", "nvfp4", "--precision nvfp4: the H100.*needs 10 or newer"),
+    ("dgx_h100", "fp16", "--precision: one of bf16, fp8, fp8-cs, mxfp8, nvfp4, got 'fp16'"),
+])
+def test_a_precision_the_gpu_lacks_is_one_clear_error(system, precision, match):
+    with pytest.raises(ValueError, match=match):
+        StepTimePricer(load_model("llama2-7b"), system=system, precision=precision)

@@ -93,6 +93,7 @@ def _print_gpu(system: System) -> None:
             ("peak dense FP8", gpu.peak_flops_fp8_per_s, "FLOP/s"),
             ("peak dense FP4", gpu.peak_flops_fp4_per_s, "FLOP/s"),
             ("matrix-multiply efficiency", gpu.compute_efficiency, "(fraction of the BF16 peak)"),
+            ("FP8 matrix-multiply efficiency", gpu.compute_efficiency_fp8, "(fraction of the FP8 peak)"),
             ("HBM bandwidth", gpu.hbm_bytes_per_s, "bytes/s"),
             ("HBM efficiency", gpu.hbm_efficiency, "(fraction of peak)"),
             ("vector unit", gpu.vector_flops_per_s, "FLOP/s"),

@@ -49,9 +49,10 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
+from symbolic.vocabulary import PRECISIONS, SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
 
 from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
+from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
 from .families import FamilySpec
 
@@ -100,7 +101,17 @@ def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tup
     return first, last
 
 
-def _gpu_facts(system: System | str) -> tuple[float, float, float, float, float, float, str]:
+def _gpu_facts(system: System | str, precision: str = "bf16"
+               ) -> tuple[float, float, float, float, float, float, str, float, float]:
+    """(BF16 peak, GEMM efficiency, HBM bandwidth, HBM efficiency, vector peak, vector efficiency, system name,
+    low-precision peak, low-precision efficiency) of *system* for a run in *precision* (``bf16``: the BF16 pair).
+
+    Raises:
+        NoComputeFactsError: naming the system and the fact it lacks, or the precision its GPU cannot run.
+        ValueError: naming an unknown precision.
+    """
+    if precision not in PRECISIONS:
+        raise InputError(f"--precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
     spec = hardware.load(system) if isinstance(system, str) else system
     gpu = spec.gpu
     if gpu is None:
@@ -111,8 +122,18 @@ def _gpu_facts(system: System | str) -> tuple[float, float, float, float, float,
         if getattr(gpu, name) is None:
             raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no {name} in the catalog (no "
                                       f"published figure for its generation), so no compute time")
+    chosen = PRECISIONS[precision]
+    if gpu.compute_capability < chosen.min_capability:
+        raise NoComputeFactsError(f"--precision {precision}: the {gpu.model} of --system {spec.name} (compute "
+                                  f"capability {gpu.compute_capability / 10:g}) cannot run it; it needs "
+                                  f"{chosen.min_capability / 10:g} or newer")
+    for name in (chosen.peak, chosen.efficiency):
+        if getattr(gpu, name) is None:
+            raise NoComputeFactsError(f"--precision {precision}: the {gpu.model} of --system {spec.name} has no "
+                                      f"{name} in the catalog, so no compute time in {precision}")
     return (gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, gpu.hbm_bytes_per_s, gpu.hbm_efficiency,
-            gpu.vector_flops_per_s, gpu.vector_efficiency, spec.name)
+            gpu.vector_flops_per_s, gpu.vector_efficiency, spec.name, getattr(gpu, chosen.peak),
+            getattr(gpu, chosen.efficiency))
 
 
 def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
@@ -224,16 +245,21 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
     return out
 
 
-#: The compute family's parts: the generated stage forms of ``symbolic.compute`` by what they count.
-COMPUTE_PARTS = {"flops": "stage_flop", "hbm_bytes": "stage_hbm_bytes", "vector_flops": "stage_vector_flop"}
+#: The compute family's parts: the generated stage forms of ``symbolic.compute`` by what they count (the FLOPs of
+#: the GEMMs in a low precision, a part of the stage's FLOPs, are read only in a run that has them).
+COMPUTE_PARTS = {"flops": "stage_flop", "lowp_flops": "stage_lowp_flop", "hbm_bytes": "stage_hbm_bytes",
+                 "vector_flops": "stage_vector_flop"}
 
 
-def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None) -> dict[str, str]:
+def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, precision: str = "bf16"
+                  ) -> dict[str, str]:
     """The compute family's stage terms of *model* (its attention variant and whether it has experts pick them;
-    the model alone): FLOPs, HBM bytes and vector FLOPs one rank of a stage runs per step."""
+    the model alone): FLOPs, HBM bytes and vector FLOPs one rank of a stage runs per step, and the FLOPs of its
+    GEMMs in the run's low precision unless *precision* is ``bf16``."""
     variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
     kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
-    return {part: f"compute_{kind}_{suffix}" for part, suffix in COMPUTE_PARTS.items()}
+    return {part: f"compute_{kind}_{suffix}" for part, suffix in COMPUTE_PARTS.items()
+            if part != "lowp_flops" or precision != "bf16"}
 
 
 def _compute_inputs(counts: Mapping[str, float], stage: int) -> dict[str, float]:
@@ -249,41 +275,47 @@ def _compute_seconds(parts: Mapping[str, np.ndarray], values: Mapping[str, Any])
     """A stage's compute seconds from its parts and the GPU's facts (``compute_stage_time_s``)."""
     return term_function("compute_stage_time_s")(
         stage_flops=parts["flops"], peak_flops_per_s=values["peak_flops_per_s"],
-        compute_efficiency=values["compute_efficiency"], stage_hbm_bytes=parts["hbm_bytes"],
+        compute_efficiency=values["compute_efficiency"], stage_lowp_flops=parts.get("lowp_flops", 0.0),
+        lowp_peak_flops_per_s=values["lowp_peak_flops_per_s"], lowp_efficiency=values["lowp_efficiency"],
+        stage_hbm_bytes=parts["hbm_bytes"],
         hbm_bytes_per_s=values["hbm_bytes_per_s"], hbm_efficiency=values["hbm_efficiency"],
         stage_vector_flops=parts["vector_flops"], vector_flops_per_s=values["vector_flops_per_s"],
         vector_efficiency=values["vector_efficiency"])
 
 
 def compute_family(system: System | str, *, flash_attention: float = 1.0, dropout: float = 0.0,
-                   zero: int | None = None) -> FamilySpec:
+                   zero: int | None = None, precision: str = "bf16") -> FamilySpec:
     """The compute family as a spec (``codegen.pricing.families``): a stage's value is the seconds one rank
     computes per step (``compute_stage_time_s`` of its FLOPs, HBM bytes and vector FLOPs), the step's the slowest
-    stage's. *zero*: the ZeRO level the optimizer update is sharded by (default the batch's run settings').
-    :class:`StepTimePricer` reads its terms from here.
+    stage's. *zero*: the ZeRO level the optimizer update is sharded by (default the batch's run settings');
+    *precision*: the run's (``symbolic.vocabulary.PRECISIONS``). :class:`StepTimePricer` reads its terms from here.
 
     Raises:
-        NoComputeFactsError: for a system without GPU peak, GEMM efficiency, HBM or vector-unit facts.
+        NoComputeFactsError: for a system without GPU peak, GEMM efficiency, HBM or vector-unit facts, or whose
+            GPU cannot run *precision*.
     """
-    peak, efficiency, hbm, hbm_efficiency, vector, vector_efficiency, _name = _gpu_facts(system)
+    peak, efficiency, hbm, hbm_efficiency, vector, vector_efficiency, _name, lowp, lowp_efficiency = _gpu_facts(
+        system, precision)
     facts = {"peak_flops_per_s": peak, "compute_efficiency": efficiency, "hbm_bytes_per_s": hbm,
-             "hbm_efficiency": hbm_efficiency, "vector_flops_per_s": vector, "vector_efficiency": vector_efficiency}
+             "hbm_efficiency": hbm_efficiency, "vector_flops_per_s": vector, "vector_efficiency": vector_efficiency,
+             "lowp_peak_flops_per_s": lowp, "lowp_efficiency": lowp_efficiency}
 
     def settings(_model: ModelConfig, batch: LayoutBatch) -> dict[str, float]:
         level = _zero_level(batch) if zero is None else zero
         return {**facts, "flash_attention": float(flash_attention), "dropout": float(dropout),
                 "zero_level": float(level)}
 
-    return FamilySpec(name="compute", unit="seconds", terms=compute_terms, stage=_compute_seconds, step="max",
-                      settings=settings, stage_inputs=_compute_inputs)
+    return FamilySpec(name="compute", unit="seconds", stage=_compute_seconds, step="max", settings=settings,
+                      terms=functools.partial(compute_terms, precision=precision), stage_inputs=_compute_inputs)
 
 
 def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.ndarray] | None = None,
-                     flash_attention: float = 1.0, dropout: float = 0.0, zero: int | None = None) -> FamilySpec:
+                     flash_attention: float = 1.0, dropout: float = 0.0, zero: int | None = None,
+                     precision: str = "bf16") -> FamilySpec:
     """The step-time family as a spec: the compute family's slowest stage, times one plus the pipeline bubble
     (``compute_pipeline_bubble``), plus the exposed communication ``comm(batch)`` (seconds per layout, e.g.
     :func:`exposed_time_comm`; 0 without). The step as :meth:`StepTimePricer.price` forms it."""
-    compute = compute_family(system, flash_attention=flash_attention, dropout=dropout, zero=zero)
+    compute = compute_family(system, flash_attention=flash_attention, dropout=dropout, zero=zero, precision=precision)
 
     def finish(step: np.ndarray, batch: LayoutBatch, _settings: Mapping[str, Any]) -> np.ndarray:
         bubble = term_function("compute_pipeline_bubble")(p=batch.p, vp=batch.vp, m=batch.m)
@@ -335,13 +367,17 @@ class StepTimePricer:
 
     def __init__(self, model: ModelConfig, *, system: System | str,
                  comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None,
-                 flash_attention: float = 1.0, dropout: float = 0.0) -> None:
+                 flash_attention: float = 1.0, dropout: float = 0.0, precision: str = "bf16") -> None:
         self.model = model
         (self.peak, self.efficiency, self.hbm, self.hbm_efficiency, self.vector, self.vector_efficiency,
-         self.system) = _gpu_facts(system)
+         self.system, self.lowp_peak, self.lowp_efficiency) = _gpu_facts(system, precision)
+        self.precision = precision
         self.comm = comm
-        terms = compute_terms(model)  # (the compute family's, declared once)
+        terms = compute_terms(model, precision=precision)  # (the compute family's, declared once)
         self._flops, self._arguments = term_function(terms["flops"]), term_arguments(terms["flops"])
+        # The FLOPs of the GEMMs in a low precision: none in BF16 (the form is not evaluated).
+        self._lowp = term_function(terms["lowp_flops"]) if "lowp_flops" in terms else None
+        self._lowp_arguments = term_arguments(terms["lowp_flops"]) if "lowp_flops" in terms else ()
         self._bytes, self._bytes_arguments = term_function(terms["hbm_bytes"]), term_arguments(terms["hbm_bytes"])
         self._vector = term_function(terms["vector_flops"])
         self._vector_arguments = term_arguments(terms["vector_flops"])
@@ -350,7 +386,8 @@ class StepTimePricer:
             fields["s"] = float(model.layout.s)
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
-        names = set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
+        names = (set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
+                 | set(self._lowp_arguments))
         self._names = frozenset(names)
         self._shared = {k: fields[k] for k in names if k in fields}
         self._sp = bool(model.layout.sp)
@@ -387,9 +424,9 @@ class StepTimePricer:
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
                     hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
-                    ) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
-        """(FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last stage of each layout;
-        with *hbm_only*, (None, HBM bytes, None).
+                    ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+        """(FLOPs, low-precision GEMM FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last
+        stage of each layout; the second ``None`` in a BF16 run; with *hbm_only*, (None, None, HBM bytes, None).
 
         *groups*: per stage, :meth:`stage_groups` of these layouts (or of layouts whose arrays are functions of
         theirs, row by row): each stage is then evaluated on its groups' representatives only, one value per
@@ -404,7 +441,7 @@ class StepTimePricer:
         return out
 
     def _parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int, hbm_only: bool,
-               which: Sequence[int]) -> list[tuple[np.ndarray | None, np.ndarray, np.ndarray | None]]:
+               which: Sequence[int]) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]]:
         """:meth:`stage_parts` of the stages *which* (0: first, 1: last) of every layout of *values*."""
         stages, extra = self._stages(values, recompute, zero)
         values = self._floats(values)
@@ -416,9 +453,10 @@ class StepTimePricer:
                    "n_sel_rec": layers if recompute == "selective" else 0}
             moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
             if hbm_only:
-                out.append((None, moved, None))
+                out.append((None, None, moved, None))
                 continue
-            out.append((self._flops(**self._args(self._arguments, per, values, extra)), moved,
+            lowp = None if self._lowp is None else self._lowp(**self._args(self._lowp_arguments, per, values, extra))
+            out.append((self._flops(**self._args(self._arguments, per, values, extra)), lowp, moved,
                         self._vector(**self._args(self._vector_arguments, per, values, extra))))
         return out
 
@@ -435,19 +473,23 @@ class StepTimePricer:
             read.append(extra["sp"])
         return [distinct_rows([*read, layers, output]) for layers, output in stages]
 
-    def _seconds(self, flops: np.ndarray, moved: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    def _seconds(self, flops: np.ndarray, lowp: np.ndarray | None, moved: np.ndarray, vector: np.ndarray
+                 ) -> np.ndarray:
         return term_function("compute_stage_time_s")(stage_flops=flops, peak_flops_per_s=self.peak,
-                                              compute_efficiency=self.efficiency, stage_hbm_bytes=moved,
+                                              compute_efficiency=self.efficiency,
+                                              stage_lowp_flops=0.0 if lowp is None else lowp,
+                                              lowp_peak_flops_per_s=self.lowp_peak,
+                                              lowp_efficiency=self.lowp_efficiency, stage_hbm_bytes=moved,
                                               hbm_bytes_per_s=self.hbm, hbm_efficiency=self.hbm_efficiency,
                                               stage_vector_flops=vector, vector_flops_per_s=self.vector,
                                               vector_efficiency=self.vector_efficiency)
 
-    def slowest(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    def slowest(self, parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(compute seconds, FLOPs, HBM bytes, vector FLOPs) of the slower stage of *parts* (:meth:`stage_parts`)."""
         best = None
-        for flops, moved, vector in parts:
-            found = np.broadcast_arrays(self._seconds(flops, moved, vector), flops, moved, vector)
+        for flops, lowp, moved, vector in parts:
+            found = np.broadcast_arrays(self._seconds(flops, lowp, moved, vector), flops, moved, vector)
             if best is None:
                 best = tuple(found)
             else:
@@ -462,18 +504,19 @@ class StepTimePricer:
         columns ``(c, s)`` per stage of *stages* and ``q``, so that a stage computes ``c + s·m`` seconds and the
         step without communication takes ``max over the stages of (c + s·m) × (1 + q/m)`` (:meth:`compute_bound`).
 
-        *stages*: per stage, each row's group and per group ``(FLOPs, HBM bytes at m = 0, HBM bytes per
-        micro-batch, vector FLOPs)`` (at fixed ``b·m`` only the HBM bytes vary with ``m``, affinely; rows whose
-        forms read the same inputs share a group: ``codegen.search.run``).
+        *stages*: per stage, each row's group and per group ``(FLOPs, low-precision GEMM FLOPs or None, HBM bytes
+        at m = 0, HBM bytes per micro-batch, vector FLOPs)`` (at fixed ``b·m`` only the HBM bytes vary with ``m``,
+        affinely; rows whose forms read the same inputs share a group: ``codegen.search.run``).
         ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
-        the first three and ``s`` at the per-micro-batch bytes alone; ``compute_pipeline_bubble`` is
+        the FLOPs, the bytes at m = 0 and the vector FLOPs and ``s`` at the per-micro-batch bytes alone;
+        ``compute_pipeline_bubble`` is
         ``(p − 1)/(vp·m)``, so ``q`` is its value at ``m = 1``. Returns a ``(2·stages + 1, rows)`` array (each
         form one contiguous row: a layout's gather and the arithmetic on it run on contiguous arrays).
         """
         columns = []
-        for group, (flops, base, slope, vector) in stages:
+        for group, (flops, lowp, base, slope, vector) in stages:
             zero = np.zeros(np.shape(slope))
-            for column in (self._seconds(flops, base, vector), self._seconds(zero, slope, zero)):
+            for column in (self._seconds(flops, lowp, base, vector), self._seconds(zero, None, slope, zero)):
                 columns.append(np.take(np.broadcast_to(column, np.shape(slope)), group))
         columns.append(term_function("compute_pipeline_bubble")(p=p, vp=vp, m=1))
         return np.stack(np.broadcast_arrays(*columns))
@@ -513,7 +556,8 @@ class StepTimePricer:
         return compute_s * (1 + bubble) + comm
 
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
-              parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
+              parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] | None = None
+              ) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
 
         *zero*: the ZeRO level (the optimizer update is sharded over DP from level 1); default the chunk's, else 1.

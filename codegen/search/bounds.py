@@ -33,7 +33,7 @@ def row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int
     amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the optimizer update:
     ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the matching real number)
     once per group of rows that the forms cannot tell apart (:func:`_stage_groups`). Returns, for the first
-    stage and then the last, ``(group, (flops, base, slope, vector flops))``: each row's group and the four
+    stage and then the last, ``(group, (flops, lowp flops, base, slope, vector flops))``: each row's group and the
     forms per group (a row's value of a form is ``form[group[row]]``).
     """
     space = search_context(spec).space
@@ -94,13 +94,16 @@ def _union_stage_parts(spec: SearchSpec, recompute: str, zero: int
     groups = _stage_groups(spec)
     out = []
     # (at m = 2 only the HBM bytes: the FLOPs and vector FLOPs are those of m = 1)
-    for (flops, at_one, vector), (_, at_two, _), (reps, inverse) in zip(
+    for (flops, lowp, at_one, vector), (_, _, at_two, _), (reps, inverse) in zip(
             step.stage_parts(one, recompute, zero, groups=groups),
             step.stage_parts(two, recompute, zero, hbm_only=True, groups=groups), groups):
         slope = at_two - at_one
-        parts = tuple(np.broadcast_to(x, reps.shape).copy() for x in (flops, at_one - slope, slope, vector))
+        # (a BF16 run has no low-precision FLOPs: None, as stage_parts gives them)
+        parts = tuple(None if x is None else np.broadcast_to(x, reps.shape).copy()
+                      for x in (flops, lowp, at_one - slope, slope, vector))
         for x in parts:
-            x.flags.writeable = False
+            if x is not None:
+                x.flags.writeable = False
         out.append((inverse, parts))
     return ids, tuple(out)
 
@@ -284,14 +287,15 @@ def _gather_floor(parts: tuple[FloorPart, ...], tables: list[tuple[np.ndarray, .
 
 
 def chunk_stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[tuple[np.ndarray, tuple[np.ndarray, ...]], ...]
-                 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The chunk's layouts' (FLOPs, HBM bytes, vector FLOPs) of the first and last stage, from their structure
+                 ) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
+    """The chunk's layouts' (FLOPs, low-precision FLOPs, HBM bytes, vector FLOPs) of the first and last stage, from
+    their structure
     rows' forms (:func:`row_stage_parts`)."""
     m = chunk.values["m"]
     out = []
-    for group, (flops, base, slope, vector) in rows:
+    for group, (flops, lowp, base, slope, vector) in rows:
         g = group[chunk.row]
-        out.append((flops[g], base[g] + slope[g] * m, vector[g]))
+        out.append((flops[g], None if lowp is None else lowp[g], base[g] + slope[g] * m, vector[g]))
     return out
 
 
