@@ -151,6 +151,8 @@ def parse_restrictions(items: Iterable[str] | None, option: str) -> dict[str, in
     Values are ASCII digits within the key's bound (:func:`restrictions`); a key repeated with the same value is
     merged, with another an error naming *option* and the key.
     """
+    if isinstance(items, (str, bytes)):
+        raise InputError(f"{option}: expected a list of KEY=N texts, got {_show(items)}")
     out: dict[str, int] = {}
     for item in items or ():
         if not isinstance(item, str):

@@ -116,13 +116,22 @@ class SearchContext(NamedTuple):
     memory: MemoryPricer | None
 
 
-@functools.lru_cache(maxsize=8)
 def search_context(spec: SearchSpec) -> SearchContext:
     """The space and the pricers of *spec*, built once per process (each worker keeps its own).
 
     Raises:
+        InputError: *spec* is no :class:`SearchSpec` (checked before the cache sees it).
         ValueError: ``--objective comm-time`` in a build without the time family.
     """
+    if not isinstance(spec, SearchSpec):
+        raise InputError(f"spec: expected a SearchSpec, got {type(spec).__name__}")
+    return _context(spec)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(spec: SearchSpec) -> SearchContext:
+    """:func:`search_context` of a checked spec, kept per spec (equal specs are equal searches: every argument
+    was checked and normalised when the spec was made)."""
     import hardware
 
     from ..pricing.step_time import StepTimePricer, time_family_comm
@@ -168,6 +177,8 @@ def priced_columns(spec: SearchSpec) -> tuple[str, ...]:
     for every layout); ``--objective original`` prices that cost alone; the memory columns are priced unless
     ``memory=False``.
     """
+    if not isinstance(spec, SearchSpec):
+        raise InputError(f"spec: expected a SearchSpec, got {type(spec).__name__}")
     skip = {"original_cost"} if spec.objective != "original" else {
         "step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"}
     if not spec.memory:
