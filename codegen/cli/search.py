@@ -271,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
             print(space.why_empty() or
                   f"No layout of {devices:,} devices meets the constraints: the degrees' product is the device "
                   f"count, t divides the attention heads (and fits a node without --tp-cross-node), ep the experts, "
-                  f"p·vp at most the layers, the global batch splits into whole micro-batches; check --fix and --max.")
+                  f"p·vp at most the layers, the global batch splits into whole micro-batches, every degree is at most "
+                  f"2**20; check --fix and --max.")
         elif not rows and not result.interrupted:
             print("No valid layout fits in memory on this system; --keep-infeasible lists them, flagged.")
     if plot is not None:
