@@ -146,7 +146,7 @@ def check_scheduler(address: object, field: str = "--scheduler", timeout: int = 
         while (root.__cause__ or root.__context__) is not None:
             root = root.__cause__ or root.__context__  # type: ignore[assignment]
         why = root.strerror if isinstance(root, OSError) and root.strerror else str(root)
-        reason = str(error) if root is error else f"{error} ({why})"
+        reason = str(error) if root is error or not why else f"{error} ({why})"
         raise InputError(f"{field} {address}: cannot connect to a Dask scheduler: {reason}")
 
 
