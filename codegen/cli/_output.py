@@ -2,8 +2,9 @@
 
 The path is checked before any work is done, so a bad one costs nothing: it must name a file (not a
 directory), end in a suffix that names its format, sit in a directory that exists and can be written, and
-not exist yet — symcost never overwrites a file, a plot of an earlier run included. The file is then created
-exclusively (``open(…, "x")``), so one that appears in between is not overwritten either. Each problem is one
+not exist yet — symcost never overwrites a file, a plot of an earlier run included — and be one the directory
+lets symcost create (tried at once, and removed again). The file is then created exclusively
+(``open(…, "x")``), so one that appears in between is not overwritten either. Each problem is one
 ``ValueError`` line naming the option and the path. (``compile --out``, a directory of generated files,
 has its own rule: ``codegen.compiler``.)
 """
@@ -28,6 +29,13 @@ def new_file(text: str, option: str, formats: Mapping[str, str]) -> tuple[Path, 
     if not text or not text.strip():
         raise ValueError(f"{option}: expected a file path, got {text!r}")
     path = Path(text)
+    try:
+        return _checked(path, option, formats)
+    except OSError as exc:  # a path the system cannot look at (a name too long, a loop of links, ...)
+        raise ValueError(f"{option} {path}: cannot use this path: {exc.strerror or exc}") from None
+
+
+def _checked(path: Path, option: str, formats: Mapping[str, str]) -> tuple[Path, str]:
     example = path / f"out{next(iter(formats))}"
     if path.is_dir():
         raise ValueError(f"{option} {path}: is a directory; name a file in it, e.g. {example}")
@@ -42,7 +50,24 @@ def new_file(text: str, option: str, formats: Mapping[str, str]) -> tuple[Path, 
         raise ValueError(f"{option} {path}: no such directory {parent}")
     if not os.access(parent, os.W_OK):
         raise ValueError(f"{option} {path}: the directory {parent} is not writable")
+    _try_create(path, option)
     return path, fmt
+
+
+def _try_create(path: Path, option: str) -> None:
+    """Create *path* exclusively and remove it again: a directory that admits no new file (``/proc``, a read-only
+    file system, a full disk's quota, a name too long) is refused now, before any work, not after it.
+
+    The file did not exist and this call made it, so removing it loses nothing of anyone's.
+    """
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        raise ValueError(_exists(option, path)) from None
+    except OSError as exc:
+        raise ValueError(f"{option} {path}: cannot create the file: {exc.strerror or exc}") from None
+    os.close(handle)
+    os.unlink(path)
 
 
 def create(path: Path, option: str) -> BinaryIO:

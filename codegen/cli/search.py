@@ -3,13 +3,19 @@
 ``symcost search --model M --devices N --system S --global-batch B [--objective step-time|original]
 [--top K] [--fix t=8] [--max p=16] [--recompute none,selective,full] [--zero 1] [--cp-algo NAME,…]
 [--tp-cross-node] [--keep-infeasible] [--no-memory] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
-[--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
+[--scheduler-timeout S] [--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
 and its parts, memory per rank and headroom of the slowest stage from ``codegen.pricing.memory``),
 then a summary line. Layouts whose memory per rank (at each layout's peak stage, ``codegen.pricing.memory.MemoryPricer``)
 exceeds the GPU's HBM are dropped unless ``--keep-infeasible``. ``--out`` streams every feasible layout with its figures (CSV always; Parquet
 with the optional ``pyarrow``); an existing file is never overwritten. ``--plot`` draws step time
 against peak memory of the top layouts and their Pareto front (optional ``matplotlib``). A progress
 bar (``tqdm``, optional) appears on searches longer than a second; Ctrl-C prints the best so far.
+
+Every option, the output paths and the scheduler are checked before any work (``codegen.search.options``), each
+problem one line naming the option and the value, exit status 2: lists are merged (a recompute mode, ZeRO level
+or CP algorithm given twice, or a CP algorithm by a label and an alias, is tried once), a ``--fix``/``--max``
+key states one value, numbers keep the layout keys' bounds, ``--system`` takes a catalog name or alias,
+``--chunk`` is at least 1,024, and a scheduler must answer Dask's handshake within ``--scheduler-timeout``.
 """
 
 from __future__ import annotations
@@ -39,67 +45,87 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Enumerate every valid parallel layout of a model on N devices for a global "
                                    "batch, price each (step time or the original's cost) and print the best.")
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
-    p.add_argument("--devices", required=True, help="N: devices of every layout (d·t·cp·p)")
-    p.add_argument("--system", required=True, help="hardware catalog system (GPU peak and efficiency, node size)")
+    p.add_argument("--devices", required=True,
+                   help="N: devices of every layout (d·t·cp·p), at most 2**30; every degree is at most 2**20, so "
+                        "past 2**20 devices the layouts are those whose degrees stay within it")
+    p.add_argument("--system", required=True,
+                   help="hardware catalog system or one of its aliases (GPU peak and efficiency, node size)")
     p.add_argument("--global-batch", required=True, help="samples per step: m = global_batch / (d·b) must be whole")
     p.add_argument("--objective", default="step-time", choices=("step-time", "comm-time", "original"),
                    help="step-time (compute + bubble + exposed comm; default), comm-time, or the original's cost")
     p.add_argument("--original-device", default="A2",
                    help="catalog device of the original's cost under --objective original (default A2)")
-    p.add_argument("--top", default="10", help="layouts printed (default 10)")
-    p.add_argument("--fix", action="append", metavar="KEY=N", help="pin a degree, e.g. --fix t=8 (repeatable)")
-    p.add_argument("--max", action="append", metavar="KEY=N", help="bound a degree, e.g. --max p=16 (repeatable)")
-    p.add_argument("--recompute", default=",".join(RECOMPUTE_MODES), help="uniform recompute modes to try")
+    p.add_argument("--top", default="10", help="layouts printed (default 10, at most 1,000,000)")
+    p.add_argument("--fix", action="append", metavar="KEY=N",
+                   help="pin a degree, e.g. --fix t=8 (repeatable; a key stated twice must have one value)")
+    p.add_argument("--max", action="append", metavar="KEY=N",
+                   help="bound a degree, e.g. --max p=16 (repeatable; a key stated twice must have one value)")
+    p.add_argument("--recompute", default=",".join(RECOMPUTE_MODES),
+                   help="uniform recompute modes to try (a mode given twice is tried once)")
     p.add_argument("--zero", default="1", help=f"ZeRO levels to try, e.g. {','.join(map(str, ZERO_LEVELS))} "
-                                               f"(default 1: optimizer states)")
-    p.add_argument("--cp-algo", default=None, help="CP algorithms to try (default: the model's own)")
+                                               f"(default 1: optimizer states; a level given twice is tried once)")
+    p.add_argument("--cp-algo", default=None,
+                   help="CP algorithms to try (default: the model's own); one named twice, or by a label and an "
+                        "alias (ulysses,ulysses_cp), is tried once, under the first name")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
     p.add_argument("--no-memory", action="store_true", help="do not price memory (no feasibility filter)")
-    p.add_argument("--out", metavar="FILE.csv|FILE.parquet", help="write every valid layout with its figures")
+    p.add_argument("--out", metavar="FILE.csv|FILE.parquet",
+                   help="write every valid layout with the figures the search prices (a new file)")
     p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts into FILE "
                                                      "(a new .png, .svg or .pdf; needs matplotlib)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="run on a dask.distributed scheduler")
+    p.add_argument("--scheduler-timeout", default="5", metavar="SECONDS",
+                   help="seconds the scheduler has to answer Dask's handshake (default 5, at most 600)")
     p.add_argument("--engine", default="numpy", choices=("numpy", "dask"),
                    help="numpy (in process, default) or dask (dask.array blocks, local threads)")
-    p.add_argument("--chunk", default=str(1 << 18), help="grid points per chunk (memory is proportional)")
+    p.add_argument("--chunk", default=str(1 << 18),
+                   help="grid points per chunk, from 1,024 (below, a chunk's fixed cost outweighs its layouts) to "
+                        "2**26 (memory is proportional; default 2**18)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the top rows as one JSON object")
     p.set_defaults(func=run)
-
-
-def _words(text: str, option: str) -> tuple[str, ...]:
-    items = tuple(w.strip() for w in text.split(",") if w.strip())
-    if not items:
-        raise ValueError(f"{option}: expected a comma-separated list, got {text!r}")
-    return items
 
 
 #: Formats ``--out`` writes, by the file's suffix.
 TABLE_FORMATS = {".csv": "csv", ".parquet": "parquet"}
 
 
-class _Writer:
-    """Streams every chunk's table to CSV, or to Parquet through pyarrow."""
+def _parquet(option: str, path: Path) -> None:
+    """Refuse a Parquet file without the optional pyarrow, before any work."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise ValueError(f"{option} {path}: Parquet needs the optional extra pyarrow (pip install "
+                         f"symcost[search]); CSV needs nothing") from None
 
-    def __init__(self, path: Path, labels: dict[str, tuple[Any, ...]]):
-        self.path, self.labels, self.rows = path, labels, 0
+
+class _Writer:
+    """Streams every chunk's table to CSV, or to Parquet through pyarrow: the columns the search prices
+    (``codegen.search.priced_columns``; one it does not price would be NaN in every row)."""
+
+    def __init__(self, path: Path, spec: Any):
+        from ..search import priced_columns
+
+        self.path, self.spec, self.rows = path, spec, 0
+        self.columns = priced_columns(spec)
         self.parquet = TABLE_FORMATS[path.suffix.lower()] == "parquet"
         if self.parquet:
-            try:
-                import pyarrow  # noqa: F401
-                import pyarrow.parquet  # noqa: F401
-            except ImportError:
-                raise ValueError(f"--out {path}: Parquet needs the optional extra pyarrow (pip install "
-                                 f"symcost[search]); CSV needs nothing") from None
+            _parquet("--out", path)
         self._writer: Any = None
         self._file: Any = None
+        self._labels: dict[str, tuple[Any, ...]] | None = None
 
     def __call__(self, table: dict[str, np.ndarray]) -> None:
-        named = dict(table)
+        if self._labels is None:  # the search's context is built by now: its labels cost nothing
+            from ..search import setting_labels
+
+            self._labels = setting_labels(self.spec)
+        named = {key: column for key, column in table.items() if key in self.columns}
         for key in ("recompute", "cp_algo"):
-            names = np.array(self.labels[key], dtype=object)
+            names = np.array(self._labels[key], dtype=object)
             named[key] = names[table[key]]
         if self.parquet:
             import pyarrow as pa
@@ -177,50 +203,58 @@ def _progress(enabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..search import SearchSpec, parse_restrictions, pareto_front, search, search_context, setting_labels
+    from ..search import SearchSpec, check_scheduler, pareto_front, search, search_context
+    from ..search.options import (CHUNK_MAX, CHUNK_MIN, GLOBAL_BATCH_MAX, TOP_MAX, cp_algorithms, parse_restrictions,
+                                  recompute_modes, split_names, system_name, zero_levels)
 
-    model = load_model(args.model)
+    # Every option is checked, and every file path and the scheduler too, before any work.
     devices = parse_whole("--devices", args.devices, minimum=1, maximum=DEVICES_MAX)
-    global_batch = parse_whole("--global-batch", args.global_batch, minimum=1, maximum=1 << 40)
-    top = parse_whole("--top", args.top, minimum=1, maximum=1_000_000)
-    chunk = parse_whole("--chunk", args.chunk, minimum=1, maximum=1 << 26)
-    import hardware
-
-    if args.system not in hardware.names():
-        raise ValueError(f"--system {args.system!r}: unknown; known: {', '.join(hardware.names())}")
-    zero = tuple(parse_whole("--zero", z, minimum=min(ZERO_LEVELS), maximum=max(ZERO_LEVELS))
-                 for z in _words(args.zero, "--zero"))
-    spec = SearchSpec(model, devices, global_batch, args.system, objective=args.objective,
-                      fix=tuple(sorted(parse_restrictions(args.fix, "--fix").items())),
-                      maximum=tuple(sorted(parse_restrictions(args.max, "--max").items())),
-                      recompute=_words(args.recompute, "--recompute"), zero_levels=zero,
-                      cp_algos=_words(args.cp_algo, "--cp-algo") if args.cp_algo else None,
-                      tp_cross_node=args.tp_cross_node, original_device=args.original_device,
-                      memory=not args.no_memory, keep_infeasible=args.keep_infeasible)
+    global_batch = parse_whole("--global-batch", args.global_batch, minimum=1, maximum=GLOBAL_BATCH_MAX)
+    top = parse_whole("--top", args.top, minimum=1, maximum=TOP_MAX)
+    chunk = parse_whole("--chunk", args.chunk, minimum=CHUNK_MIN, maximum=CHUNK_MAX)
+    timeout = parse_whole("--scheduler-timeout", args.scheduler_timeout, minimum=1, maximum=600)
+    system = system_name("--system", args.system)
+    original_device = system_name("--original-device", args.original_device)
+    zero = zero_levels("--zero", tuple(parse_whole("--zero", z, minimum=min(ZERO_LEVELS), maximum=max(ZERO_LEVELS))
+                                      for z in split_names("--zero", args.zero)))
+    recompute = recompute_modes("--recompute", split_names("--recompute", args.recompute))
+    algos = cp_algorithms("--cp-algo", split_names("--cp-algo", args.cp_algo)) if args.cp_algo is not None else None
+    fix = tuple(sorted(parse_restrictions(args.fix, "--fix").items()))
+    maximum = tuple(sorted(parse_restrictions(args.max, "--max").items()))
+    if args.out is not None and (args.scheduler is not None or args.engine == "dask"):
+        raise ValueError("--out: writes every layout from the in-process search; drop --scheduler and --engine dask "
+                         "to use it")
     out = new_file(args.out, "--out", TABLE_FORMATS)[0] if args.out is not None else None
     plot = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
     plt = pyplot("--plot") if plot is not None else None
+    model = load_model(args.model)
+    spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
+                      recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
+                      original_device=original_device, memory=not args.no_memory,
+                      keep_infeasible=args.keep_infeasible)
+    if args.scheduler is not None:
+        check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)
     space = context.space
-    labels = setting_labels(spec)
-    writer = _Writer(out, labels) if out is not None else None
+    writer = _Writer(out, spec) if out is not None else None
     update, state = _progress(not args.no_progress and not args.json)
     try:
         result = search(spec, top=top, chunk=chunk, engine=args.engine, scheduler=args.scheduler,
-                        progress=update, sink=writer)
+                        progress=update, sink=writer, scheduler_timeout=timeout)
     finally:
         if writer is not None:
             writer.close()
         if state["bar"]:
             state["bar"].close()
+    labels = result.labels
     rows = result.rows()
     for row in rows:
         if row["fits"] < 0:  # not priced by the search (--no-memory): the one-layout evaluation
-            mem = _memory(model, row, args.system)
+            mem = _memory(model, row, system)
             row["memory_peak_bytes"], row["headroom_bytes"] = mem if mem is not None else (None, None)
             row["fits"] = None if mem is None else int(mem[1] >= 0)
     if args.json:
-        print(json.dumps({"model": model.name, "devices": devices, "system": args.system,
+        print(json.dumps({"model": model.name, "devices": devices, "system": spec.system,
                           "objective": args.objective, "layouts": result.layouts, "grid": result.grid,
                           "interrupted": result.interrupted, "seconds": round(result.seconds, 3),
                           "top": [{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
@@ -237,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
             print(space.why_empty() or
                   f"No layout of {devices:,} devices meets the constraints: the degrees' product is the device "
                   f"count, t divides the attention heads (and fits a node without --tp-cross-node), ep the experts, "
-                  f"p·vp at most the layers, the global batch splits into whole micro-batches; check --fix and --max.")
+                  f"p·vp at most the layers, the global batch splits into whole micro-batches, every degree is at most "
+                  f"2**20; check --fix and --max.")
         elif not rows and not result.interrupted:
             print("No valid layout fits in memory on this system; --keep-infeasible lists them, flagged.")
     if plot is not None:

@@ -15,7 +15,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .bounds import clear_caches
-from .dask_graph import check_scheduler_address, dask_search
+from ..runtime.inputs import InputError, whole
+from .dask_graph import check_scheduler, dask_search
+from .options import CHUNK_MAX, CHUNK_MIN, SCHEDULER_TIMEOUT_S, TOP_MAX
 from .spec import SearchSpec, search_context, setting_labels
 from .top import empty_table, kth_objective, merge_top
 from .walk import LEAN_KEYS, chunk_best, is_bounded
@@ -56,36 +58,48 @@ class SearchResult:
 
 def search(spec: SearchSpec, *, top: int = 10, chunk: int = 1 << 18, engine: str = "numpy",
            scheduler: str | None = None, progress: Callable[[int, int], None] | None = None,
-           sink: Callable[[dict[str, np.ndarray]], None] | None = None) -> SearchResult:
+           sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+           scheduler_timeout: int = SCHEDULER_TIMEOUT_S) -> SearchResult:
     """Rank every valid layout of *spec* by its objective and keep the best *top*.
 
     Args:
-        spec: the search. top: rows kept. chunk: grid points per chunk (memory stays proportional to it).
+        spec: the search. top: rows kept (1 to ``options.TOP_MAX``). chunk: grid points per chunk, from
+            ``options.CHUNK_MIN`` (2**10: below it a chunk's fixed cost outweighs its layouts) to
+            ``options.CHUNK_MAX``; memory stays proportional to it.
         engine: ``"numpy"`` (in process) or ``"dask"`` (dask.array blocks; *scheduler* an address or None
             for the local threaded scheduler). A scheduler address implies the dask engine.
+        scheduler: a ``dask.distributed`` scheduler's address; it must answer Dask's handshake within
+            *scheduler_timeout* seconds (``dask_graph.check_scheduler``), checked before any work.
         progress: called ``progress(done, total)`` in grid points after each chunk (in process).
         sink: called with every chunk's full table (``--out``); in process only.
 
     Raises:
-        ValueError: naming the option for a bad *top*, *chunk* or *engine*, or a missing optional extra.
+        InputError: a ``ValueError`` naming the argument and the value: a *spec* that is no
+            :class:`SearchSpec`, a bad *top*, *chunk*, *engine*, *scheduler* (malformed, unreachable, or no
+            Dask scheduler), *progress* or *sink*, or a missing optional extra.
     """
-    for name, value in (("--top", top), ("chunk", chunk)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}: expected a whole number >= 1, got {value!r}")
-    if scheduler:
-        check_scheduler_address(scheduler)  # before any work: a typo is one line at once
+    if not isinstance(spec, SearchSpec):
+        raise InputError(f"spec: expected a SearchSpec, got {type(spec).__name__}")
+    top = whole("top", top, minimum=1, maximum=TOP_MAX)
+    chunk = whole("chunk", chunk, minimum=CHUNK_MIN, maximum=CHUNK_MAX)
+    for name, value in (("progress", progress), ("sink", sink)):
+        if value is not None and not callable(value):
+            raise InputError(f"{name}: expected a callable or None, got {type(value).__name__}")
+    if not isinstance(engine, str) or engine not in ("numpy", "dask"):
+        raise InputError(f"engine: one of numpy, dask, got {engine!r:.80}")
+    if scheduler is not None:
+        check_scheduler(scheduler, "scheduler", scheduler_timeout)  # before any work: one line at once
         engine = "dask"
-    if engine not in ("numpy", "dask"):
-        raise ValueError(f"engine: one of numpy, dask, got {engine!r}")
     if engine == "dask" and sink is not None:
-        raise ValueError("--out: writes every layout from the in-process search; drop --scheduler to use it")
+        raise InputError("sink (--out): writes every layout from the in-process search; drop the dask engine "
+                         "(--engine dask, --scheduler) to use it")
     started = time.perf_counter()
     space, _, _, _ = search_context(spec)
     clear_caches()  # the floors and the rows' compute parts: each search prices its own
     labels = setting_labels(spec)
     interrupted = False
     if engine == "dask":
-        best, count = dask_search(spec, space, top, chunk, scheduler)
+        best, count = dask_search(spec, space, top, chunk, scheduler, scheduler_timeout)
     else:
         best, count, done = empty_table(), 0, 0
         keys = LEAN_KEYS if is_bounded(spec, sink) else None

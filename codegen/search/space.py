@@ -30,35 +30,20 @@ Public API::
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, ZERO_LEVELS
+from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, layout_key
 
 from ..configs import LayoutBatch, LayoutError, ModelConfig, layout_violations
 from ..pricing.chunks import Chunk, Setting, distinct_sorted
-from ..runtime.inputs import DEVICES_MAX
+from ..runtime.inputs import DEVICES_MAX, InputError, flag, int_array, whole
+from .options import GLOBAL_BATCH_MAX, cp_algorithms, parse_restrictions, recompute_modes, restrictions
+from .options import zero_levels as checked_zero_levels
 
 __all__ = ["SearchSpace", "parse_restrictions"]
-
-
-def parse_restrictions(items: Sequence[str] | None, option: str) -> dict[str, int]:
-    """``["t=8", "p=4"]`` as ``{"t": 8, "p": 4}``; a ValueError naming *option* and the item otherwise."""
-    out: dict[str, int] = {}
-    for item in items or ():
-        for part in item.split(","):
-            key, sep, value = part.strip().partition("=")
-            key = key.strip()
-            if not sep or key not in SEARCH_KEYS:
-                raise ValueError(f"{option} {part.strip()!r}: expected KEY=N with KEY one of {', '.join(SEARCH_KEYS)}")
-            value = value.strip()
-            if not (value.isascii() and value.isdigit()) or int(value) < 1:
-                raise ValueError(f"{option} {key}: expected a whole number >= 1, got {value!r}")
-            if key in out:
-                raise ValueError(f"{option} {key} is given twice")
-            out[key] = int(value)
-    return out
 
 
 def _divisors(n: int) -> np.ndarray:
@@ -66,6 +51,13 @@ def _divisors(n: int) -> np.ndarray:
     small = np.arange(1, int(np.sqrt(n)) + 1, dtype=np.int64)
     small = small[n % small == 0]
     return distinct_sorted(np.concatenate([small, n // small]))
+
+
+def _within(key: str) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """The rule that *key* is at most its declared bound, with the words of an error."""
+    top = layout_key(key).maximum
+    what = "parallel degree" if layout_key(key).degree else "size or count"
+    return (lambda v: v <= top), f"be at most 2**{top.bit_length() - 1} = {top:,}, the largest {what} symcost prices"
 
 
 class SearchSpace:
@@ -89,34 +81,29 @@ class SearchSpace:
                  maximum: Mapping[str, int] | None = None, recompute: Sequence[str] = RECOMPUTE_MODES,
                  zero_levels: Sequence[int] = (1,), cp_algos: Sequence[str] | None = None,
                  devices_per_node: int | None = None, tp_cross_node: bool = False) -> None:
-        for name, value, top in (("devices", devices, DEVICES_MAX), ("global batch", global_batch, 1 << 40)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= top:
-                raise ValueError(f"{name}: expected a whole number in [1, {top}], got {value!r}")
-        self.model, self.devices, self.global_batch = model, int(devices), int(global_batch)
-        self.fix, self.maximum = dict(fix or {}), dict(maximum or {})
-        for option, table in (("--fix", self.fix), ("--max", self.maximum)):
-            for key, value in table.items():
-                if key not in SEARCH_KEYS:
-                    raise ValueError(f"{option} {key}: unknown degree; known: {', '.join(SEARCH_KEYS)}")
-                if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                    raise ValueError(f"{option} {key}: expected a whole number >= 1, got {value!r}")
-        for mode in recompute:
-            if mode not in RECOMPUTE_MODES:
-                raise ValueError(f"recompute: one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
-        for level in zero_levels:
-            if level not in ZERO_LEVELS:
-                raise ValueError(f"zero level: one of {', '.join(map(str, ZERO_LEVELS))}, got {level!r}")
-        algos = tuple(cp_algos) if cp_algos else (model.layout.cp_algo,)
-        for algo in algos:  # the layout's own check names a bad algorithm
+        if not isinstance(model, ModelConfig):
+            raise InputError(f"model: expected a ModelConfig (codegen.configs.load_model(name)), got {model!r:.80}")
+        self.model = model
+        self.devices = whole("devices", devices, minimum=1, maximum=DEVICES_MAX)
+        self.global_batch = whole("global batch", global_batch, minimum=1, maximum=GLOBAL_BATCH_MAX)
+        self.fix, self.maximum = (dict(restrictions(option, table)) for option, table in (("--fix", fix),
+                                                                                           ("--max", maximum)))
+        # Each setting once: a mode or level given twice, or two names of one CP algorithm, would number the same
+        # layouts twice (options.py merges them under the first name).
+        recompute = recompute_modes("recompute", recompute)
+        levels = checked_zero_levels("zero level", zero_levels)
+        algos = cp_algorithms("cp algorithm", cp_algos) if cp_algos is not None else (model.layout.cp_algo,)
+        for algo in algos:  # the layout's own check names an algorithm the model cannot run
             try:
                 LayoutBatch.from_arrays(model.layout, d=[1], t=[1], p=[1], m=[1], cp_algo=algo)
             except LayoutError as exc:
-                raise ValueError(f"cp algorithm: {exc}") from None
+                raise InputError(f"cp algorithm: {exc}") from None
+        if devices_per_node is not None:
+            devices_per_node = whole("devices_per_node", devices_per_node, minimum=1, maximum=DEVICES_MAX)
+        tp_cross_node = flag("tp_cross_node", tp_cross_node)
         self.devices_per_node = devices_per_node
         self.tp_cross_node = tp_cross_node
-        self.settings = tuple(Setting(r, int(z), a) for r in recompute for z in zero_levels for a in algos)
-        if not self.settings:
-            raise ValueError("search space: no recompute mode, ZeRO level or CP algorithm to try")
+        self.settings = tuple(Setting(r, z, a) for r in recompute for z in levels for a in algos)
         self._rules = self._key_rules()
         self._build_candidates()
 
@@ -142,7 +129,7 @@ class SearchSpace:
         devices = (lambda v: n % v == 0, f"divide the {n:,} devices")
         whole_batch = (lambda v: batch % v == 0, f"divide the global batch, {batch:,}")
         within_layers = (lambda v: v <= layers, f"be at most the layers, {layers}")
-        return {
+        rules = {
             "d": (devices, whole_batch),  # m = global / (d·b) whole
             "t": (devices, (lambda v: model.a % v == 0, f"divide the attention heads a = {model.a}"),
                   (lambda v: v <= (node or n), f"fit a node of {node} devices (--tp-cross-node lifts this)")),
@@ -158,6 +145,9 @@ class SearchSpace:
             "b": (whole_batch,),
             "m": (whole_batch,),
         }
+        # The bound of every layout key (symbolic.vocabulary.LAYOUT_KEYS; the layouts' own check): a degree at most
+        # 2**20, b and m at most 2**32. A device count past 2**20 keeps its layouts whose degrees are within it.
+        return {key: (*held, _within(key)) for key, held in rules.items()}
 
     def _candidate_mask(self, key: str, values: np.ndarray) -> np.ndarray:
         """Which *values* of *key* keep its rules and the options (``--fix``, ``--max``)."""
@@ -230,6 +220,7 @@ class SearchSpace:
                 allowed &= m == self.fix["m"]
             if "m" in self.maximum:
                 allowed &= m <= self.maximum["m"]
+            allowed &= m <= layout_key("m").maximum  # m's bound, as the rules bound b
             width = int(allowed.sum(axis=1).max()) if len(distinct) else 0
             b_table = np.zeros((len(distinct), max(width, 1)), np.int64)
             bpos_table = np.zeros((len(distinct), max(width, 1)), np.int64)
@@ -260,7 +251,7 @@ class SearchSpace:
                 if not holds(np.int64(value)):
                     return f"--fix {key}={value}: {key} must {rule}."
         pinned = [(key, self.fix[key]) for key in ("d", "t", "cp", "p") if key in self.fix]
-        product = int(np.prod([value for _, value in pinned], dtype=np.int64)) if pinned else 1
+        product = math.prod(value for _, value in pinned)  # Python integers: four degrees of 2**20 pass int64
         if len(pinned) > 1 and self.devices % product:
             names = "·".join(key for key, _ in pinned)
             return (f"--fix: {names} = {product:,} does not divide the {self.devices:,} devices "
@@ -270,14 +261,35 @@ class SearchSpace:
     # ------------------------------------------------------------------ chunks
     def decode(self, index: np.ndarray, setting: int, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """``{key: values}`` of grid indices *index*, all of setting number *setting*; ``"row"``: their structure rows,
-        ``"bpos"``: their ``b`` as a position in :attr:`b`. *keys*: only these of :data:`SEARCH_KEYS` (default all)."""
+        ``"bpos"``: their ``b`` as a position in :attr:`b`. *keys*: only these of :data:`SEARCH_KEYS` (default all).
+
+        Raises:
+            InputError: a setting number outside ``[0, len(settings))``, or an index that is not a whole number of
+                that setting's range ``[setting_start[setting], setting_start[setting + 1])`` (past the end of the
+                space included), naming the first such value.
+        """
+        setting = whole("setting", setting, minimum=0, maximum=len(self.settings) - 1)
+        lo, hi = int(self.setting_start[setting]), int(self.setting_start[setting + 1])
+        if np.ndim(index) != 1:
+            raise InputError(f"index: expected a one-dimensional array of grid indices, got {np.ndim(index)} "
+                             f"dimensions")
+        if hi <= lo and np.size(index):
+            raise InputError(f"index: setting {setting} has no layouts, got {np.size(index)} indices")
+        index = int_array("index", index, minimum=lo, maximum=hi - 1)  # of the setting, so within the space
+        contiguous = (len(index) > 1 and int(index[-1] - index[0]) == len(index) - 1
+                      and bool(np.all(np.diff(index) == 1)))
+        return self._decode(index, setting, keys, contiguous)
+
+    def _decode(self, index: np.ndarray, setting: int, keys: Sequence[str] | None, contiguous: bool
+                ) -> dict[str, np.ndarray]:
+        """:meth:`decode` of checked indices; *contiguous*: they are one ascending range."""
         algo = self.settings[setting].cp_algo
         b_table, where, start, bpos_table, m_table = self._b_tables[algo]
         local = index - self.setting_start[setting]
         # A grid point's entry of the b tables, as a flat position: its row's table row (where) times the width,
         # plus its place among the row's grid points (local - start).
         width = b_table.shape[1]
-        if len(local) > 1 and local[-1] - local[0] == len(local) - 1:  # a contiguous range: rows by repeat
+        if contiguous:  # a range: rows by repeat
             lo, hi = int(local[0]), int(local[-1]) + 1
             r0, r1 = (int(np.searchsorted(start, x, side="right")) - 1 for x in (lo, hi - 1))
             counts = np.minimum(start[r0 + 1:r1 + 2], hi) - np.maximum(start[r0:r1 + 1], lo)
@@ -300,7 +312,8 @@ class SearchSpace:
     def block(self, start: int, stop: int, keys: Sequence[str] | None = None) -> list[Chunk]:
         """The layouts of grid indices ``[start, stop)`` (every one valid), one :class:`Chunk` per setting they span;
         *keys*: only these of :data:`SEARCH_KEYS` in the chunks' values (default all; :meth:`decode` the rest)."""
-        start, stop = max(0, int(start)), min(int(stop), self.size)
+        start = max(0, whole("start", start, minimum=-(1 << 62)))
+        stop = min(whole("stop", stop, minimum=-(1 << 62)), self.size)
         out = []
         if stop <= start:
             return out
@@ -312,13 +325,15 @@ class SearchSpace:
             if hi <= lo:
                 continue
             index = np.arange(lo, hi, dtype=np.int64)
-            values = self.decode(index, k, keys)
+            values = self._decode(index, k, keys, len(index) > 1)
             row, bpos = values.pop("row"), values.pop("bpos")
             out.append(Chunk(self.settings[k], values, index, self.model, row, bpos))
         return out
 
     def chunks(self, chunk: int = 1 << 18, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
         """Every valid layout of grid indices ``[start, stop)``, *chunk* grid points at a time."""
-        stop = self.size if stop is None else min(stop, self.size)
+        chunk = whole("chunk", chunk, minimum=1)
+        start = whole("start", start, minimum=0)
+        stop = self.size if stop is None else min(whole("stop", stop, minimum=0), self.size)
         for lo in range(start, stop, chunk):
             yield from self.block(lo, min(lo + chunk, stop))

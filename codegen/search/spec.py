@@ -18,14 +18,18 @@ from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
+from ..runtime.inputs import DEVICES_MAX, InputError, flag, whole
+from .options import GLOBAL_BATCH_MAX, cp_algorithms, recompute_modes, restrictions, system_name, zero_levels
 from .space import SearchSpace
+from .top import COLUMNS
 
 if TYPE_CHECKING:
     from ..pricing.memory import MemoryPricer
     from ..pricing.pricer import StagePricer
     from ..pricing.step_time import StepTimePricer
 
-__all__ = ["OBJECTIVES", "SearchSpec", "SearchContext", "search_context", "setting_labels", "decoded", "subchunk"]
+__all__ = ["OBJECTIVES", "SearchSpec", "SearchContext", "search_context", "setting_labels", "priced_columns", "decoded",
+           "subchunk"]
 
 #: Objectives: the step time (compute + bubble + exposed communication), the communication time alone
 #: (needs the time family, codegen.pricing.time), the original's cost (the largest stage total of
@@ -37,10 +41,20 @@ OBJECTIVES = ("step-time", "comm-time", "original")
 class SearchSpec:
     """Everything a worker needs to rebuild the search space and its pricers (picklable).
 
-    Attributes mirror :class:`SearchSpace` and the pricers: *system* is a hardware catalog name;
-    *original_device* the catalog device of the original's cost (``--objective original``).
-    *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``) and drop the layouts that do not
-    fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
+    Attributes mirror :class:`SearchSpace` and the pricers: *system* is a hardware catalog name or alias (kept
+    as the system's own name); *original_device* the catalog device of the original's cost (``--objective
+    original``; default *system*). *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``)
+    and drop the layouts that do not fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
+
+    Every argument is checked when the spec is made, before any search or cache sees it
+    (``codegen.search.options``): *devices* and *global_batch* whole numbers (``int`` or a NumPy integer, not
+    ``8.0`` or ``True``) within their bounds; *fix* and *maximum* ``{key: value}`` or ``((key, value), …)``
+    pairs, kept sorted by key; *recompute*, *zero_levels* and *cp_algos* sequences, each value tried once (a
+    value given twice, or two names of one CP algorithm, are merged under the first name); the switches real
+    booleans. Lists and mappings are kept as tuples, so that a spec is hashable.
+
+    Raises:
+        InputError: a ``ValueError`` naming the argument and the value.
     """
 
     model: ModelConfig
@@ -59,8 +73,30 @@ class SearchSpec:
     keep_infeasible: bool = False
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"--objective: one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
+        if not isinstance(self.model, ModelConfig):
+            raise InputError(f"model: expected a ModelConfig (codegen.configs.load_model(name)), "
+                             f"got {_show(self.model)}")
+        put("devices", whole("devices", self.devices, minimum=1, maximum=DEVICES_MAX))
+        put("global_batch", whole("global_batch", self.global_batch, minimum=1, maximum=GLOBAL_BATCH_MAX))
+        put("system", system_name("system", self.system))
+        if not isinstance(self.objective, str) or self.objective not in OBJECTIVES:
+            raise InputError(f"objective: one of {', '.join(OBJECTIVES)}, got {_show(self.objective)}")
+        put("fix", restrictions("fix", self.fix))
+        put("maximum", restrictions("maximum", self.maximum))
+        put("recompute", recompute_modes("recompute", self.recompute))
+        put("zero_levels", zero_levels("zero_levels", self.zero_levels))
+        if self.cp_algos is not None:
+            put("cp_algos", cp_algorithms("cp_algos", self.cp_algos))
+        if self.original_device is not None:
+            put("original_device", system_name("original_device", self.original_device))
+        for name in ("tp_cross_node", "memory", "keep_infeasible"):
+            put(name, flag(name, getattr(self, name)))
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class SearchContext(NamedTuple):
@@ -80,13 +116,22 @@ class SearchContext(NamedTuple):
     memory: MemoryPricer | None
 
 
-@functools.lru_cache(maxsize=8)
 def search_context(spec: SearchSpec) -> SearchContext:
     """The space and the pricers of *spec*, built once per process (each worker keeps its own).
 
     Raises:
+        InputError: *spec* is no :class:`SearchSpec` (checked before the cache sees it).
         ValueError: ``--objective comm-time`` in a build without the time family.
     """
+    if not isinstance(spec, SearchSpec):
+        raise InputError(f"spec: expected a SearchSpec, got {type(spec).__name__}")
+    return _context(spec)
+
+
+@functools.lru_cache(maxsize=8)
+def _context(spec: SearchSpec) -> SearchContext:
+    """:func:`search_context` of a checked spec, kept per spec (equal specs are equal searches: every argument
+    was checked and normalised when the spec was made)."""
     import hardware
 
     from ..pricing.step_time import StepTimePricer, time_family_comm
@@ -121,6 +166,24 @@ def setting_labels(spec: SearchSpec) -> dict[str, tuple[str, ...]]:
     and the CP algorithms of the spec's space in the order of its settings (``zero`` is its own code)."""
     space = search_context(spec).space
     return {"recompute": RECOMPUTE_MODES, "cp_algo": tuple(dict.fromkeys(s.cp_algo for s in space.settings))}
+
+
+def priced_columns(spec: SearchSpec) -> tuple[str, ...]:
+    """The columns of a result table (:data:`codegen.search.COLUMNS`) a search of *spec* prices: the others are
+    NaN in every row (``fits`` -1), so a table written out (``--out``) leaves them out.
+
+    The step-time and comm-time objectives price the step time and its parts, not the original's cost (the
+    original's model in its own units on ``--original-device``: pricing it too would run a second cost model
+    for every layout); ``--objective original`` prices that cost alone; the memory columns are priced unless
+    ``memory=False``.
+    """
+    if not isinstance(spec, SearchSpec):
+        raise InputError(f"spec: expected a SearchSpec, got {type(spec).__name__}")
+    skip = {"original_cost"} if spec.objective != "original" else {
+        "step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"}
+    if not spec.memory:
+        skip |= {"memory_peak_bytes", "headroom_bytes", "fits"}
+    return tuple(name for name in COLUMNS if name not in skip)
 
 
 def decoded(spec: SearchSpec, chunk: Chunk, rows: np.ndarray | None = None) -> Chunk:

@@ -15,6 +15,8 @@ import numpy as np
 
 from symbolic.vocabulary import SEARCH_KEYS, SEARCH_SETTINGS
 
+from ..runtime.inputs import InputError, whole
+
 
 __all__ = ["SETTING_COLUMNS", "COLUMNS", "empty_table", "reduce_top", "merge_top", "kth_objective", "pareto_front"]
 
@@ -53,19 +55,46 @@ def _best_rows(table: Mapping[str, np.ndarray], count: int) -> np.ndarray:
     return _order(table)[:count]
 
 
+def _checked(table: object, top: object, name: str = "table") -> int:
+    """*top* as a whole number >= 1, after checking that *table* is a result table (its ``index`` and
+    ``objective`` columns one-dimensional and of one length)."""
+    top = whole("top", top, minimum=1)
+    if not isinstance(table, Mapping) or "index" not in table or "objective" not in table:
+        raise InputError(f"{name}: expected a result table, {{column: array}} with 'index' and 'objective', "
+                         f"got {type(table).__name__}")
+    if np.ndim(table["index"]) != 1 or np.shape(table["index"]) != np.shape(table["objective"]):
+        raise InputError(f"{name}: 'index' and 'objective' must be one-dimensional arrays of one length, got shapes "
+                         f"{np.shape(table['index'])} and {np.shape(table['objective'])}")
+    return top
+
+
 def reduce_top(table: Mapping[str, np.ndarray], top: int) -> dict[str, np.ndarray]:
-    """The best *top* rows of *table*, in rank order."""
+    """The best *top* rows of *table*, in rank order.
+
+    Raises:
+        InputError: *top* not a whole number >= 1 (``bool`` and floats included), or *table* not a result table.
+    """
+    top = _checked(table, top)
     rows = _best_rows(table, top)
     return {k: np.asarray(v)[rows] for k, v in table.items()}
 
 
 def merge_top(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray], top: int) -> dict[str, np.ndarray]:
-    """The best *top* rows of two reductions."""
+    """The best *top* rows of two reductions (tables of the same columns).
+
+    Raises:
+        InputError: as :func:`reduce_top`, or tables of different columns.
+    """
+    _checked(a, top, "a")
+    _checked(b, top, "b")
+    if set(a) != set(b):
+        raise InputError(f"merge_top: the tables have different columns: {sorted(set(a) ^ set(b))}")
     return reduce_top({k: np.concatenate([a[k], b[k]]) for k in a}, top)
 
 
 def kth_objective(best: Mapping[str, np.ndarray], top: int) -> float:
     """The objective of the K-th best row so far (a bound no row beyond it can beat), or infinity."""
+    top = _checked(best, top, "best")
     if len(best["index"]) < top:
         return np.inf
     value = float(best["objective"][top - 1])
@@ -73,10 +102,29 @@ def kth_objective(best: Mapping[str, np.ndarray], top: int) -> float:
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the points no other point beats in both *x* and *y* (smaller is better), by ascending x."""
+    """Indices of the points no other point beats in both *x* and *y* (smaller is better), by ascending x.
+
+    Raises:
+        InputError: *x* and *y* not one-dimensional arrays of finite numbers of one length.
+    """
+    x, y = (_points(name, v) for name, v in (("x", x), ("y", y)))
+    if x.shape != y.shape:
+        raise InputError(f"pareto_front: x and y must have one length, got {len(x)} and {len(y)}")
     order = np.lexsort((y, x))
     ys = y[order]
     best = np.minimum.accumulate(ys)
     keep = np.ones(len(order), bool)
     keep[1:] = ys[1:] < best[:-1]
     return order[keep]
+
+
+def _points(name: str, values: object) -> np.ndarray:
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected numbers, got {values!r:.80}") from None
+    if isinstance(values, (str, bytes)) or array.ndim != 1:
+        raise InputError(f"{name}: expected a one-dimensional array of numbers, got {values!r:.80}")
+    if not np.isfinite(array).all():
+        raise InputError(f"{name}: every value must be finite, got {array[~np.isfinite(array)][0]!r}")
+    return array

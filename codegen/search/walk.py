@@ -19,6 +19,7 @@ from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..pricing.chunks import Chunk
 from ..pricing.step_time import exposed_comm
+from ..runtime.inputs import InputError, whole
 from .bounds import chunk_stage_parts, floors, level_floor, row_bound_forms, row_stage_parts
 from .spec import SearchSpec, decoded, search_context, subchunk
 from .top import empty_table, merge_top, reduce_top
@@ -36,8 +37,13 @@ class _Memory:
 
 
 def price_chunk(spec: SearchSpec, chunk: Chunk) -> dict[str, np.ndarray]:
-    """The table of one chunk: grid index, degrees, setting codes, the objective and its parts."""
+    """The table of one chunk: grid index, degrees, setting codes, the objective and its parts.
+
+    Raises:
+        InputError: *spec* is no :class:`SearchSpec` or *chunk* no ``Chunk`` (``SearchSpace.block``'s).
+    """
     space, step, original, _ = search_context(spec)
+    _check_chunk(chunk)
     n = len(chunk)
     setting = chunk.setting
     table: dict[str, np.ndarray] = {"index": chunk.index}
@@ -103,6 +109,12 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     for k, v in filled.items():
         out[k] = v if keep is None else v[keep]
     return {k: out[k] for k in table}
+
+
+def _check_chunk(chunk: object) -> None:
+    if not isinstance(chunk, Chunk):
+        raise InputError(f"chunk: expected a Chunk of the search space (SearchSpace.block, .chunks), got "
+                         f"{type(chunk).__name__}")
 
 
 #: The keys a chunk of the bounded walk decodes for every layout (the compute bound's: its structure row and ``m``
@@ -216,6 +228,10 @@ def chunk_best(spec: SearchSpec, chunk: Chunk, top: int, sink: Callable[[dict], 
     (``--out``), ``keep_infeasible`` and the comm-time objective (whose bound is 0) price every row.
     With the time family the bounds add communication floors (:func:`_chunk_best_bounded`).
     """
+    _check_chunk(chunk)
+    top = whole("top", top, minimum=1)
+    if sink is not None and not callable(sink):
+        raise InputError(f"sink: expected a callable or None, got {type(sink).__name__}")
     if chunk.row is not None and chunk.bpos is not None and is_bounded(spec, sink):
         return _chunk_best_bounded(spec, chunk, top, bound)
     chunk = decoded(spec, chunk)
