@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-from ..validation import collectives
+from ..validation import collectives, rows_read
 
 
 def _register_collectives(p: argparse.ArgumentParser) -> None:
@@ -30,8 +30,8 @@ def _register_collectives(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_collectives)
 
 
-def _print_curves(data: collectives.Measurements) -> None:
-    for c in collectives.curves(data):
+def _print_curves(data: collectives.Measurements, rows: tuple) -> None:
+    for c in collectives.curves(data, rows):
         print(f"# {c.system} {c.op} ranks={c.ranks}")
         print(f"{'bytes':>11} {'measured_us':>12} {'predicted_us':>12} {'rel_err':>8} {'meas_busbw':>10} "
               f"{'pred_busbw':>10}  algorithm")
@@ -44,9 +44,11 @@ def _print_curves(data: collectives.Measurements) -> None:
 
 def run_collectives(args: argparse.Namespace) -> int:
     data = collectives.load_measurements(args.data)
+    print(rows_read(data.path, data.rows_read))
+    rows = collectives.predicted_rows(data)
     if args.curves:
-        _print_curves(data)
-    groups = collectives.validate(data)
+        _print_curves(data, rows)
+    groups = collectives.validate(data, rows[0])
     print(f"{'system':<10} {'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error of "
           f"predicted time; small < 1 MiB <= large)")
     for g in groups:

@@ -1,36 +1,179 @@
-"""Reading a measurement CSV for ``symcost validate``: one error line naming ``--data`` and the path."""
+"""Reading a measurement CSV for ``symcost validate``: every cell through the one input gate.
+
+A file that cannot be read is one error line naming ``--data`` and the path; a cell that is not what
+its column holds is one error line naming the file, the line, the column and the value (the gate's
+words, ``codegen.runtime.inputs``): ``data.csv line 7, column m: expected a whole number, got '2.5'``.
+
+Columns are read whole, each distinct text once (a file of a million rows repeats most cells), so a
+table is read in time linear in its rows.
+"""
 
 from __future__ import annotations
 
 import csv
+import gc
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["DATA_DIR", "read_rows"]
+import numpy as np
+
+from ..runtime.inputs import COUNT_MAX, parse_flag, parse_real, parse_whole
+
+__all__ = ["DATA_DIR", "Table", "read_rows", "read_table", "rows_read"]
 
 #: The measurement tables shipped with the package (package data; provenance in ``data/README.md``),
 #: found beside this module so that a wheel install reads them as a source checkout does.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
-def read_rows(path: str | os.PathLike[str], required: Sequence[str] = ()) -> tuple[list[str], list[dict[str, str]]]:
-    """The column names and the rows of the CSV file *path* (UTF-8, a header line first).
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: a million rows of strings hold no cycles, yet each allocation
+    batch would set off a full scan of them all (reading grows from seconds to minutes)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class Table:
+    """The cells of a CSV file column by column; :meth:`where` gives the line a row starts on.
+
+    The converters (:meth:`whole`, :meth:`real`, :meth:`flag`, :meth:`choice`) check a whole column
+    and return its values; a bad cell raises ``ValueError`` naming the file, line, column and value.
+
+    Attributes:
+        path: the file as the user named it.
+        names: the header's column names.
+    """
+
+    def __init__(self, path: Path, names: Sequence[str], rows: list[list[str]]):
+        self.path = path
+        self.names = list(names)
+        self._rows = rows
+        self._index = {name: j for j, name in enumerate(self.names)}
+        self._columns: dict[str, list[str]] = {}
+        self._lines: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def has(self, name: str) -> bool:
+        """Whether the file has column *name*."""
+        return name in self._index
+
+    def cells(self, name: str) -> list[str]:
+        """The texts of column *name*, ``""`` for every row when the file has no such column."""
+        if name not in self._columns:
+            if name not in self._index:
+                return [""] * len(self)
+            j = self._index[name]
+            with _no_cyclic_gc():
+                self._columns[name] = [row[j] for row in self._rows]
+        return self._columns[name]
+
+    def line(self, row: int) -> int:
+        """The line of the file row index *row* starts on (1 is the header), found by reading the file again."""
+        if self._lines is None:
+            lines: list[int] = []
+            with self.path.open(newline="", encoding="utf-8") as handle:
+                reader = csv.reader(handle)
+                next(reader, None)
+                end = reader.line_num
+                for record in reader:
+                    start, end = end + 1, reader.line_num
+                    if record:
+                        lines.append(start)
+            self._lines = lines
+        return self._lines[row]
+
+    def where(self, row: int, name: str | None = None) -> str:
+        """``PATH line N`` (and ``, column NAME``) of row index *row*, for an error message."""
+        return f"{self.path} line {self.line(row)}" + (f", column {name}" if name else "")
+
+    def convert(self, name: str, read: Callable[[str, str], Any], *, optional: bool = False) -> list[Any]:
+        """Column *name* read cell by cell with ``read(field, text)`` (each distinct text once).
+
+        With *optional*, an empty cell (or an absent column) gives ``None`` instead of being read.
+
+        Raises:
+            ValueError: for the first row whose cell *read* refuses, naming the file, line, column and value.
+        """
+        cells = self.cells(name)
+        distinct = set(cells)
+        seen: dict[str, Any] = {}
+        for text in distinct:
+            if optional and not text.strip():
+                seen[text] = None
+                continue
+            try:
+                seen[text] = read(name, text)
+            except ValueError:
+                pass
+        if len(seen) < len(distinct):
+            row = next(i for i, text in enumerate(cells) if text not in seen)
+            read(self.where(row, name), cells[row])  # raises again, now naming the file, line and column
+            raise AssertionError("a converter refused a cell once only")  # pragma: no cover
+        with _no_cyclic_gc():
+            return list(map(seen.__getitem__, cells))
+
+    def whole(self, name: str, *, minimum: int = 1, maximum: int | float = COUNT_MAX) -> np.ndarray:
+        """Column *name* as whole numbers in ``[minimum, maximum]`` (ASCII digits only), an int64 array."""
+        return np.array(self.convert(name, lambda field, text: parse_whole(field, text, minimum=minimum,
+                                                                          maximum=maximum)), dtype=np.int64)
+
+    def real(self, name: str, **bounds: Any) -> np.ndarray:
+        """Column *name* as finite numbers > 0 (``parse_real``), a float array."""
+        return np.array(self.convert(name, lambda field, text: parse_real(field, text, **bounds)), dtype=float)
+
+    def flag(self, name: str) -> np.ndarray:
+        """Column *name* as booleans (``true``/``false``, ``yes``/``no``, ``1``/``0``)."""
+        return np.array(self.convert(name, parse_flag), dtype=bool)
+
+    def choice(self, name: str, read: Callable[[str], Any]) -> list[Any]:
+        """Column *name* through *read(text)*, whose ``ValueError`` message is prefixed with the file, line and column.
+
+        For vocabularies (an op, a system, a recompute mode) whose reader names the value but not where it is.
+        """
+        def located(field: str, text: str) -> Any:
+            try:
+                return read(text)
+            except ValueError as exc:
+                if field == name:
+                    raise
+                message = str(exc).removeprefix(f"{name}: ")  # the reader's own naming of the column: once is enough
+                raise ValueError(f"{field}: {message}") from None
+        return self.convert(name, located)
+
+
+def read_table(path: str | os.PathLike[str], required: Sequence[str] = ()) -> Table:
+    """The CSV file *path* (UTF-8, a header line first) as a :class:`Table`; blank lines are skipped.
 
     Raises:
         ValueError: one line naming ``--data`` and the path when the file cannot be read, is not UTF-8
-            text, lacks a column of *required* (each missing one named) or has no rows.
+            text, lacks a column of *required* (each missing one named), names a column twice or has no
+            rows; or naming the file and line of a row whose number of cells differs from the header's.
     """
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            columns = list(reader.fieldnames or ())
-            missing = [c for c in required if c not in columns]
+        with path.open(newline="", encoding="utf-8") as handle, _no_cyclic_gc():
+            reader = csv.reader(handle)
+            names = next(reader, [])
+            missing = [c for c in required if c not in names]
             if missing:
                 rest = f" (it needs {', '.join(required)})" if len(missing) < len(required) else ""
                 raise ValueError(f"--data {path}: missing columns {', '.join(missing)}{rest}")
+            repeated = sorted({c for c in names if names.count(c) > 1})
+            if repeated:
+                raise ValueError(f"--data {path}: the header names {', '.join(map(repr, repeated))} more than once")
             rows = list(reader)
+            if not all(rows):
+                rows = [row for row in rows if row]
     except OSError as exc:
         raise ValueError(f"--data {path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -39,4 +182,24 @@ def read_rows(path: str | os.PathLike[str], required: Sequence[str] = ()) -> tup
         raise ValueError(f"--data {path}: not a CSV file: {exc}") from None
     if not rows:
         raise ValueError(f"--data {path}: no rows below the header")
-    return columns, rows
+    table = Table(path, names, rows)
+    if len(set(map(len, rows))) > 1 or len(rows[0]) != len(names):
+        row = next(i for i, cells in enumerate(rows) if len(cells) != len(names))
+        raise ValueError(f"{table.where(row)}: {len(rows[row])} cells, but the header has {len(names)}")
+    return table
+
+
+def read_rows(path: str | os.PathLike[str], required: Sequence[str] = ()) -> tuple[list[str], list[dict[str, str]]]:
+    """The column names and the rows (as dicts) of the CSV file *path*: :func:`read_table`'s, row by row.
+
+    Raises:
+        ValueError: as :func:`read_table`.
+    """
+    table = read_table(path, required)
+    columns = [table.cells(name) for name in table.names]  # the names are distinct: read_table checks
+    return table.names, [dict(zip(table.names, values)) for values in zip(*columns)]
+
+
+def rows_read(path: str | os.PathLike[str], n: int) -> str:
+    """The line each validation prints first: how many rows it read, and from which file (its name)."""
+    return f"{Path(path).name}: {n:,} row{'s' if n != 1 else ''} read"
