@@ -13,15 +13,17 @@ from __future__ import annotations
 import csv
 import gc
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import numpy as np
 
-from ..runtime.inputs import COUNT_MAX, parse_flag, parse_real, parse_whole
+from ..runtime.inputs import COUNT_MAX, parse_flag, parse_real, parse_reals, parse_whole
 
-__all__ = ["DATA_DIR", "Table", "read_rows", "read_table", "rows_read"]
+__all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "no_cyclic_gc", "read_rows", "read_table",
+           "recompute_mode", "rows_read"]
 
 #: The measurement tables shipped with the package (package data; provenance in ``data/README.md``),
 #: found beside this module so that a wheel install reads them as a source checkout does.
@@ -29,9 +31,10 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
 @contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a million rows of strings hold no cycles, yet each allocation
-    batch would set off a full scan of them all (reading grows from seconds to minutes)."""
+def no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a table's rows are built: a million rows of strings, numbers
+    and dicts hold no reference cycles, yet every few hundred allocations would set off a scan of them all
+    (reading and reporting grow from seconds to minutes)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -73,7 +76,7 @@ class Table:
             if name not in self._index:
                 return [""] * len(self)
             j = self._index[name]
-            with _no_cyclic_gc():
+            with no_cyclic_gc():
                 self._columns[name] = [row[j] for row in self._rows]
         return self._columns[name]
 
@@ -116,11 +119,34 @@ class Table:
             except ValueError:
                 pass
         if len(seen) < len(distinct):
-            row = next(i for i, text in enumerate(cells) if text not in seen)
-            read(self.where(row, name), cells[row])  # raises again, now naming the file, line and column
-            raise AssertionError("a converter refused a cell once only")  # pragma: no cover
-        with _no_cyclic_gc():
+            self._refuse(next(i for i, text in enumerate(cells) if text not in seen), name, read)
+        with no_cyclic_gc():
             return list(map(seen.__getitem__, cells))
+
+    def cell(self, row: int, name: str, read: Callable[[str, str], Any]) -> Any:
+        """The cell of row index *row*, column *name*, read with ``read(field, text)``.
+
+        Raises:
+            ValueError: as *read* does, naming the file, line, column and value.
+        """
+        try:
+            return read(name, self.cells(name)[row])
+        except ValueError:
+            self._refuse(row, name, read)
+
+    def refuse(self, row: int, message: str) -> ValueError:
+        """The error for row index *row* that breaks a rule of its row as a whole: ``PATH line N: message``."""
+        error = ValueError(f"{self.where(row)}: {message}")
+        error.row = row  # type: ignore[attr-defined]  # for first_error: the earliest row is reported
+        return error
+
+    def _refuse(self, row: int, name: str, read: Callable[[str, str], Any]) -> NoReturn:
+        try:
+            read(self.where(row, name), self.cells(name)[row])  # raises again, now naming the file, line, column
+        except ValueError as exc:
+            exc.row = row  # type: ignore[attr-defined]
+            raise
+        raise AssertionError(f"{name}: a converter refused a cell once only")  # pragma: no cover
 
     def whole(self, name: str, *, minimum: int = 1, maximum: int | float = COUNT_MAX) -> np.ndarray:
         """Column *name* as whole numbers in ``[minimum, maximum]`` (ASCII digits only), an int64 array."""
@@ -128,8 +154,19 @@ class Table:
                                                                           maximum=maximum)), dtype=np.int64)
 
     def real(self, name: str, **bounds: Any) -> np.ndarray:
-        """Column *name* as finite numbers > 0 (``parse_real``), a float array."""
-        return np.array(self.convert(name, lambda field, text: parse_real(field, text, **bounds)), dtype=float)
+        """Column *name* as finite numbers > 0 (``parse_real``), a float array.
+
+        Measured columns hold a distinct text in nearly every row: they are checked at once (``parse_reals``)
+        and, only when that refuses one, cell by cell to name the first bad row.
+        """
+        cells = self.cells(name)
+        distinct = list(set(cells))
+        try:
+            values = dict(zip(distinct, parse_reals(name, distinct, **bounds)))
+        except ValueError:
+            return np.array(self.convert(name, lambda field, text: parse_real(field, text, **bounds)), dtype=float)
+        with no_cyclic_gc():
+            return np.array(list(map(values.__getitem__, cells)), dtype=float)
 
     def flag(self, name: str) -> np.ndarray:
         """Column *name* as booleans (``true``/``false``, ``yes``/``no``, ``1``/``0``)."""
@@ -151,6 +188,44 @@ class Table:
         return self.convert(name, located)
 
 
+def first_error(*steps: Callable[[], Any]) -> tuple[list[Any], ValueError | None]:
+    """Each step's result (``None`` where it failed) and, of the steps that failed, the error of the earliest row.
+
+    Each step reads a column or checks rows of one table, and stops at its own first bad row; running them
+    all and keeping the earliest row's error reports the file's first bad line, whatever the column.
+    """
+    results: list[Any] = []
+    errors: list[ValueError] = []
+    for step in steps:
+        try:
+            results.append(step())
+        except ValueError as exc:
+            results.append(None)
+            errors.append(exc)
+    return results, min(errors, key=lambda exc: getattr(exc, "row", -1)) if errors else None
+
+
+#: The recompute modes a ``recompute`` cell may name (``symbolic.vocabulary`` has more: per-stage lists).
+RECOMPUTE_WORDS = ("none", "selective", "full")
+
+
+def recompute_mode(text: str) -> str:
+    """The recompute mode a measurement table's cell names, e.g. ``full_recompute_no_seqpar`` → full,
+    ``sequence_parallel+selective`` → selective, ``none`` or an empty cell → none.
+
+    Raises:
+        ValueError: the cell names no mode, or more than one.
+    """
+    words = set(re.split(r"[^a-z]+", text.strip().lower()))
+    named = [mode for mode in RECOMPUTE_WORDS if mode in words]
+    if len(named) == 1:
+        return named[0]
+    if not named and not text.strip():
+        return "none"
+    raise ValueError(f"cannot read {text!r} as a recompute mode; expected one of {', '.join(RECOMPUTE_WORDS)} "
+                     f"(words joined by _ or +, e.g. full_recompute or sequence_parallel+selective)")
+
+
 def read_table(path: str | os.PathLike[str], required: Sequence[str] = ()) -> Table:
     """The CSV file *path* (UTF-8, a header line first) as a :class:`Table`; blank lines are skipped.
 
@@ -161,7 +236,7 @@ def read_table(path: str | os.PathLike[str], required: Sequence[str] = ()) -> Ta
     """
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8") as handle, _no_cyclic_gc():
+        with path.open(newline="", encoding="utf-8") as handle, no_cyclic_gc():
             reader = csv.reader(handle)
             names = next(reader, [])
             missing = [c for c in required if c not in names]
