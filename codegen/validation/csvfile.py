@@ -60,7 +60,7 @@ class Table:
         self.names = list(names)
         self._rows = rows
         self._index = {name: j for j, name in enumerate(self.names)}
-        self._columns: dict[str, list[str]] = {}
+        self._columns: dict[str, Sequence[str]] | None = None
         self._lines: list[int] | None = None
 
     def __len__(self) -> int:
@@ -70,14 +70,13 @@ class Table:
         """Whether the file has column *name*."""
         return name in self._index
 
-    def cells(self, name: str) -> list[str]:
+    def cells(self, name: str) -> Sequence[str]:
         """The texts of column *name*, ``""`` for every row when the file has no such column."""
-        if name not in self._columns:
-            if name not in self._index:
-                return [""] * len(self)
-            j = self._index[name]
+        if name not in self._index:
+            return [""] * len(self)
+        if self._columns is None:  # every column in one pass over the rows
             with no_cyclic_gc():
-                self._columns[name] = [row[j] for row in self._rows]
+                self._columns = dict(zip(self.names, zip(*self._rows)))
         return self._columns[name]
 
     def line(self, row: int) -> int:
