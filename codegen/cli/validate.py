@@ -4,11 +4,14 @@ One sub-choice per model, in ``CHOICES`` (name → (help, register function)); `
 time model of one collective call against nccl-tests sweeps, ``memory`` the memory per rank against
 ZeRO's Table 1 and Megatron-LM's measured memory. Another (``step-time``) is one more entry.
 
-``symcost validate collectives [--data FILE.csv] [--curves]`` prints (with ``--curves``, first every sweep
-size by size: measured and predicted µs, bus bandwidths, the algorithm picked) one line per (system, collective, size
-band) with the count, median and worst relative error of the predicted time, then, as its last
-line, one JSON object ``{"groups": [{"system", "op", "band", "n", "median_rel_err",
+``symcost validate collectives [--data FILE.csv] [--curves]`` prints how many rows it read, then (with
+``--curves``, first every sweep size by size: measured and predicted µs, bus bandwidths, the algorithm picked) one
+line per (system, collective, size band) with the count, median and worst relative error of the predicted time,
+then, as its last line, one JSON object ``{"groups": [{"system", "op", "band", "n", "median_rel_err",
 "worst_rel_err"}, …]}``.
+
+Every validation first says how many rows it read; a bad cell or row of its table is one error line naming the
+file, line, column and value (exit status 2; ``codegen.validation.csvfile``).
 """
 
 from __future__ import annotations
