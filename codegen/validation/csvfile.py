@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import numpy as np
 
-from ..runtime.inputs import COUNT_MAX, parse_flag, parse_real, parse_reals, parse_whole
+from ..runtime.inputs import COUNT_MAX, parse_real, parse_reals, parse_whole
 
-__all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "no_cyclic_gc", "read_rows", "read_table",
+__all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "no_cyclic_gc", "read_table",
            "recompute_mode", "rows_read"]
 
 #: The measurement tables shipped with the package (package data; provenance in ``data/README.md``),
@@ -47,7 +47,7 @@ def no_cyclic_gc() -> Iterator[None]:
 class Table:
     """The cells of a CSV file column by column; :meth:`where` gives the line a row starts on.
 
-    The converters (:meth:`whole`, :meth:`real`, :meth:`flag`, :meth:`choice`) check a whole column
+    The converters (:meth:`whole`, :meth:`real`, :meth:`choice`, :meth:`convert`) check a whole column
     and return its values; a bad cell raises ``ValueError`` naming the file, line, column and value.
 
     Attributes:
@@ -98,10 +98,8 @@ class Table:
         """``PATH line N`` (and ``, column NAME``) of row index *row*, for an error message."""
         return f"{self.path} line {self.line(row)}" + (f", column {name}" if name else "")
 
-    def convert(self, name: str, read: Callable[[str, str], Any], *, optional: bool = False) -> list[Any]:
+    def convert(self, name: str, read: Callable[[str, str], Any]) -> list[Any]:
         """Column *name* read cell by cell with ``read(field, text)`` (each distinct text once).
-
-        With *optional*, an empty cell (or an absent column) gives ``None`` instead of being read.
 
         Raises:
             ValueError: for the first row whose cell *read* refuses, naming the file, line, column and value.
@@ -110,9 +108,6 @@ class Table:
         distinct = set(cells)
         seen: dict[str, Any] = {}
         for text in distinct:
-            if optional and not text.strip():
-                seen[text] = None
-                continue
             try:
                 seen[text] = read(name, text)
             except ValueError:
@@ -166,10 +161,6 @@ class Table:
             return np.array(self.convert(name, lambda field, text: parse_real(field, text, **bounds)), dtype=float)
         with no_cyclic_gc():
             return np.array(list(map(values.__getitem__, cells)), dtype=float)
-
-    def flag(self, name: str) -> np.ndarray:
-        """Column *name* as booleans (``true``/``false``, ``yes``/``no``, ``1``/``0``)."""
-        return np.array(self.convert(name, parse_flag), dtype=bool)
 
     def choice(self, name: str, read: Callable[[str], Any]) -> list[Any]:
         """Column *name* through *read(text)*, whose ``ValueError`` message is prefixed with the file, line and column.
@@ -261,17 +252,6 @@ def read_table(path: str | os.PathLike[str], required: Sequence[str] = ()) -> Ta
         row = next(i for i, cells in enumerate(rows) if len(cells) != len(names))
         raise ValueError(f"{table.where(row)}: {len(rows[row])} cells, but the header has {len(names)}")
     return table
-
-
-def read_rows(path: str | os.PathLike[str], required: Sequence[str] = ()) -> tuple[list[str], list[dict[str, str]]]:
-    """The column names and the rows (as dicts) of the CSV file *path*: :func:`read_table`'s, row by row.
-
-    Raises:
-        ValueError: as :func:`read_table`.
-    """
-    table = read_table(path, required)
-    columns = [table.cells(name) for name in table.names]  # the names are distinct: read_table checks
-    return table.names, [dict(zip(table.names, values)) for values in zip(*columns)]
 
 
 def rows_read(path: str | os.PathLike[str], n: int) -> str:

@@ -112,7 +112,8 @@ def _predict(table: Table, i: int, system: str | None) -> dict[str, Any]:
     # Megatron-LM of 2022 (no FlashAttention: the s-by-s scores pass through HBM; dropout 0.1 on).
     pricer = StepTimePricer(model, system=name, comm=time_family_comm(model, name), flash_attention=0.0,
                             dropout=1.0)
-    values = {k: np.array([x], dtype=np.int64) for k, x in dict(d=d, t=t, p=p, cp=1, ep=1, etp=1, vp=vp, b=b, m=m).items()}
+    values = {k: np.array([x], dtype=np.int64)
+              for k, x in dict(d=d, t=t, p=p, cp=1, ep=1, etp=1, vp=vp, b=b, m=m).items()}
     # Megatron-LM's distributed optimizer was not used in these runs: ZeRO level 0.
     chunk = Chunk(Setting(mode, 0, layout.cp_algo), values, np.zeros(1, np.int64), model)
     got = {k: float(x[0]) for k, x in pricer.price(values, mode, chunk).items()}
