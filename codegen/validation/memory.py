@@ -414,11 +414,15 @@ def run_memory_validation(data: Path | None = None) -> int:
                 "params_and_optimizer_GiB", "params_and_optimizer_published_GiB", "params_and_optimizer_rel_err",
                 "activations_GiB", "activations_published_GiB", "activations_rel_err", "activations_stage_GiB",
                 "activations_stage_rel_err", "params_and_optimizer_layers_GiB", "params_and_optimizer_layers_rel_err"))
-        models, recompute = figure.models, figure.recompute
+        models, recompute, config = figure.models, figure.recompute, figure.config.tolist()
+        # A configuration's own figures print alike on each of its rows: formatted once per configuration.
+        first = {c: i for i, c in reversed(list(enumerate(config)))}
+        parts = {c: (f"{models[i]:<12} {recompute[i]:<28} {states[i]:>15.4f} ", f"{act[i]:>15.4f} ",
+                     f"{stage[i]:>14.4f} ", f"{layers[i]:>17.4f} ") for c, i in first.items()}
         sys.stdout.writelines(
-            f"{models[i]:<12} {recompute[i]:<28} {states[i]:>15.4f} {want_states[i]:>10.4f} {states_err[i]:>+8.2%} "
-            f"{act[i]:>15.4f} {want_act[i]:>10.4f} {act_err[i]:>+8.2%} {stage[i]:>14.4f} {stage_err[i]:>+8.2%} "
-            f"{layers[i]:>17.4f} {layers_err[i]:>+8.2%}\n" for i in range(len(models)))
+            f"{head}{want_states[i]:>10.4f} {states_err[i]:>+8.2%} {act_text}{want_act[i]:>10.4f} {act_err[i]:>+8.2%} "
+            f"{stage_text}{stage_err[i]:>+8.2%} {layers_text}{layers_err[i]:>+8.2%}\n"
+            for i, (head, act_text, stage_text, layers_text) in enumerate(map(parts.__getitem__, config)))
         # The JSON line as json.dumps writes it (its separators, repr of finite floats), row by row.
         text = {name: {value: json.dumps(value) for value in set(values)} for name, values in
                 (("model", models), ("recompute", recompute))}
