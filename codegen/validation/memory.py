@@ -325,8 +325,7 @@ def _figure1(path: Path, settings: MemorySettings, runs: Path | None) -> _Figure
     with no_cyclic_gc():
         keys = list(zip(*(table.cells(name) for name in _CONFIG if table.has(name))))
         config = np.array([first.setdefault(key, len(first)) for key in keys], dtype=np.int64)
-    rows = np.zeros(len(first), dtype=np.int64)
-    rows[config[::-1]] = np.arange(len(config))[::-1]  # each configuration's first row
+    rows = np.unique(config, return_index=True)[1]  # each configuration's first row (codes in order of appearance)
 
     def predictions() -> list[dict[str, Any]]:
         return [_predict(table, i, run_table.get(table.cells("model")[i]), settings) for i in rows.tolist()]

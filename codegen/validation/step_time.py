@@ -146,8 +146,7 @@ def step_time_rows(path: Path = DEFAULT_DATA, system: str | None = None) -> list
     with no_cyclic_gc():
         keys = list(zip(*(table.cells(name) for name in _CONFIG)))
         config = [first.setdefault(key, len(first)) for key in keys]
-    rows = np.zeros(len(first), dtype=np.int64)
-    rows[np.array(config[::-1], dtype=np.int64)] = np.arange(len(config))[::-1]  # each configuration's first row
+    rows = np.unique(config, return_index=True)[1]  # each configuration's first row (codes in order of appearance)
     (measured, got), error = first_error(lambda: table.real("measured_iteration_s"),
                                          lambda: [_predict(table, i, system) for i in rows.tolist()])
     if error is not None:
