@@ -167,7 +167,7 @@ def test_validation_predicts_each_row_with_its_dtype(tmp_path):
     assert_close(t[1], float(collectives.predict("dgx_h100", "all_reduce", 8, 2.0**29, "int8").time_s), rtol=1e-12)
     assert t[1] > t[0]
     path.write_text(rows.replace("int8", "int7"))
-    with pytest.raises(ValueError, match="two.csv:3: dtype: unknown data type 'int7'"):
+    with pytest.raises(ValueError, match="two.csv line 3, column dtype: unknown data type 'int7'"):
         collectives.load_measurements(path)
 
 
@@ -482,7 +482,7 @@ def test_cli_validate_bad_file_names_row_and_column(capsys, tmp_path):
     bad.write_text("system,op,n_gpus,bytes,time_us\nh100_sxm,all_reduce,8,-5,3.0\n")
     assert main(["validate", "collectives", "--data", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "bad.csv:2: bytes" in err and "'-5'" in err and len(err.strip().splitlines()) == 1
+    assert "bad.csv line 2, column bytes: must be a whole number >= 1, got -5" in err and len(err.strip().splitlines()) == 1
     bad.write_text("system,op,bytes\n")
     assert main(["validate", "collectives", "--data", str(bad)]) == 2
     assert "missing columns n_gpus, time_us" in capsys.readouterr().err

@@ -72,6 +72,9 @@ __all__ = [
     "flag",
     "int_array",
     "json_text",
+    "parse_flag",
+    "parse_real",
+    "parse_reals",
     "parse_whole",
     "whole",
 ]
@@ -370,3 +373,66 @@ def check_inputs(values: Mapping[str, object]) -> dict[str, np.ndarray]:
             raise InputError(f"{name}: must be at most {_bound_text(top)}; got {_show(_num(item))}{at}")
         out[name] = arr
     return out
+
+
+_ASCII_REAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_real(field: str, text: str, *, maximum: float = VALUE_MAX, error: type[ValueError] = InputError) -> float:
+    """A finite number > 0 and at most *maximum* from *text*: ASCII decimal notation only (``1.5``, ``2e-3``).
+
+    ``float()`` alone would take ``inf``, ``nan``, ``1_000`` and other scripts' digits; here each is an error.
+
+    Raises:
+        error: naming *field* and the text.
+    """
+    if not isinstance(text, str):
+        raise error(f"{field}: expected a number as text, got {_show(text)}")
+    stripped = text.strip()
+    if not stripped.isascii() or not _ASCII_REAL.fullmatch(stripped):
+        raise error(f"{field}: expected a number, got {_show(text)} (ASCII decimal notation, e.g. 1.5 or 2e-3)")
+    value = float(stripped)
+    if not math.isfinite(value) or value > maximum:
+        raise error(f"{field}: must be at most {_bound_text(maximum)}; got {_show(text)}")
+    if value <= 0:
+        raise error(f"{field}: must be a number > 0, got {_show(text)}")
+    return value
+
+
+#: The spellings :func:`parse_flag` reads, case aside.
+FLAG_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+def parse_flag(field: str, text: str, *, error: type[ValueError] = InputError) -> bool:
+    """A boolean from *text*: ``true``/``false``, ``yes``/``no`` or ``1``/``0`` (any case); anything else is an error.
+
+    Raises:
+        error: naming *field* and the text.
+    """
+    if isinstance(text, str) and text.strip().lower() in FLAG_WORDS:
+        return FLAG_WORDS[text.strip().lower()]
+    raise error(f"{field}: must be true or false (or yes/no, 1/0), got {_show(text)}")
+
+
+_ASCII_REALS = re.compile(rf"(?:{_ASCII_REAL.pattern}\n)*{_ASCII_REAL.pattern}")
+
+
+def parse_reals(field: str, texts: list[str], *, maximum: float = VALUE_MAX,
+                error: type[ValueError] = InputError) -> list[float]:
+    """:func:`parse_real` of each of *texts* (a table's column), checked at once: one pattern match over them
+    all and one bound check, instead of a call per text.
+
+    Raises:
+        error: naming *field*, the first text refused and its index.
+    """
+    joined = "\n".join(texts)
+    if texts and joined.isascii() and _ASCII_REALS.fullmatch(joined):
+        values = list(map(float, texts))
+        if min(values) > 0 and max(values) <= maximum:  # NaN cannot pass the pattern; inf exceeds the bound
+            return values
+    for i, text in enumerate(texts):
+        try:
+            parse_real(field, text, maximum=maximum, error=error)
+        except ValueError as exc:
+            raise error(f"{exc} at index {i}") from None
+    return [parse_real(field, text, maximum=maximum, error=error) for text in texts]

@@ -8,5 +8,14 @@ Public API::
     memory.zero_table1_rows(path=None), memory.megatron_rows(path=None, settings=PAPER_SETTINGS)
     memory.run_memory_validation(data=None) -> exit status
 
+    rows_read(path, n) -> the line each validation prints first
+    no_cyclic_gc() -> a context that pauses the cyclic garbage collector over a large table
+
+Every cell of a measurement table passes the input gate (``codegen.runtime.inputs``) in ``csvfile``;
+a bad one is one error line naming the file, line, column and value.
+
 Runs on the generated evaluators only: nothing here imports SymPy.
 """
+
+from .csvfile import no_cyclic_gc as no_cyclic_gc
+from .csvfile import rows_read as rows_read

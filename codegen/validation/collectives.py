@@ -16,7 +16,6 @@ GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +28,10 @@ import hardware
 
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX
 from ..pricing.collective import choose
-from .csvfile import DATA_DIR, read_rows
+from .csvfile import DATA_DIR, read_table
 
 __all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
-           "load_measurements", "predict", "validate", "groups_json"]
+           "load_measurements", "predict", "predicted_rows", "predicted_times", "validate", "groups_json"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
 BAND_EDGE_BYTES = 1 << 20
@@ -162,7 +161,8 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
 @dataclass(frozen=True)
 class Measurements:
     """Measured rows, column-wise: system (as the file names it), op (the model's name), ranks, bytes, seconds,
-    and the data type (nccl-tests' name; ``""`` where the file has no ``dtype`` column or leaves it empty)."""
+    and the data type (nccl-tests' name; ``""`` where the file has no ``dtype`` column or leaves it empty);
+    ``rows_read``: how many rows the file held (0 when the arrays were built in Python)."""
 
     system: np.ndarray
     op: np.ndarray
@@ -171,56 +171,50 @@ class Measurements:
     time_s: np.ndarray
     path: str
     dtype: np.ndarray | None = None
+    rows_read: int = 0
 
     def dtypes(self) -> np.ndarray:
         """The data type of every row (``""`` where unknown)."""
         return self.dtype if self.dtype is not None else np.full(self.system.shape, "", dtype=object)
 
 
+def _system_name(name: str) -> str:
+    """*name* if the catalog has it (a system name or alias)."""
+    try:
+        hardware.load(name)
+    except hardware.HardwareSpecError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+def _dtype_name(text: str) -> str:
+    dtype = text.strip()
+    if dtype:
+        nvls_reduces(dtype)
+    return dtype
+
+
 def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measurements:
-    """Read a measurement CSV (columns: see the module docstring).
+    """Read a measurement CSV (columns: see the module docstring), each cell through the input gate.
+
+    ``n_gpus`` is a whole number from 2 to 2**30 and ``bytes`` one from 1 to 2**53 (ASCII digits only),
+    ``time_us`` a finite number > 0; ``system``, ``op`` and ``dtype`` are names the catalog and NCCL know.
 
     Raises:
-        ValueError: a missing column, an unknown op or system, or a value that is not a positive number,
-            naming the row and column.
-            A file that cannot be read, is not UTF-8 text or lacks a column: one line naming ``--data``.
+        ValueError: one line naming the file, the line, the column and the value of the first bad cell;
+            a file that cannot be read, is not UTF-8 text or lacks a column: one line naming ``--data``.
     """
     path = Path(path)
-    columns, rows = read_rows(path, _REQUIRED)
-    systems, ops, dtypes = [], [], []
-    has_dtype = "dtype" in columns
-    numbers = np.empty((len(rows), 3))
-    known: set[str] = set()
-    for i, row in enumerate(rows, start=2):
-        if row["system"] not in known:
-            try:
-                hardware.load(row["system"])
-            except hardware.HardwareSpecError as exc:
-                raise ValueError(f"{path}:{i}: system: {exc}") from None
-            known.add(row["system"])
-        systems.append(row["system"])
-        try:
-            ops.append(_op(row["op"]))
-        except ValueError as exc:
-            raise ValueError(f"{path}:{i}: {exc}") from None
-        dtype = (row["dtype"] or "").strip() if has_dtype else ""
-        if dtype:
-            try:
-                nvls_reduces(dtype)
-            except ValueError as exc:
-                raise ValueError(f"{path}:{i}: {exc}") from None
-        dtypes.append(dtype)
-        for j, column in enumerate(("n_gpus", "bytes", "time_us")):
-            try:
-                value = float(row[column])
-            except (TypeError, ValueError):
-                value = math.nan
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{path}:{i}: {column}: must be a number > 0, got {row[column]!r}")
-            numbers[i - 2, j] = value
-    return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=numbers[:, 0],
-                        msg_bytes=numbers[:, 1], time_s=numbers[:, 2] * 1e-6, path=str(path),
-                        dtype=np.asarray(dtypes, dtype=object))
+    table = read_table(path, _REQUIRED)
+    systems = table.choice("system", _system_name)
+    ops = table.choice("op", _op)
+    dtypes = table.choice("dtype", _dtype_name) if table.has("dtype") else [""] * len(table)
+    ranks = table.whole("n_gpus", minimum=2, maximum=DEVICES_MAX)
+    msg_bytes = table.whole("bytes", minimum=1, maximum=VALUE_MAX)
+    time_us = table.real("time_us")
+    return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=ranks.astype(float),
+                        msg_bytes=msg_bytes.astype(float), time_s=time_us * 1e-6, path=str(path),
+                        dtype=np.asarray(dtypes, dtype=object), rows_read=len(table))
 
 
 @dataclass(frozen=True)
@@ -235,39 +229,61 @@ class Group:
     worst_rel_err: float
 
 
-def _predicted_rows(data: Measurements) -> tuple[np.ndarray, np.ndarray]:
-    """The predicted seconds and the chosen candidate of every row, per (system, op, dtype) over its rows at once."""
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct *values* (sorted) and each row's index among them."""
+    distinct, codes = np.unique(values, return_inverse=True)
+    return distinct, codes.ravel()
+
+
+def _runs(key: np.ndarray) -> Iterable[np.ndarray]:
+    """The rows of each distinct *key* (ascending key; each run's rows in file order), from one stable sort."""
+    order = np.argsort(key, kind="stable")
+    ranked = key[order]
+    cuts = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
+    return np.split(order, cuts) if len(order) else []
+
+
+def predicted_rows(data: Measurements) -> tuple[np.ndarray, np.ndarray]:
+    """The predicted seconds and the chosen candidate of every row, per (system, op, dtype) over its rows at once.
+
+    Rows are grouped by one sort of their (system, op, dtype) codes, so the time is linear in the rows.
+    """
     out = np.empty_like(data.time_s)
     algorithm = np.empty(data.time_s.shape, dtype=object)
-    dtypes = data.dtypes()
-    for system in np.unique(data.system):
-        loaded = hardware.load(str(system))
-        for op in np.unique(data.op[data.system == system]):
-            for dtype in np.unique(dtypes[(data.system == system) & (data.op == op)]):
-                rows = (data.system == system) & (data.op == op) & (dtypes == dtype)
-                p = predict(loaded, str(op), data.ranks[rows], data.msg_bytes[rows], str(dtype) or None)
-                out[rows] = p.time_s
-                algorithm[rows] = p.algorithm
+    systems, system = _codes(data.system)
+    ops, op = _codes(data.op)
+    dtypes, dtype = _codes(data.dtypes().astype(str))
+    loaded: dict[int, hardware.System] = {}
+    for rows in _runs((system * len(ops) + op) * len(dtypes) + dtype):
+        first = rows[0]
+        if system[first] not in loaded:
+            loaded[system[first]] = hardware.load(str(systems[system[first]]))
+        p = predict(loaded[system[first]], str(ops[op[first]]), data.ranks[rows], data.msg_bytes[rows],
+                    str(dtypes[dtype[first]]) or None)
+        out[rows] = p.time_s
+        algorithm[rows] = p.algorithm
     return out, algorithm
 
 
 def predicted_times(data: Measurements) -> np.ndarray:
     """The predicted seconds of every row (its data type decides NVLS for reductions, ``predict``)."""
-    return _predicted_rows(data)[0]
+    return predicted_rows(data)[0]
 
 
-def validate(data: Measurements) -> list[Group]:
-    """Per (system, op, band): count, median and worst relative error of the predicted time."""
-    error = np.abs(predicted_times(data) - data.time_s) / data.time_s
-    band = np.where(data.msg_bytes < BAND_EDGE_BYTES, "small", "large")
+def validate(data: Measurements, predicted: np.ndarray | None = None) -> list[Group]:
+    """Per (system, op, band): count, median and worst relative error of the predicted time.
+
+    *predicted*: the rows' predicted seconds when already at hand (:func:`predicted_times`), else computed.
+    """
+    error = np.abs((predicted_times(data) if predicted is None else predicted) - data.time_s) / data.time_s
+    systems, system = _codes(data.system)
+    ops, op = _codes(data.op)
+    large = (data.msg_bytes >= BAND_EDGE_BYTES).astype(np.int64)  # "small" sorts before "large", as printed
     groups: list[Group] = []
-    for system in np.unique(data.system):
-        for op in np.unique(data.op[data.system == system]):
-            for name in ("small", "large"):
-                rows = (data.system == system) & (data.op == op) & (band == name)
-                if rows.any():
-                    groups.append(Group(str(system), str(op), name, int(rows.sum()),
-                                        float(np.median(error[rows])), float(error[rows].max())))
+    for rows in _runs((system * len(ops) + op) * 2 + large):
+        first = rows[0]
+        groups.append(Group(str(systems[system[first]]), str(ops[op[first]]), "large" if large[first] else "small",
+                            len(rows), float(np.median(error[rows])), float(error[rows].max())))
     return groups
 
 
@@ -308,18 +324,57 @@ class Curve:
         return factor * self.msg_bytes / time
 
 
-def curves(data: Measurements) -> list[Curve]:
-    """Every (system, op, ranks) sweep of *data*: median measured and predicted time per size."""
+def _group_starts(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that sorts rows by *keys* (first key slowest) and where each run of equal keys starts in it."""
+    order = np.lexsort(keys[::-1])
+    change = np.zeros(len(order), dtype=bool)
+    change[:1] = True
+    for key in keys:
+        ranked = key[order]
+        change[1:] |= ranked[1:] != ranked[:-1]
+    return order, np.flatnonzero(change)
+
+
+def _medians(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``np.median`` of each run ``values[starts[i]:starts[i+1]]`` of a group-sorted array, in one pass.
+
+    Each run is sorted by value (one lexsort); the median is its middle value, or the mean of its two middle
+    values computed as ``np.median`` does (their sum halved), so the numbers are the same to the bit.
+    """
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(values))))
+    ranked = values[np.lexsort((values, group))]
+    sizes = np.diff(np.append(starts, len(values)))
+    low, high = ranked[starts + (sizes - 1) // 2], ranked[starts + sizes // 2]
+    return np.where(sizes % 2 == 1, high, (low + high) / 2)
+
+
+def curves(data: Measurements, rows: tuple[np.ndarray, np.ndarray] | None = None) -> list[Curve]:
+    """Every (system, op, ranks) sweep of *data*: median measured and predicted time per size.
+
+    *rows*: :func:`predicted_rows` of *data* when already at hand, else computed.
+
+    Rows are sorted once by (system, op, ranks, size), so the time is linear in the rows (and a sort).
+    """
     out: list[Curve] = []
-    predicted, picked = _predicted_rows(data)
-    for system in np.unique(data.system):
-        for op in np.unique(data.op[data.system == system]):
-            for ranks in np.unique(data.ranks[(data.system == system) & (data.op == op)]):
-                rows = (data.system == system) & (data.op == op) & (data.ranks == ranks)
-                sizes = np.unique(data.msg_bytes[rows])
-                at = [rows & (data.msg_bytes == s) for s in sizes]
-                measured = np.array([np.median(data.time_s[m]) for m in at])
-                median = np.array([np.median(predicted[m]) for m in at])
-                labels = np.array(["/".join(sorted(set(picked[m]))) for m in at])
-                out.append(Curve(str(system), str(op), int(ranks), sizes, measured, median, labels))
+    predicted, picked = predicted_rows(data) if rows is None else rows
+    if not len(data.time_s):
+        return out
+    system_codes = np.unique(data.system, return_inverse=True)[1].ravel()
+    op_codes = np.unique(data.op, return_inverse=True)[1].ravel()
+    order, starts = _group_starts(system_codes, op_codes, data.ranks, data.msg_bytes)
+    measured = _medians(data.time_s[order], starts)
+    median = _medians(predicted[order], starts)
+    sizes = data.msg_bytes[order][starts]
+    ends = np.append(starts[1:], len(order))
+    labels = np.array(["/".join(sorted(set(picked[order[a:b]]))) for a, b in zip(starts, ends)])
+    # A sweep is a run of (system, op, ranks); its sizes are the runs within it, already ascending.
+    first = order[starts]
+    sweep = np.ones(len(starts), dtype=bool)
+    sweep[1:] = ((system_codes[first][1:] != system_codes[first][:-1]) | (op_codes[first][1:] != op_codes[first][:-1])
+                 | (data.ranks[first][1:] != data.ranks[first][:-1]))
+    bounds = np.append(np.flatnonzero(sweep), len(starts))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        row = first[a]
+        out.append(Curve(str(data.system[row]), str(data.op[row]), int(data.ranks[row]), sizes[a:b], measured[a:b],
+                         median[a:b], labels[a:b]))
     return out

@@ -42,18 +42,20 @@ Public API::
 from __future__ import annotations
 
 import json
-import math
+import sys
+from dataclasses import dataclass
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..configs import Layout, ModelConfig, RecomputePlan, pipeline_stage_counts
+from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, pipeline_stage_counts, validate
 # The evaluation of the stage formulas is shared with ``symcost eval --memory``; validation only
 # adds the paper's settings, its models and its rows.
 from ..pricing.memory import MemorySettings, call as _call, evaluate_stages, stage_inputs
-from .csvfile import DATA_DIR, read_rows
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, LAYERS_MAX, VALUE_MAX, finite, parse_flag, parse_real, parse_whole
+from .csvfile import DATA_DIR, Table, first_error, no_cyclic_gc, read_table, recompute_mode, rows_read
 
 __all__ = ["DATA_DIR", "MEGATRON_CSV", "RUNS_CSV", "ZERO_CSV", "MemorySettings", "PAPER_SETTINGS",
            "ACTIVATIONS_BOUND", "STATES_BOUND", "printed", "zero_table1_rows", "megatron_rows",
@@ -93,10 +95,6 @@ PAPER_SETTINGS = MemorySettings(bytes_compute=2.0, dropout=1.0, flash_attention=
                                 bytes_p=2.0, bytes_grad=4.0, bytes_optimizer=12.0, zero_level=0)
 
 
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    return read_rows(path)[1]
-
-
 # ---------------------------------------------------------------- ZeRO Table 1
 
 
@@ -109,6 +107,21 @@ def printed(value: float, like: str, mode: str) -> str:
     return str(Decimal(repr(value)).quantize(quantum, rounding=rounding))
 
 
+def _published(field: str, text: str) -> str:
+    """A published cell as printed: empty (not published) or a number > 0 (``parse_real``), kept as its text."""
+    if text.strip():
+        parse_real(field, text)
+    return text.strip()
+
+
+def _known(choices: Mapping[str, Any], what: str) -> Any:
+    def read(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"unknown {what} {text!r}; known: {', '.join(map(repr, choices))}")
+        return text
+    return read
+
+
 def zero_table1_rows(path: Path = ZERO_CSV) -> list[dict[str, Any]]:
     """Every cell of ZeRO's Table 1 (``zero_table1.csv``) beside the model's value and its printing.
 
@@ -117,21 +130,31 @@ def zero_table1_rows(path: Path = ZERO_CSV) -> list[dict[str, Any]]:
         ``per_device_GB_formula`` and ``per_device_GB_published`` (text, empty for the baseline
         column the table does not print), ``printed`` (the model's value printed like the published
         cell) and ``matches`` (printed == published; ``None`` where nothing is published).
+
+    Raises:
+        ValueError: naming the file, line, column and value of a bad cell.
     """
+    table = read_table(path, ("model", "params", "dp_degree", "stage", "K", "per_device_GB_published",
+                              "per_device_GB_formula"))
+    (models, params, dp, stages, k, formula, published), error = first_error(
+        lambda: table.choice("model", _known(ZERO_PRINTING, "model")),
+        lambda: table.whole("params", maximum=VALUE_MAX), lambda: table.whole("dp_degree", maximum=DEGREE_MAX),
+        lambda: table.choice("stage", _known(ZERO_STAGES, "stage")), lambda: table.real("K"),
+        lambda: table.real("per_device_GB_formula"), lambda: table.convert("per_device_GB_published", _published))
+    if error is not None:
+        raise error
     rows = []
-    for row in _read_csv(path):
+    for i in range(len(table)):
         value = float(_call("memory_part_model_states_bytes", {
-            "part_size": float(row["params"]), "part_computed": 1.0, "part_sharded": float(row["dp_degree"]),
-            "zero_level": ZERO_STAGES[row["stage"]], "bytes_p": 2.0, "bytes_grad": 2.0,
-            "bytes_optimizer": float(row["K"]),
+            "part_size": float(params[i]), "part_computed": 1.0, "part_sharded": float(dp[i]),
+            "zero_level": ZERO_STAGES[stages[i]], "bytes_p": 2.0, "bytes_grad": 2.0, "bytes_optimizer": float(k[i]),
         })) / GB
-        published = row["per_device_GB_published"].strip()
-        shown = printed(value, published, ZERO_PRINTING[row["model"]]) if published else None
+        shown = printed(value, published[i], ZERO_PRINTING[models[i]]) if published[i] else None
         rows.append({
-            "model": row["model"], "params": float(row["params"]), "dp_degree": int(row["dp_degree"]),
-            "stage": row["stage"], "K": float(row["K"]), "per_device_GB": value,
-            "per_device_GB_formula": float(row["per_device_GB_formula"]), "per_device_GB_published": published,
-            "printed": shown, "matches": None if shown is None else Decimal(shown) == Decimal(published),
+            "model": models[i], "params": float(params[i]), "dp_degree": int(dp[i]), "stage": stages[i],
+            "K": float(k[i]), "per_device_GB": value, "per_device_GB_formula": float(formula[i]),
+            "per_device_GB_published": published[i],
+            "printed": shown, "matches": None if shown is None else Decimal(shown) == Decimal(published[i]),
         })
     return rows
 
@@ -142,77 +165,106 @@ _REQUIRED = ("model", "a", "h", "L", "t", "p", "seq", "micro_batch", "recompute"
              "params_and_optimizer_GiB_per_gpu", "activations_GiB_per_gpu")
 
 
-def _recompute(text: str, sequence_parallel: str | None) -> tuple[str, bool]:
-    """(recompute mode, sequence parallel) from the figure's spelling, e.g. ``sequence_parallel+selective``."""
-    words = text.strip().lower().replace("-", "_")
-    if "full" in words:
-        mode = "full"
-    elif "selective" in words:
-        mode = "selective"
-    elif words in ("", "none") or words.startswith("none"):
-        mode = "none"
-    else:
-        raise ValueError(f"recompute: cannot read {text!r}; expected none, selective, full, optionally "
-                         "with +sequence_parallel")
-    if sequence_parallel not in (None, ""):
-        sp = str(sequence_parallel).strip().lower() in ("1", "true", "yes")
-    else:
-        sp = ("sequence_parallel" in words or "seq_parallel" in words) and "no_seqpar" not in words
-    return mode, sp
+#: The columns a row's configuration is read from (its own, else the run table's, else the paper's setup):
+#: rows that agree on these are one configuration, priced once.
+_CONFIG = ("model", "a", "h", "L", "t", "p", "seq", "micro_batch", "recompute", "sequence_parallel", "vocab", "d",
+           "vp", "pipeline_interleaving", "ffn", "global_batch", "m")
+
+#: Figure 1's columns as the run table (Table 3) names them, checked equal where a row joins it.
+_RUN_NAMES = {"h": "hidden", "a": "heads", "L": "layers", "t": "t", "p": "p", "seq": "seq",
+              "micro_batch": "micro_batch"}
+
+#: The bound of each whole-number column (``codegen.runtime.inputs``): degrees, layers, sizes and counts.
+_BOUNDS = {"t": DEGREE_MAX, "p": DEGREE_MAX, "d": DEGREE_MAX, "vp": DEGREE_MAX, "pipeline_interleaving": DEGREE_MAX,
+           "L": LAYERS_MAX, "layers": LAYERS_MAX}
 
 
-def _run_table(path: Path) -> dict[str, dict[str, str]]:
-    """The paper's run configurations by model (Table 3), or nothing when the file is absent."""
+def _whole(field: str, text: str) -> int:
+    """A whole number >= 1 within its column's bound (``field`` may carry the file and line before the column)."""
+    return parse_whole(field, text, minimum=1, maximum=_BOUNDS.get(field.rsplit("column ", 1)[-1], COUNT_MAX))
+
+
+def _mode(field: str, text: str) -> str:
+    """The recompute mode of a ``recompute`` cell, e.g. ``sequence_parallel+selective`` → selective."""
+    try:
+        return recompute_mode(text)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+
+
+def _sequence_parallel(table: Table, i: int) -> bool:
+    """Row *i*'s sequence parallelism: its ``sequence_parallel`` cell where given (true/false, yes/no, 1/0),
+    else the figure's spelling of ``recompute`` (``sequence_parallel+selective``)."""
+    if table.cells("sequence_parallel")[i].strip():
+        return bool(table.cell(i, "sequence_parallel", parse_flag))
+    words = table.cells("recompute")[i].strip().lower().replace("-", "_")
+    return ("sequence_parallel" in words or "seq_parallel" in words) and "no_seqpar" not in words
+
+
+def _run_table(path: Path) -> dict[str, tuple[Table, int]]:
+    """The paper's run configurations by model (Table 3): its table and row, or nothing when the file is absent."""
     if not path.is_file():
         return {}
-    runs: dict[str, dict[str, str]] = {}
-    for row in _read_csv(path):
-        runs.setdefault(row["model"], row)
+    table = read_table(path, ("model",))
+    runs: dict[str, tuple[Table, int]] = {}
+    for i, model in enumerate(table.cells("model")):
+        runs.setdefault(model, (table, i))
     return runs
 
 
-def _setting(row: Mapping[str, str], run: Mapping[str, str] | None, names: tuple[str, ...],
-             default: float) -> float:
-    """A run setting: the row's own column, else the run table's, else the paper's default."""
-    for source in (row, run or {}):
+def _setting(table: Table, i: int, run: tuple[Table, int] | None, names: tuple[str, ...]) -> int | None:
+    """A run setting: the row's own column, else the run table's, else ``None`` (the paper's default)."""
+    for source, row in ((table, i), run or (None, 0)):
         for name in names:
-            text = str(source.get(name) or "").strip()
-            if text:
-                return float(text)
-    return default
+            if source is not None and source.cells(name)[row].strip():
+                return source.cell(row, name, _whole)
+    return None
 
 
-def _int(row: Mapping[str, str], name: str) -> int:
-    value = float(row[name])
-    if value != int(value) or value < 1:
-        raise ValueError(f"column {name}: expected a whole number >= 1, got {row[name]!r}")
-    return int(value)
+def _layers_only(values: Mapping[str, Any], part: str) -> float:
+    """The first stage's *part* counting its transformer layers alone (no embedding, no output layer)."""
+    return float(np.ravel(_call(_STAGE.format(part), dict(values, n_embedding=0.0, n_output=0.0)))[0])
 
 
-def _predict(row: Mapping[str, str], run: Mapping[str, str] | None, settings: MemorySettings) -> dict[str, float]:
-    """The first stage's model states and activations (bytes per GPU) of one figure row."""
-    h, a, n_lay, t, p = (_int(row, k) for k in ("h", "a", "L", "t", "p"))
-    s, b = _int(row, "seq"), _int(row, "micro_batch")
+def _predict(table: Table, i: int, run: tuple[Table, int] | None, settings: MemorySettings) -> dict[str, Any]:
+    """The first stage's model states and activations (bytes per GPU) of row index *i* of a figure table.
+
+    Raises:
+        ValueError: naming the file, line and column of a bad cell, or the file and line of a row whose
+            layout breaks one of ``eval``'s rules (``codegen.configs.validate``).
+    """
+    h, a, n_lay, t, p, s, b = (table.cell(i, k, _whole) for k in ("h", "a", "L", "t", "p", "seq", "micro_batch"))
+    mine = {"h": h, "a": a, "L": n_lay, "t": t, "p": p, "seq": s, "micro_batch": b}
     if run is not None:
-        for mine, theirs in (("h", "hidden"), ("a", "heads"), ("L", "layers"), ("t", "t"), ("p", "p"),
-                             ("seq", "seq"), ("micro_batch", "micro_batch")):
-            if float(run[theirs]) != float(row[mine]):
-                raise ValueError(f"{row['model']}: {mine} = {row[mine]} but the run table says {run[theirs]}")
-    v = int(_setting(row, run, ("vocab",), 51200))
-    d = int(_setting(row, run, ("d",), 1))
-    vp = int(_setting(row, run, ("vp", "pipeline_interleaving"), 1))
-    hff = int(_setting(row, run, ("ffn",), 4 * h))
-    global_batch = _setting(row, run, ("global_batch",), 0)
-    m = int(_setting(row, {}, ("m",), global_batch / (b * d) if global_batch else p))
-    mode, sp = _recompute(row["recompute"], row.get("sequence_parallel"))
-
-    layout = Layout(d=d, t=t, p=p, m=m, b=b, vp=vp, sp=sp, op=settings.zero_level > 0,
-                    recompute=RecomputePlan(mode))
-    # GPT as Megatron-LM builds it: biases on every projection, LayerNorm (weight and bias), a
-    # two-matrix GeLU MLP, the word embedding shared with the output layer.
-    model = ModelConfig(name=row["model"], source="csv", s=s, h=h, a=a, n_kv=a, dh=h / a, hff=hff, v=v,
-                        n_lay=n_lay, layout=layout, n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True,
-                        norm_bias=True, tie_emb_out=True)
+        for name, theirs in _RUN_NAMES.items():
+            if run[0].cell(run[1], theirs, _whole) != mine[name]:
+                raise table.refuse(i, f"{table.cells('model')[i]}: {name} = {mine[name]} but the run table "
+                                      f"({run[0].where(run[1], theirs)}) says {run[0].cells(theirs)[run[1]]}")
+    v = _setting(table, i, run, ("vocab",)) or 51200
+    d = _setting(table, i, run, ("d",)) or 1
+    vp = _setting(table, i, run, ("vp", "pipeline_interleaving")) or 1
+    hff = _setting(table, i, run, ("ffn",)) or 4 * h
+    global_batch = _setting(table, i, run, ("global_batch",))
+    m = _setting(table, i, None, ("m",))
+    if m is None and global_batch is not None:
+        if global_batch % (b * d):
+            raise table.refuse(i, f"global_batch {global_batch} is not a multiple of d·micro_batch = {d}·{b}")
+        m = global_batch // (b * d)
+    m = p if m is None else m
+    mode, sp = table.cell(i, "recompute", _mode), _sequence_parallel(table, i)
+    if h % a:
+        raise table.refuse(i, f"h must be a multiple of the heads a (as a model file's hidden_size): {h} % {a} != 0")
+    try:
+        layout = Layout(d=d, t=t, p=p, m=m, b=b, vp=vp, sp=sp, op=settings.zero_level > 0,
+                        recompute=RecomputePlan(mode))
+        # GPT as Megatron-LM builds it: biases on every projection, LayerNorm (weight and bias), a
+        # two-matrix GeLU MLP, the word embedding shared with the output layer.
+        model = ModelConfig(name=table.cells("model")[i], source="csv", s=s, h=h, a=a, n_kv=a, dh=h / a, hff=hff,
+                            v=v, n_lay=n_lay, layout=layout, n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True,
+                            norm_bias=True, tie_emb_out=True)
+        validate(model, layout)  # the rules symcost eval applies (t divides a, p·vp <= layers, ...)
+    except LayoutError as exc:
+        raise table.refuse(i, str(exc)) from None
     counts = pipeline_stage_counts(model, p, vp, recompute=RecomputePlan(mode))
     # The first stage only: the figure reports the first stage's GPU (pp_rank 0).
     values = stage_inputs(model, layout, settings, {name: column[:1] for name, column in counts.items()})
@@ -223,9 +275,67 @@ def _predict(row: Mapping[str, str], run: Mapping[str, str] | None, settings: Me
     parts = {part: float(column[0]) for part, column in got.items()}
     # The figure plots the transformer layers' activations (Table 2 times the in-flight micro-batches);
     # the stage also holds its embedding's and output layer's. Both are reported, the stage compared.
-    layers_only = float(np.ravel(_call(_STAGE.format("activations"), dict(values, n_embedding=0.0, n_output=0.0)))[0])
-    return {"params_and_optimizer": parts["weights"] + parts["gradients"] + parts["optimizer"],
-            "activations": parts["activations"], "activations_layers": layers_only, "vp": vp, "m": m, "d": d, "v": v, "sp": sp, "mode": mode}
+    # Its model states too count the transformer layers alone (18 bytes for each of the 12h² weights per
+    # layer); the first stage also holds the word embedding: both are reported, the stage compared.
+    out = {"params_and_optimizer": parts["weights"] + parts["gradients"] + parts["optimizer"],
+           "params_and_optimizer_layers": sum(_layers_only(values, k) for k in ("weights", "gradients", "optimizer")),
+           "activations": parts["activations"], "activations_layers": _layers_only(values, "activations")}
+    try:
+        finite(f"{table.cells('model')[i]}: the predicted memory", list(out.values()))
+    except ValueError as exc:
+        raise table.refuse(i, str(exc)) from None
+    return dict(out, vp=vp, m=m, d=d, v=v, sp=sp, mode=mode)
+
+
+@dataclass(frozen=True)
+class _Figure1:
+    """A Figure-1-style table priced: its rows' texts and published figures, each configuration's prediction
+    (bytes per GPU) and which configuration each row has."""
+
+    models: list[str]
+    recompute: list[str]
+    config: np.ndarray
+    predictions: list[dict[str, Any]]
+    published_states: np.ndarray
+    published_activations: np.ndarray
+
+    def gib(self, name: str) -> np.ndarray:
+        """The prediction *name* of every row, in GiB."""
+        return np.array([got[name] for got in self.predictions])[self.config] / GIB
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every row's figures of :func:`megatron_rows`, column by column (the same arithmetic, elementwise)."""
+        states, act = self.published_states, self.published_activations
+        states_gib, states_layers_gib = self.gib("params_and_optimizer"), self.gib("params_and_optimizer_layers")
+        layers_gib, stage_gib = self.gib("activations_layers"), self.gib("activations")
+        return {"params_and_optimizer_GiB": states_gib, "params_and_optimizer_published_GiB": states,
+                "params_and_optimizer_rel_err": (states_gib - states) / states,
+                "activations_GiB": layers_gib, "activations_published_GiB": act,
+                "activations_rel_err": (layers_gib - act) / act,
+                "activations_stage_GiB": stage_gib, "activations_stage_rel_err": (stage_gib - act) / act,
+                "params_and_optimizer_layers_GiB": states_layers_gib,
+                "params_and_optimizer_layers_rel_err": (states_layers_gib - states) / states}
+
+
+def _figure1(path: Path, settings: MemorySettings, runs: Path | None) -> _Figure1:
+    """The rows of *path* priced, each configuration (:data:`_CONFIG`) once; see :func:`megatron_rows`."""
+    table = read_table(path, _REQUIRED)
+    run_table = _run_table(runs) if runs is not None else {}
+    first: dict[tuple[str, ...], int] = {}
+    with no_cyclic_gc():
+        keys = list(zip(*(table.cells(name) for name in _CONFIG if table.has(name))))
+        config = np.array([first.setdefault(key, len(first)) for key in keys], dtype=np.int64)
+    rows = np.unique(config, return_index=True)[1]  # each configuration's first row (codes in order of appearance)
+
+    def predictions() -> list[dict[str, Any]]:
+        return [_predict(table, i, run_table.get(table.cells("model")[i]), settings) for i in rows.tolist()]
+
+    (states, act, got), error = first_error(
+        lambda: table.real("params_and_optimizer_GiB_per_gpu"), lambda: table.real("activations_GiB_per_gpu"),
+        predictions)
+    if error is not None:
+        raise error
+    return _Figure1(table.cells("model"), table.cells("recompute"), config, got, states, act)
 
 
 def megatron_rows(path: Path = MEGATRON_CSV, settings: MemorySettings = PAPER_SETTINGS, *,
@@ -234,6 +344,9 @@ def megatron_rows(path: Path = MEGATRON_CSV, settings: MemorySettings = PAPER_SE
 
     ``activations_*`` are the first stage's transformer layers, what Figure 1 plots;
     ``activations_stage_*`` the whole stage's, embedding and output layer included.
+    ``params_and_optimizer_*`` are the first stage's model states (the word embedding included), and
+    ``params_and_optimizer_layers_*`` its transformer layers' alone, what Figure 1 counts.
+    Rows with the same configuration (:data:`_CONFIG`) are priced once.
 
     Args:
         path: a CSV with the columns of ``megatron_memory_figure1.csv``.
@@ -241,31 +354,32 @@ def megatron_rows(path: Path = MEGATRON_CSV, settings: MemorySettings = PAPER_SE
         runs: the run table to join on ``model`` (``None``: none).
 
     Raises:
-        ValueError: naming a missing column or an unreadable value.
+        ValueError: naming a missing column, or the file, line (and column) of a bad cell or of a row
+            whose layout breaks a rule of ``symcost eval``; the earliest such line.
     """
-    table = read_rows(path, _REQUIRED)[1]
-    run_table = _run_table(runs) if runs is not None else {}
-    out = []
-    for row in table:
-        got = _predict(row, run_table.get(row["model"]), settings)
-        states_gib = got["params_and_optimizer"] / GIB
-        layers_gib = got["activations_layers"] / GIB
-        stage_gib = got["activations"] / GIB
-        want_states = float(row["params_and_optimizer_GiB_per_gpu"])
-        want_act = float(row["activations_GiB_per_gpu"])
-        out.append({
-            "model": row["model"], "recompute": row["recompute"],
-            "params_and_optimizer_GiB": states_gib, "params_and_optimizer_published_GiB": want_states,
-            "params_and_optimizer_rel_err": (states_gib - want_states) / want_states,
-            # What the figure counts: the transformer layers of the first stage (Table 2 × Eq. 5).
-            "activations_GiB": layers_gib, "activations_published_GiB": want_act,
-            "activations_rel_err": (layers_gib - want_act) / want_act,
-            # The whole stage: also §4.3's embedding dropout mask and, where the stage holds it, the output layer.
-            "activations_stage_GiB": stage_gib,
-            "activations_stage_rel_err": (stage_gib - want_act) / want_act,
-            "layout": {k: got[k] for k in ("d", "vp", "m", "v", "sp", "mode")},
-        })
-    return out
+    figure = _figure1(Path(path), settings, runs)
+    columns = {name: values.tolist() for name, values in figure.columns().items()}
+    layouts = [{k: got[k] for k in ("d", "vp", "m", "v", "sp", "mode")} for got in figure.predictions]
+    with no_cyclic_gc():
+        return [_row(i, figure.models[i], figure.recompute[i], columns, layouts[c])
+                for i, c in enumerate(figure.config.tolist())]
+
+
+def _row(i: int, model: str, recompute: str, columns: Mapping[str, list[float]],
+         layout: Mapping[str, Any]) -> dict[str, Any]:
+    """Row *i* of :func:`megatron_rows`."""
+    row: dict[str, Any] = {"model": model, "recompute": recompute}
+    # activations_*: what the figure counts, the transformer layers of the first stage (Table 2 × Eq. 5);
+    # activations_stage_*: the whole stage, also §4.3's embedding dropout mask and, where the stage holds it,
+    # the output layer; params_and_optimizer_layers_*: the model states of the first stage's layers alone.
+    for name in ("params_and_optimizer_GiB", "params_and_optimizer_published_GiB", "params_and_optimizer_rel_err",
+                 "activations_GiB", "activations_published_GiB", "activations_rel_err", "activations_stage_GiB",
+                 "activations_stage_rel_err"):
+        row[name] = columns[name][i]
+    row["layout"] = dict(layout)
+    row["params_and_optimizer_layers_GiB"] = columns["params_and_optimizer_layers_GiB"][i]
+    row["params_and_optimizer_layers_rel_err"] = columns["params_and_optimizer_layers_rel_err"][i]
+    return row
 
 
 def run_memory_validation(data: Path | None = None) -> int:
@@ -284,24 +398,36 @@ def run_memory_validation(data: Path | None = None) -> int:
               + "".join(f"; {r['model']} N_d={r['dp_degree']} {r['stage']}: {r['printed']} != "
                         f"{r['per_device_GB_published']}" for r in wrong))
         ok = not wrong
-    rows = megatron_rows(MEGATRON_CSV if data is None else Path(data))
+    path = MEGATRON_CSV if data is None else Path(data)
+    figure = _figure1(path, PAPER_SETTINGS, RUNS_CSV)
+    columns = figure.columns()
+    ok &= bool(np.all(np.abs(columns["activations_rel_err"]) <= ACTIVATIONS_BOUND))
+    ok &= bool(np.all(np.abs(columns["params_and_optimizer_rel_err"]) <= STATES_BOUND))
+    print(rows_read(path, len(figure.config)))
     print(f"{'model':<12} {'recompute':<28} {'params+opt GiB':>15} {'published':>10} {'rel err':>8} "
-          f"{'layers act GiB':>15} {'published':>10} {'rel err':>8} {'stage act GiB':>14} {'rel err':>8}")
-    for r in rows:
-        print(f"{r['model']:<12} {r['recompute']:<28} {r['params_and_optimizer_GiB']:>15.4f} "
-              f"{r['params_and_optimizer_published_GiB']:>10.4f} {r['params_and_optimizer_rel_err']:>+8.2%} "
-              f"{r['activations_GiB']:>15.4f} {r['activations_published_GiB']:>10.4f} "
-              f"{r['activations_rel_err']:>+8.2%} {r['activations_stage_GiB']:>14.4f} "
-              f"{r['activations_stage_rel_err']:>+8.2%}")
-        ok &= abs(r["activations_rel_err"]) <= ACTIVATIONS_BOUND
-        ok &= abs(r["params_and_optimizer_rel_err"]) <= STATES_BOUND
-    summary = {"rows": [{"model": r["model"], "recompute": r["recompute"],
-                         "params_and_optimizer_rel_err": _finite(r["params_and_optimizer_rel_err"]),
-                         "activations_rel_err": _finite(r["activations_rel_err"]),
-                         "activations_stage_rel_err": _finite(r["activations_stage_rel_err"])} for r in rows]}
-    print(json.dumps(summary))
+          f"{'layers act GiB':>15} {'published':>10} {'rel err':>8} {'stage act GiB':>14} {'rel err':>8} "
+          f"{'layers p+opt GiB':>17} {'rel err':>8}")
+    with no_cyclic_gc():  # a row per line, and one JSON line of them all
+        (states, want_states, states_err, act, want_act, act_err, stage, stage_err, layers, layers_err) = (
+            columns[name].tolist() for name in (
+                "params_and_optimizer_GiB", "params_and_optimizer_published_GiB", "params_and_optimizer_rel_err",
+                "activations_GiB", "activations_published_GiB", "activations_rel_err", "activations_stage_GiB",
+                "activations_stage_rel_err", "params_and_optimizer_layers_GiB", "params_and_optimizer_layers_rel_err"))
+        models, recompute, config = figure.models, figure.recompute, figure.config.tolist()
+        # A configuration's own figures print alike on each of its rows: formatted once per configuration.
+        first = {c: i for i, c in reversed(list(enumerate(config)))}
+        parts = {c: (f"{models[i]:<12} {recompute[i]:<28} {states[i]:>15.4f} ", f"{act[i]:>15.4f} ",
+                     f"{stage[i]:>14.4f} ", f"{layers[i]:>17.4f} ") for c, i in first.items()}
+        sys.stdout.writelines(
+            f"{head}{want_states[i]:>10.4f} {states_err[i]:>+8.2%} {act_text}{want_act[i]:>10.4f} {act_err[i]:>+8.2%} "
+            f"{stage_text}{stage_err[i]:>+8.2%} {layers_text}{layers_err[i]:>+8.2%}\n"
+            for i, (head, act_text, stage_text, layers_text) in enumerate(map(parts.__getitem__, config)))
+        # The JSON line as json.dumps writes it (its separators, repr of finite floats), row by row.
+        text = {name: {value: json.dumps(value) for value in set(values)} for name, values in
+                (("model", models), ("recompute", recompute))}
+        sys.stdout.write('{"rows": [' + ", ".join(
+            f'{{"model": {text["model"][models[i]]}, "recompute": {text["recompute"][recompute[i]]}, '
+            f'"params_and_optimizer_rel_err": {states_err[i]!r}, "activations_rel_err": {act_err[i]!r}, '
+            f'"activations_stage_rel_err": {stage_err[i]!r}, "params_and_optimizer_layers_rel_err": {layers_err[i]!r}}}'
+            for i in range(len(models))) + "]}\n")
     return 0 if ok else 1
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) and not np.isnan(x) else None
