@@ -456,11 +456,41 @@ def test_low_precision_gemms_run_at_their_peak(system, precision):
 
 
 @pytest.mark.parametrize("system,precision,match", [
-    ("dgx_a100", "fp8", "--precision fp8: the A100.*capability 8.*needs 8.9"),
-    ("dgx_h100", "mxfp8", "--precision mxfp8: the H100.*needs 10 or newer"),
-    ("dgx_h100", "nvfp4", "--precision nvfp4: the H100.*needs 10 or newer"),
+    ("dgx_a100", "fp8", r"--precision fp8: the A100.*capability 8\.0\) cannot run it; it needs 8\.9 or newer"),
+    ("dgx_h100", "mxfp8", r"--precision mxfp8: the H100.*needs 10\.0 or newer"),
+    ("dgx_h100", "nvfp4", r"--precision nvfp4: the H100.*needs 10\.0 or newer"),
     ("dgx_h100", "fp16", "--precision: one of bf16, fp8, fp8-cs, mxfp8, nvfp4, got 'fp16'"),
 ])
 def test_a_precision_the_gpu_lacks_is_one_clear_error(system, precision, match):
     with pytest.raises(ValueError, match=match):
         StepTimePricer(load_model("llama2-7b"), system=system, precision=precision)
+
+
+def test_search_precision_option(capsys):
+    """--precision reaches the step time (FP8 GEMMs faster on H100: a lower best step, the same layouts
+    enumerated); it is refused where it prices nothing (another objective) or where the GPU lacks it."""
+    args = ["search", "--model", "llama2-7b", "--devices", "64", "--system", "dgx_h100", "--global-batch", "512",
+            "--top", "1", "--no-progress", "--json", "--no-memory"]
+    assert main(args) == 0
+    bf16 = json.loads(capsys.readouterr().out)
+    assert main([*args, "--precision", "fp8"]) == 0
+    fp8 = json.loads(capsys.readouterr().out)
+    assert fp8["layouts"] == bf16["layouts"]
+    assert fp8["top"][0]["step_time_s"] < bf16["top"][0]["step_time_s"]
+    for extra, message in ((["--precision", "fp8", "--objective", "original"], "--precision fp8: prices the compute"),
+                           (["--precision", "mxfp8"], "--precision mxfp8: the H100"),
+                           (["--precision", "int4"], "invalid choice: 'int4'")):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_search_spec_precision_is_checked():
+    from codegen.runtime.inputs import InputError
+
+    model = load_model("llama2-7b")
+    with pytest.raises(InputError, match="precision: one of bf16, fp8, fp8-cs, mxfp8, nvfp4, got 'FP8'"):
+        SearchSpec(model, 64, 512, "dgx_h100", precision="FP8")
+    with pytest.raises(InputError, match="precision: fp8 prices the compute of --objective step-time"):
+        SearchSpec(model, 64, 512, "dgx_h100", precision="fp8", objective="comm-time")
+    assert SearchSpec(model, 64, 512, "dgx_h100", precision="nvfp4").precision == "nvfp4"

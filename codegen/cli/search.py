@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS
+from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS
 
 from ..configs import LayoutError, load_model, model_names
 from ..runtime.inputs import DEVICES_MAX, parse_whole
@@ -67,6 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cp-algo", default=None,
                    help="CP algorithms to try (default: the model's own); one named twice, or by a label and an "
                         "alias (ulysses,ulysses_cp), is tried once, under the first name")
+    p.add_argument("--precision", default="bf16", choices=tuple(PRECISIONS),
+                   help="the run's GEMM precision (default bf16): fp8, fp8-cs (Hopper and newer), mxfp8, nvfp4 "
+                        "(Blackwell) run the linear layers' GEMMs at that precision's peak (docs/search.md)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
@@ -227,11 +230,14 @@ def run(args: argparse.Namespace) -> int:
     out = new_file(args.out, "--out", TABLE_FORMATS)[0] if args.out is not None else None
     plot = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
     plt = pyplot("--plot") if plot is not None else None
+    if args.precision != "bf16" and args.objective != "step-time":
+        raise ValueError(f"--precision {args.precision}: prices the compute of --objective step-time; "
+                         f"--objective {args.objective} has none")
     model = load_model(args.model)
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
-                      keep_infeasible=args.keep_infeasible)
+                      keep_infeasible=args.keep_infeasible, precision=args.precision)
     if args.scheduler is not None:
         check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)

@@ -124,9 +124,10 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
                                       f"published figure for its generation), so no compute time")
     chosen = PRECISIONS[precision]
     if gpu.compute_capability < chosen.min_capability:
+        have, need = gpu.compute_capability, chosen.min_capability
         raise NoComputeFactsError(f"--precision {precision}: the {gpu.model} of --system {spec.name} (compute "
-                                  f"capability {gpu.compute_capability / 10:g}) cannot run it; it needs "
-                                  f"{chosen.min_capability / 10:g} or newer")
+                                  f"capability {have // 10}.{have % 10}) cannot run it; it needs "
+                                  f"{need // 10}.{need % 10} or newer")
     for name in (chosen.peak, chosen.efficiency):
         if getattr(gpu, name) is None:
             raise NoComputeFactsError(f"--precision {precision}: the {gpu.model} of --system {spec.name} has no "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS
+from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
@@ -51,7 +51,9 @@ class SearchSpec:
     ``8.0`` or ``True``) within their bounds; *fix* and *maximum* ``{key: value}`` or ``((key, value), …)``
     pairs, kept sorted by key; *recompute*, *zero_levels* and *cp_algos* sequences, each value tried once (a
     value given twice, or two names of one CP algorithm, are merged under the first name); the switches real
-    booleans. Lists and mappings are kept as tuples, so that a spec is hashable.
+    booleans. Lists and mappings are kept as tuples, so that a spec is hashable. *precision*: the run's
+    (``symbolic.vocabulary.PRECISIONS``; the GEMMs Transformer Engine runs in it, ``StepTimePricer``), for the
+    step-time objective.
 
     Raises:
         InputError: a ``ValueError`` naming the argument and the value.
@@ -71,6 +73,7 @@ class SearchSpec:
     original_device: str | None = None
     memory: bool = True
     keep_infeasible: bool = False
+    precision: str = "bf16"
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -92,6 +95,11 @@ class SearchSpec:
             put("original_device", system_name("original_device", self.original_device))
         for name in ("tp_cross_node", "memory", "keep_infeasible"):
             put(name, flag(name, getattr(self, name)))
+        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
+            raise InputError(f"precision: one of {', '.join(PRECISIONS)}, got {_show(self.precision)}")
+        if self.precision != "bf16" and self.objective != "step-time":
+            raise InputError(f"precision: {self.precision} prices the compute of --objective step-time; "
+                             f"--objective {self.objective} has none")
 
 
 def _show(value: object) -> str:
@@ -150,7 +158,7 @@ def _context(spec: SearchSpec) -> SearchContext:
         comm = time_family_comm(spec.model, spec.system)
         if spec.objective == "comm-time" and comm is None:
             raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
-        step = StepTimePricer(spec.model, system=system, comm=comm)
+        step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision)
     memory = None
     if spec.memory:
         from ..pricing.memory import MemoryPricer
