@@ -154,7 +154,10 @@ def test_a_refused_scheduler_and_a_malformed_one(capsys):
     port = probe.getsockname()[1]
     probe.close()  # nothing listens there now
     line = _error(capsys, [*SMALL, "--scheduler", f"tcp://127.0.0.1:{port}", "--scheduler-timeout", "1"])
-    assert f"--scheduler tcp://127.0.0.1:{port}: cannot connect to a Dask scheduler" in line and "refused" in line
+    # (the cause is the refusal, or, where distributed's retries of it outlast the timeout on a loaded machine,
+    # the time-out: either way one line naming the option and the address)
+    assert f"--scheduler tcp://127.0.0.1:{port}: cannot connect to a Dask scheduler" in line
+    assert "refused" in line or "Timed out" in line
     started = time.perf_counter()
     line = _error(capsys, [*SMALL, "--scheduler", "inproc://nothing"])
     assert line.startswith("symcost search: error: --scheduler inproc://nothing: an inproc:// address names a "
