@@ -713,7 +713,8 @@ def _checked(model: ModelConfig, values: Any, recompute: Any, zero: Any, chunk: 
         chunk = inputs.instance("chunk", chunk, Chunk, "None or a codegen.pricing.chunks.Chunk of the layouts")
         cp_algo = chunk.setting.cp_algo
         if chunk.setting.recompute != recompute:
-            raise inputs.InputError(f"recompute: {recompute!r}, but the chunk's layouts run {chunk.setting.recompute!r}")
+            raise inputs.InputError(f"recompute: {recompute!r}, but the chunk's layouts run "
+                                    f"{chunk.setting.recompute!r}")
         if zero is not None and chunk.setting.zero != zero:
             raise inputs.InputError(f"zero: {zero}, but the chunk's layouts run ZeRO level {chunk.setting.zero}")
     if not values:

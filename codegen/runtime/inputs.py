@@ -415,7 +415,7 @@ def names(field: str, values: object, choices: Any, *, error: type[ValueError] =
         error: naming *field* and the first value that is not one of *choices*, a string or mapping given
             whole, or no name given.
     """
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (list, tuple, set, frozenset)):
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (list, tuple)):
         raise error(f"{field}: expected a list of names (of {', '.join(map(str, choices))}), got {_show(values)}")
     out = []
     for item in values:
