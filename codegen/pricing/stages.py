@@ -22,6 +22,7 @@ bind fields with :func:`bind` and weigh terms with :func:`stage_outputs`.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -41,7 +42,7 @@ from .levels import SCORE_FACTORS, score_factors
 __all__ = ["Fields", "Variant", "variant_of", "Terms", "terms_of", "bind", "stage_counts", "stage_outputs", "price",
            "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES", "field_sources",
            "volumes_family", "model_argument", "batch_argument", "layout_argument", "per_stage_argument",
-           "degrees_argument"]
+           "degrees_argument", "arrays_argument"]
 
 #: The original's two stage conversions: volumes (FLOP) or level scores of DP, TP and CP (TIME).
 TTYPES = ("FLOP", "TIME")
@@ -500,6 +501,25 @@ def per_stage_argument(per_stage: object) -> bool | tuple[str, ...]:
         return inputs.names("per_stage", per_stage, OUTPUTS) if per_stage else False
     raise inputs.InputError(f"per_stage: expected true, false or a list of output names (of "
                             f"{', '.join(OUTPUTS)}), got {per_stage!r:.80}")
+
+
+def arrays_argument(arrays: Mapping[str, Any], *, taken: Iterable[str] = ("fsdp", "recompute", "validated")) -> None:
+    """The keyword arrays of a pricer's ``__call__`` (``LayoutBatch.from_arrays``'s keys and run settings, but those
+    the pricer sets itself, *taken*): an unknown name (``tp`` for ``t``) is an error naming it, not a ``TypeError``.
+
+    Raises:
+        InputError: naming the first unknown key and the keys taken.
+    """
+    known = _ARRAY_ARGUMENTS - set(taken)
+    unknown = [key for key in arrays if key not in known]
+    if unknown:
+        raise inputs.InputError(f"{unknown[0]}: no layout key or run setting of LayoutBatch.from_arrays; the keys: "
+                                f"{', '.join(sorted(known))}")
+
+
+#: The keyword arguments ``LayoutBatch.from_arrays`` takes (its keys and run settings; ``defaults`` is positional).
+_ARRAY_ARGUMENTS = frozenset(name for name, parameter in inspect.signature(LayoutBatch.from_arrays).parameters.items()
+                             if parameter.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def degrees_argument(degrees: object) -> tuple[str, ...]:

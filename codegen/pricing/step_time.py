@@ -708,6 +708,9 @@ def _checked(model: ModelConfig, values: Any, recompute: Any, zero: Any, chunk: 
     unknown = [key for key in values if key not in PER_LAYOUT_KEYS]
     if unknown:
         raise inputs.InputError(f"values: {unknown[0]!r} is no layout key; the keys: {', '.join(PER_LAYOUT_KEYS)}")
+    for key, value in values.items():
+        if value is None:  # (from_arrays reads None as "left out": here it is a value, and no whole number)
+            raise inputs.InputError(f"{key}: expected whole numbers, got None")
     cp_algo = None
     if chunk is not None:
         chunk = inputs.instance("chunk", chunk, Chunk, "None or a codegen.pricing.chunks.Chunk of the layouts")

@@ -52,7 +52,7 @@ from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_argum
 from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, PipelineShapes, batch_blocks, term_arguments,
                      term_function)
 from .placement import DEFAULT_ORDER, group_strides
-from .stages import BIND_SOURCES, Fields, batch_argument, bind, degrees_argument, model_argument
+from .stages import BIND_SOURCES, Fields, arrays_argument, batch_argument, bind, degrees_argument, model_argument
 
 __all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS"]
 
@@ -244,6 +244,7 @@ class TimePricer:
 
     def __call__(self, *, per_stage: bool = False, validated: bool = False, **arrays: Any) -> TimePrices:
         """Prices of the layouts given as arrays (``d, t, p, cp, ep, m, b``, …; ``LayoutBatch.from_arrays``)."""
+        arrays_argument(arrays)
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
                                         validated=validated, **arrays)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
@@ -363,9 +364,28 @@ class TimePricer:
             return value
 
         degrees = {grid: {dim: degree(spec) for dim, spec in dims.items()} for grid, dims in PLACEMENT_GRIDS.items()}
-        strides = {grid: group_strides(self.order, values) for grid, values in degrees.items()}
+        try:
+            strides = {grid: group_strides(self.order, values) for grid, values in degrees.items()}
+        except ValueError:
+            raise self._unplaced(degrees) from None
         return {group: tuple((degrees[grid][dim] if size is None else size, strides[grid][dim]) for dim in dims)
                 for group, (grid, dims, size) in PLACEMENT_GROUPS.items()}
+
+    @staticmethod
+    def _unplaced(degrees: Mapping[str, Mapping[str, Any]]) -> inputs.InputError:
+        """The error for layouts whose rank grid has a degree below 1 (the expert grid of a layout with
+        ``t_exp·ep > d·t·cp``, which no layout rule of a dense model refuses), naming the fields and the value."""
+        for grid, values in degrees.items():
+            for dim, value in values.items():
+                bad = np.asarray(value) < 1
+                if np.any(bad):
+                    spec = PLACEMENT_GRIDS[grid][dim]
+                    got = float(np.asarray(value).ravel()[int(np.argmax(bad))] if bad.ndim else value)
+                    ratio = "·".join(spec[0]) + (f"/({'·'.join(spec[1])})" if spec[1] else "")
+                    return inputs.InputError(
+                        f"{', '.join(spec[0] + spec[1])}: the {grid} rank grid's {dim} degree {ratio} is {got:g} < 1 "
+                        f"in a layout of the batch (t_exp is etp where given): its groups cannot be placed")
+        return inputs.InputError(f"the rank grids' degrees: one below 1 in {dict(degrees)!r:.200}")
 
     @staticmethod
     def placement_fields() -> dict[str, frozenset[str]]:

@@ -130,10 +130,10 @@ def _show(value: object) -> str:
 
 
 def _bound_text(maximum: int | float) -> str:
-    exponent = math.log2(maximum) if maximum > 0 else 0
     why = _WHY.get(maximum)
-    if exponent.is_integer() and maximum > 8:  # a power of two is shown as one, with its digits beside it
-        text = f"2**{int(exponent)} = {int(maximum):,}"
+    exact = int(maximum) if float(maximum).is_integer() else 0
+    if exact > 8 and exact & (exact - 1) == 0:  # a power of two is shown as one, with its digits beside it
+        text = f"2**{exact.bit_length() - 1} = {exact:,}"
     else:
         text = f"{int(maximum):,}" if float(maximum).is_integer() else f"{maximum:g}"
     return text + (f", {why}" if why else "")
@@ -219,6 +219,8 @@ def int_array(field: str, values: Any, *, minimum: int = 1, maximum: int | float
     """
     if values is None or isinstance(values, (str, bytes)):
         raise error(f"{field}: expected whole numbers, got {_show(values)}")
+    if maximum is None or maximum > _INT64_MAX:  # the result is int64: nothing past it may wrap or overflow
+        maximum = _INT64_MAX
     try:
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -251,6 +253,10 @@ def int_array(field: str, values: Any, *, minimum: int = 1, maximum: int | float
         value, at = _first(probe, probe > maximum)
         raise error(f"{field}: every value must be at most {_bound_text(maximum)}; got {_show(_num(value))}{at}")
     return array.astype(np.int64, copy=False)
+
+
+#: The largest int64 (:func:`int_array`'s results are int64 arrays).
+_INT64_MAX = (1 << 63) - 1
 
 
 def _num(value: object) -> object:
