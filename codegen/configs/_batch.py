@@ -424,7 +424,8 @@ class LayoutBatch:
                 columns[name] = _default_column(getattr(template, name) or 0, length)
             elif ndim[name] >= 1:
                 columns[name] = given[name]
-            else:
+            else:  # one value for every layout: gated as itself, so that the error shows it (not its dtype)
+                int_array(name, given[name], minimum=_LOWEST[name], maximum=bound(name), error=LayoutError)
                 columns[name] = np.broadcast_to(given[name], (length,))
         inherited = template.os if "os" not in given and template.os is not None else None
         if inherited is not None:

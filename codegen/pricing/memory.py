@@ -41,18 +41,18 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 import generated
-import hardware
 from hardware import System
 from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
 from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, ModelConfig,
                        batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
-                       load_model, stage_layers)
+                       stage_layers)
+from ..runtime import inputs
 from ..runtime.inputs import finite, flag
 from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, PipelineShapes, RowGroups, blocks,
                      call_term, group_rows, term_arguments, term_function)
 from .families import FamilySpec
-from .stages import stage_counts
+from .stages import batch_argument, degrees_argument, layout_argument, model_argument, stage_counts
 
 __all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "width_sources", "PARTS", "OUTPUTS",
            "NoCapacityError", "zero_level_of", "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages",
@@ -109,7 +109,7 @@ class MemorySettings:
 
     def __post_init__(self) -> None:
         if self.zero_level is not None and (isinstance(self.zero_level, bool) or self.zero_level not in (0, 1, 2, 3)):
-            raise ValueError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
+            raise inputs.InputError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
         # Every byte count is a finite number >= 0 and the two switches lie in [0, 1]: then each stage's
         # total grows with every layer count and with the micro-batches in flight (MemoryPricer relies on it).
         # A model width left to the model (None) is checked when resolved (for_model).
@@ -121,7 +121,7 @@ class MemorySettings:
             ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
             if not ok or not np.isfinite(value) or value < 0 or (name in ("dropout", "flash_attention") and value > 1):
                 bound = "between 0 and 1" if name in ("dropout", "flash_attention") else ">= 0"
-                raise ValueError(f"{name}: a finite number {bound}, got {value!r}")
+                raise inputs.InputError(f"{name}: a finite number {bound}, got {value!r}")
 
     def for_model(self, model: ModelConfig) -> MemorySettings:
         """These settings with each model width left to the model (``None``) set to *model*'s field.
@@ -161,6 +161,7 @@ class NoCapacityError(ValueError):
 def zero_level_of(layout: Layout | LayoutBatch) -> int:
     """The ZeRO stage a layout (or a batch, whose layouts share these settings) runs: FSDP 3 (weights sharded too), optimizer and gradient sharding
     2, optimizer sharding 1 (``op``, on by default as in MindSpore/HyperParallel), else 0."""
+    inputs.instance("layout", layout, (Layout, LayoutBatch), "a Layout or a LayoutBatch")
     if layout.fsdp:
         return 3
     if layout.op:
@@ -170,6 +171,7 @@ def zero_level_of(layout: Layout | LayoutBatch) -> int:
 
 def variant_key(model: ModelConfig) -> str:
     """The memory variant of *model*, the ``<variant>`` of ``memory_<variant>_stage_*``."""
+    model_argument(model, names=False)
     attention = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
     return f"{attention}_{'moe' if model.is_moe else 'dense'}"
 
@@ -246,7 +248,16 @@ def _headroom(capacity: float, settings: MemorySettings, total: Any) -> Any:
 
 
 def _system(system: System | str) -> System:
-    return hardware.load(system) if isinstance(system, str) else system
+    return inputs.system("system", system)
+
+
+def _checked(model: Any, layout: Any, settings: Any) -> None:
+    """The arguments :func:`stage_memory`, :func:`stage_totals` and :func:`stage_slopes` share, each checked
+    (an ``InputError`` naming it: a model name where a ``ModelConfig`` is meant, ``--layout`` text where a
+    ``Layout`` is)."""
+    model_argument(model, names=False)
+    layout_argument(layout)
+    inputs.instance("settings", settings, MemorySettings, "a MemorySettings")
 
 
 def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
@@ -267,7 +278,9 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
     Raises:
         NoCapacityError: when the system's catalog entry has no GPU (the Ascend A2/A3 levels).
         LayoutError: when the layout does not fit the model (``validate``).
+        InputError: naming an argument of another kind (a model name, ``system=None``, layout text).
     """
+    _checked(model, layout, settings)
     net = _system(system)
     if net.gpu is None:
         raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
@@ -308,7 +321,9 @@ def stage_totals(model: ModelConfig, layout: Layout, settings: MemorySettings = 
 
     Raises:
         LayoutError: when the layout does not fit the model.
+        InputError: naming an argument of another kind.
     """
+    _checked(model, layout, settings)
     return evaluate_stages(variant_key(model), _values(model, layout, settings), ("total",))["total"].copy()
 
 
@@ -327,7 +342,15 @@ def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
     layer counts held (``p``: the counts relaxed, see :func:`slope_name`); a degree the total
     does not read (``d``, whose effect is through the shard sizes; ``ep`` of a dense model) has
     none and gets 0.
+
+    Raises:
+        InputError: naming a degree that is none of ``symbolic.vocabulary.DEGREES`` (or *degrees* given as one
+            string: ``"tp"`` is not ``t`` and ``p``), or an argument of another kind.
+        LayoutError: when the layout does not fit the model.
     """
+    _checked(model, layout, settings)
+    degrees = degrees_argument(degrees)
+    relax_p = flag("relax_p", relax_p)
     values = _values(model, layout, settings)
     stages = np.shape(values["pp_rank"])
     out = {}
@@ -510,7 +533,8 @@ class MemoryPricer:
 
     Raises:
         NoCapacityError: when the system has no GPU facts.
-        ValueError: naming an unknown model or system.
+        ValueError: naming an unknown model or system; ``InputError`` (a ``ValueError``) naming an argument of
+            another kind (``system=None``, a ``dict`` where a ``LayoutBatch`` is meant).
     """
 
     #: Layouts per block of the pricing loop (``engine.KERNEL_BLOCK``) and fewest layouts of a batch grouped
@@ -520,12 +544,8 @@ class MemoryPricer:
 
     def __init__(self, model: str | ModelConfig, *, system: System | str,
                  settings: MemorySettings = DEFAULT_SETTINGS, backend: str = "auto"):
-        if isinstance(model, str):
-            model = load_model(model)
-        if not isinstance(model, ModelConfig):
-            raise TypeError(f"model: expected a model name, a YAML path or a ModelConfig, got {model!r}")
-        if not isinstance(settings, MemorySettings):
-            raise TypeError(f"settings: expected a MemorySettings, got {settings!r}")
+        model = model_argument(model)
+        inputs.instance("settings", settings, MemorySettings, "a MemorySettings")
         net = _system(system)
         if net.gpu is None:
             raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
@@ -560,8 +580,7 @@ class MemoryPricer:
             codegen.configs.LayoutError: naming the first invalid layout and its constraint.
         """
         validated = flag("validated", validated)  # only a real bool: validated="no" must not skip the checks
-        if not isinstance(batch, LayoutBatch):
-            raise TypeError(f"batch: expected a LayoutBatch, got {batch!r}")
+        batch = batch_argument(batch)
         n = len(batch)
         if n and not validated:
             check_batch(self.model, batch)

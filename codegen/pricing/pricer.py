@@ -50,14 +50,14 @@ import numpy as np
 from symbolic.vocabulary import BODY_COUNT_NAMES, STAGE_DIMENSIONS
 
 from ..configs import (LAYOUT_FIELD_NAMES, LayoutBatch, ModelConfig, batch_stage_counts, check_batch,
-                       derive_fields_batch, direct_column, dp_comm_level_values, load_model)
+                       derive_fields_batch, direct_column, dp_comm_level_values)
 from ..runtime.inputs import InputError, flag
 from .engine import (BOUND_BLOCK, STAGE_BLOCK, BoundKernel, PipelineShapes, StageTables, TermGroups, accumulate,
                      batch_blocks, bound_term, combine, counts_used, group_arguments, group_terms, stage_tables,
                      term_calls)
 from .levels import score_factors
-from .stages import (TTYPES, ZERO_SWITCHES, Fields, Terms, bind, field_sources, stage_outputs, terms_of,
-                     variant_of)
+from .stages import (TTYPES, ZERO_SWITCHES, Fields, Terms, arrays_argument, batch_argument, bind, degrees_argument,
+                     field_sources, model_argument, per_stage_argument, stage_outputs, terms_of, variant_of)
 
 __all__ = ["StagePricer", "StagePrices"]
 
@@ -112,10 +112,7 @@ class StagePricer:
 
         if not isinstance(backend, str) or backend not in ("numpy", "numba"):
             raise InputError(f"backend: expected 'numpy' or 'numba', got {backend!r}")
-        if isinstance(model, str):
-            model = load_model(model)
-        if not isinstance(model, ModelConfig):
-            raise TypeError(f"model: expected a model name, a YAML path or a ModelConfig, got {model!r}")
+        model = model_argument(model)
         self.model = model
         self.device = device
         self.system = hardware.load(device)
@@ -161,6 +158,7 @@ class StagePricer:
         Raises:
             codegen.configs.LayoutError: naming the first invalid layout and its constraint.
         """
+        arrays_argument(arrays)
         fused = self._fused
         if fused is not None and per_stage is False:
             priced = fused.price_keys(arrays, flag("validated", validated))
@@ -186,11 +184,7 @@ class StagePricer:
         (``FusedBackend.price_batch``) after the same checks.
         """
         validated = flag("validated", validated)  # only a real bool: validated="no" must not skip the checks
-        if not isinstance(per_stage, (bool, np.bool_)) and (
-                isinstance(per_stage, str) or not all(isinstance(name, str) for name in per_stage)):
-            raise TypeError(f"per_stage: expected true, false or a list of output names, got {per_stage!r}")
-        if isinstance(per_stage, np.bool_):
-            per_stage = bool(per_stage)
+        batch, per_stage = batch_argument(batch), per_stage_argument(per_stage)
         n = len(batch)
         if n == 0:
             empty = {name: np.empty((0, 0)) for name in (*STAGE_DIMENSIONS, "total")} if per_stage else None
@@ -237,6 +231,7 @@ class StagePricer:
         Raises:
             ValueError: naming a degree with no derivative terms (see ``symbolic.sensitivity.DEGREES``).
         """
+        batch, degrees, relax_p = batch_argument(batch), degrees_argument(degrees), flag("relax_p", relax_p)
         terms = self.terms(batch, degrees)
         out = {x: sum(self._stages(batch, terms, self.outputs, wrt=x).values()) for x in degrees}
         if relax_p and "p" in degrees:

@@ -72,7 +72,8 @@ from symbolic.vocabulary import DEGREES
 from ..configs import Layout, LayoutBatch, ModelConfig, parse_layout, validate
 from . import memory
 from .pricer import StagePricer
-from .stages import TTYPES
+from ..runtime import inputs
+from .stages import TTYPES, degrees_argument, layout_argument, model_argument
 
 __all__ = ["DEGREES", "OBJECTIVES", "Settings", "DegreeSensitivity", "Sensitivity", "sensitivity",
            "stage_derivatives", "objective_curve", "check_degrees", "LevelSensitivity", "TimeSensitivity",
@@ -112,12 +113,17 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective: expected one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+            raise inputs.InputError(f"objective: expected one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.ttype not in TTYPES:
-            raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {self.ttype!r}")
+            raise inputs.InputError(f"ttype: expected one of {', '.join(TTYPES)}, got {self.ttype!r}")
         for name in ("fsdp", "with_recomp"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+                raise inputs.InputError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+        inputs.instance("device", self.device, str, "a hardware catalog name")
+        if self.recompute is not None:
+            inputs.instance("recompute", self.recompute, str,
+                            "None or recompute text (full, selective, none or N,N,…)")
+        inputs.instance("memory", self.memory, memory.MemorySettings, "a MemorySettings")
 
     def pricer(self, model: ModelConfig) -> StagePricer:
         """The pricer of *model* under these settings (layouts come with fsdp and recompute applied)."""
@@ -217,18 +223,20 @@ def _with_key(text: str, key: str, value: int) -> str:
 
 
 def check_degrees(degrees: Sequence[str]) -> tuple[str, ...]:
-    """*degrees* as a tuple, each one of :data:`DEGREES`.
+    """*degrees* (a list or tuple, not one string: ``"tp"`` is not ``t`` and ``p``) as a tuple, each one of
+    :data:`DEGREES`, each once (``codegen.pricing.stages.degrees_argument``).
 
     Raises:
-        ValueError: naming an unknown degree, or none given.
+        InputError: naming an unknown degree, a string given whole, or none given.
     """
-    names = tuple(degrees)
-    unknown = [n for n in names if n not in DEGREES]
-    if unknown:
-        raise ValueError(f"degrees: unknown degree {unknown[0]!r}; known: {', '.join(DEGREES)}")
-    if not names:
-        raise ValueError(f"degrees: give at least one of {', '.join(DEGREES)}")
-    return names
+    return degrees_argument(degrees)
+
+
+def _arguments(model: Any, layout_text: Any, settings: Any) -> ModelConfig:
+    """The model, after checking the arguments every analysis here takes (each an ``InputError`` naming it)."""
+    inputs.instance("layout_text", layout_text, str, "--layout text such as 'd=32,t=4,p=8,m=144'")
+    inputs.instance("settings", settings, Settings, "a Settings")
+    return model_argument(model, names=False)
 
 
 # --------------------------------------------------------------------------- derivatives
@@ -248,6 +256,9 @@ def stage_derivatives(model: ModelConfig, layout: Layout, settings: Settings,
         ValueError: naming an unknown degree.
     """
     degrees = check_degrees(degrees)
+    model_argument(model, names=False)
+    layout_argument(layout)
+    inputs.instance("settings", settings, Settings, "a Settings")
     if settings.objective == "memory":
         return memory.stage_totals(model, layout, settings.memory), memory.stage_slopes(
             model, layout, degrees, settings.memory, relax_p=True)
@@ -286,6 +297,7 @@ def sensitivity(model: ModelConfig, layout_text: str, settings: Settings = Setti
             an unknown device or setting.
     """
     degrees = check_degrees(degrees)
+    _arguments(model, layout_text, settings)
     pricer = settings.pricer(model)  # an unknown device is an error naming it, before any work
     layout = _layout(model, layout_text, settings)
     totals, slopes = stage_derivatives(model, layout, settings, degrees)
@@ -330,7 +342,9 @@ def objective_curve(model: ModelConfig, layout_text: str, degree: str,
     Raises:
         ValueError: naming an unknown degree, or an invalid layout at the current value.
     """
+    inputs.instance("degree", degree, str, f"one of {', '.join(DEGREES)}")
     (degree,) = check_degrees([degree])
+    _arguments(model, layout_text, settings)
     pricer = settings.pricer(model)
     layout = _layout(model, layout_text, settings)
     current = _degree_value(model, layout, degree)
@@ -406,8 +420,13 @@ def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order
     from .collective import LEVEL_PARAMETERS
 
     degrees = check_degrees(degrees)
-    if objective not in TIME_OBJECTIVES:
-        raise ValueError(f"objective: --cost time takes one of {', '.join(TIME_OBJECTIVES)}, got {objective!r}")
+    inputs.instance("layout_text", layout_text, str, "--layout text such as 'd=32,t=4,p=8,m=144'")
+    model_argument(model, names=False)
+    inputs.one_of("objective", objective, TIME_OBJECTIVES)
+    inputs.instance("system", system, str, "a hardware catalog name such as dgx_h100")
+    fsdp = inputs.flag("fsdp", fsdp)
+    if recompute is not None:
+        inputs.instance("recompute", recompute, str, "None or recompute text (full, selective, none or N,N,…)")
     order = DEFAULT_ORDER if order is None else order
     pricer = TimePricer(model, system=system, order=order, fsdp=fsdp or None, recompute=recompute)
     settings = Settings(fsdp=fsdp, recompute=recompute, objective=objective)

@@ -22,24 +22,27 @@ bind fields with :func:`bind` and weigh terms with :func:`stage_outputs`.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 import generated
-from symbolic.vocabulary import (RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_OUTPUTS, STAGE_TERMS,
-                                 CpAlgorithm, LayerType, attention_variant, detect_attention, resolve_algorithm,
+from symbolic.vocabulary import (DEGREES, RECOMPUTE_COUNT_NAMES, STAGE_COUNT_NAMES, STAGE_DIMENSIONS, STAGE_OUTPUTS,
+                                 STAGE_TERMS, CpAlgorithm, LayerType, attention_variant, detect_attention, resolve_algorithm,
                                  routing)
 
-from ..configs import LayoutBatch, ModelConfig, derive_fields_batch
+from ..configs import Layout, LayoutBatch, ModelConfig, derive_fields_batch, load_model
+from ..runtime import inputs
 from .engine import term_arguments, term_function
 from .families import FamilySpec
 from .levels import SCORE_FACTORS, score_factors
 
 __all__ = ["Fields", "Variant", "variant_of", "Terms", "terms_of", "bind", "stage_counts", "stage_outputs", "price",
            "evaluate_terms", "gather_switch", "max_rank_tokens", "TTYPES", "OUTPUTS", "BIND_SOURCES", "field_sources",
-           "volumes_family"]
+           "volumes_family", "model_argument", "batch_argument", "layout_argument", "per_stage_argument",
+           "degrees_argument", "arrays_argument"]
 
 #: The original's two stage conversions: volumes (FLOP) or level scores of DP, TP and CP (TIME).
 TTYPES = ("FLOP", "TIME")
@@ -71,7 +74,7 @@ class Fields:
             return float(value)
         if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
             return value.astype(np.float64, copy=False)
-        raise ValueError(f"{name}: expected a number, got {value!r}")
+        raise inputs.InputError(f"{name}: expected a number, got {value!r}")
 
     def values(self, names: Iterable[str]) -> dict[str, Any]:
         """The named fields as numbers (or arrays), for an evaluator's keyword arguments."""
@@ -82,7 +85,7 @@ class Fields:
         value = self.num(name)
         if isinstance(value, np.ndarray):
             if value.size == 0 or not np.all(value == value.flat[0]):
-                raise ValueError(f"{name}: must be one value for every layout priced together")
+                raise inputs.InputError(f"{name}: must be one value for every layout priced together")
             return float(value.flat[0])
         return value
 
@@ -253,7 +256,7 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
         ValueError: naming a field that is not a number, or an unknown *ttype*.
     """
     if ttype not in TTYPES:
-        raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
+        raise inputs.InputError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
     values: dict[str, Any] = {}
     for name in _bind_order(names if isinstance(names, frozenset) else frozenset(names)):
         if name in values:
@@ -416,7 +419,7 @@ def volumes_family(device: str = "A2", *, ttype: str = "FLOP", with_recomp: bool
     import hardware
 
     if ttype not in TTYPES:
-        raise ValueError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
+        raise inputs.InputError(f"ttype: expected one of {', '.join(TTYPES)}, got {ttype!r}")
     system = hardware.load(device)
     score = functools.partial(score_factors, device=device)
 
@@ -447,3 +450,83 @@ def volumes_family(device: str = "A2", *, ttype: str = "FLOP", with_recomp: bool
                       or None,
                       stage=stage, arguments=arguments)
 
+
+
+# ----------------------------------------------------------------------------- the pricers' arguments
+# The checks the pricers' public entry points share: each raises codegen.runtime.inputs.InputError (a ValueError)
+# naming the argument and the value, before any work, instead of an AttributeError or a KeyError from deep inside.
+
+
+def model_argument(model: object, *, names: bool = True, field: str = "model") -> ModelConfig:
+    """*model* as a :class:`ModelConfig`: itself, or with *names* a bundled model name or a YAML path
+    (``load_model``, whose errors name the model).
+
+    Raises:
+        InputError: for anything else (``None``, a number, a name where *names* is false).
+    """
+    if isinstance(model, str) and names:
+        return load_model(model)
+    what = "a model name, a YAML path or a ModelConfig" if names else "a ModelConfig (codegen.configs.load_model)"
+    return inputs.instance(field, model, ModelConfig, what)
+
+
+def batch_argument(batch: object, *, field: str = "batch") -> LayoutBatch:
+    """*batch* if it is a :class:`LayoutBatch` (a ``dict`` of arrays is not: ``LayoutBatch.from_arrays`` makes one).
+
+    Raises:
+        InputError: naming *field* and the value.
+    """
+    return inputs.instance(field, batch, LayoutBatch,
+                           "a LayoutBatch (LayoutBatch.from_arrays or from_layouts makes one from arrays or layouts)")
+
+
+def layout_argument(layout: object, *, field: str = "layout") -> Layout:
+    """*layout* if it is a :class:`Layout` (``parse_layout`` makes one from ``--layout`` text).
+
+    Raises:
+        InputError: naming *field* and the value.
+    """
+    return inputs.instance(field, layout, Layout, "a Layout (codegen.configs.parse_layout makes one from text)")
+
+
+def per_stage_argument(per_stage: object) -> bool | tuple[str, ...]:
+    """``StagePricer``'s *per_stage*: a real bool, or a list of output names (:data:`OUTPUTS`) to add.
+
+    Raises:
+        InputError: naming the value, or the first name that is no output.
+    """
+    if isinstance(per_stage, (bool, np.bool_)):
+        return bool(per_stage)
+    if isinstance(per_stage, (list, tuple)):  # (an empty list adds nothing: no stages, as False)
+        return inputs.names("per_stage", per_stage, OUTPUTS) if per_stage else False
+    raise inputs.InputError(f"per_stage: expected true, false or a list of output names (of "
+                            f"{', '.join(OUTPUTS)}), got {per_stage!r:.80}")
+
+
+def arrays_argument(arrays: Mapping[str, Any], *, taken: Iterable[str] = ("fsdp", "recompute", "validated")) -> None:
+    """The keyword arrays of a pricer's ``__call__`` (``LayoutBatch.from_arrays``'s keys and run settings, but those
+    the pricer sets itself, *taken*): an unknown name (``tp`` for ``t``) is an error naming it, not a ``TypeError``.
+
+    Raises:
+        InputError: naming the first unknown key and the keys taken.
+    """
+    known = _ARRAY_ARGUMENTS - set(taken)
+    unknown = [key for key in arrays if key not in known]
+    if unknown:
+        raise inputs.InputError(f"{unknown[0]}: no layout key or run setting of LayoutBatch.from_arrays; the keys: "
+                                f"{', '.join(sorted(known))}")
+
+
+#: The keyword arguments ``LayoutBatch.from_arrays`` takes (its keys and run settings; ``defaults`` is positional).
+_ARRAY_ARGUMENTS = frozenset(name for name, parameter in inspect.signature(LayoutBatch.from_arrays).parameters.items()
+                             if parameter.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def degrees_argument(degrees: object) -> tuple[str, ...]:
+    """*degrees* of a sensitivity or a ``stage_slopes`` as a tuple of :data:`symbolic.vocabulary.DEGREES`, each once:
+    a list, never one string (``"tp"`` is not ``t`` and ``p``); an unknown degree is an error, not a slope of 0.
+
+    Raises:
+        InputError: naming the first unknown degree, a string given whole, or none given.
+    """
+    return inputs.names("degrees", degrees, DEGREES)

@@ -49,9 +49,10 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import PRECISIONS, SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
+from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
 
 from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
+from ..runtime import inputs
 from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
 from .families import FamilySpec
@@ -83,8 +84,16 @@ def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tup
     first ``L % (p·vp)`` slots in model order one more, so stage 0 holds ``vp·base + min(vp, ⌈rem/p⌉)``
     (the most of any stage) and stage ``p − 1`` holds ``vp·base + min(vp, ⌊rem/p⌋)``. Layouts with the
     model's own ``(p, vp)`` and an offset take the offset's counts.
+
+    The counts come from a table over every ``(p, vp)`` up to the largest asked for; *p* and *vp* beyond the
+    model's layers ``n_lay + n_mtp`` (at most ``LAYERS_MAX`` = 2**10) are refused, so the table holds at most
+    2**20 entries (8 MiB an array) whatever the layouts.
+
+    Raises:
+        InputError: naming *p* or *vp* when not whole numbers from 1 to the model's layers, or of other shapes.
     """
     total = model.n_lay + model.n_mtp
+    p, vp = _pipeline_depths(model, p, vp)
     top_p, top_vp = int(np.max(p, initial=1)), int(np.max(vp, initial=1))
     pp, vv = np.meshgrid(np.arange(1, top_p + 1), np.arange(1, top_vp + 1), indexing="ij")
     base, rem = np.divmod(total, pp * vv)  # one entry per (p, vp) value, gathered per layout below
@@ -110,9 +119,9 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
         NoComputeFactsError: naming the system and the fact it lacks, or the precision its GPU cannot run.
         ValueError: naming an unknown precision.
     """
-    if precision not in PRECISIONS:
+    if not isinstance(precision, str) or precision not in PRECISIONS:
         raise InputError(f"--precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
-    spec = hardware.load(system) if isinstance(system, str) else system
+    spec = inputs.system("system", system)
     gpu = spec.gpu
     if gpu is None:
         raise NoComputeFactsError(f"--system {spec.name}: the catalog entry has no [gpu] table (peak FLOP/s), so no "
@@ -361,14 +370,33 @@ class StepTimePricer:
             :data:`EXPOSED_DIMENSIONS` is the exposed communication.
         flash_attention: 1 when a fused attention kernel keeps the score matrices on chip (default), 0 when
             they pass through HBM (Megatron-LM before FlashAttention). dropout: 1 when the layers apply dropout.
+            Each a number in ``[0, 1]`` (a switch, or the share of the layers it applies to, as
+            ``MemorySettings`` takes them).
+
+    Every public method checks its arguments and raises one error type, a ``ValueError`` naming the argument
+    and the value (``codegen.runtime.inputs.InputError``, ``codegen.configs.LayoutError`` for a layout that
+    breaks a layout rule, :class:`NoComputeFactsError`): :meth:`price`, :meth:`compute`, :meth:`stage_flops`
+    and :meth:`step_time` take ``validated=True`` from a caller whose layouts are valid already (a search's
+    chunks), which skips those checks. :meth:`stage_parts`, :meth:`stage_groups`, :meth:`bound_forms` and
+    :meth:`compute_bound` are the search's pieces and take values already checked (``b`` may be fractional
+    there: a search's slope at ``m = 2``).
 
     Raises:
         NoComputeFactsError: for a system without GPU peak, GEMM efficiency, HBM or vector-unit facts.
+        InputError: naming an argument that is not of its kind (a model name where a ``ModelConfig`` is meant,
+            ``system=None``, a ``comm`` that is not callable, ``flash_attention=5``).
     """
 
     def __init__(self, model: ModelConfig, *, system: System | str,
                  comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None,
                  flash_attention: float = 1.0, dropout: float = 0.0, precision: str = "bf16") -> None:
+        model = inputs.instance("model", model, ModelConfig, "a ModelConfig (codegen.configs.load_model)")
+        system = inputs.system("system", system)
+        if comm is not None and not callable(comm):
+            raise inputs.InputError(f"comm: expected None or a callable comm(chunk) -> {{dimension: seconds}}, "
+                                    f"got {comm!r}")
+        flash_attention = inputs.share("flash_attention", flash_attention)
+        dropout = inputs.share("dropout", dropout)
         self.model = model
         (self.peak, self.efficiency, self.hbm, self.hbm_efficiency, self.vector, self.vector_efficiency,
          self.system, self.lowp_peak, self.lowp_efficiency) = _gpu_facts(system, precision)
@@ -412,8 +440,15 @@ class StepTimePricer:
         return {k: (per[k] if k in per else values[k] if k in values else extra[k] if k in extra else self._shared[k])
                 for k in names}
 
-    def stage_flops(self, values: Mapping[str, np.ndarray], recompute: str) -> np.ndarray:
-        """FLOPs per rank per step of the slowest stage by FLOPs (first or last) of each layout."""
+    def stage_flops(self, values: Mapping[str, np.ndarray], recompute: str, *, validated: bool = False
+                    ) -> np.ndarray:
+        """FLOPs per rank per step of the slowest stage by FLOPs (first or last) of each layout.
+
+        Raises:
+            InputError, LayoutError: as :meth:`price` (not checked with *validated*).
+        """
+        if not _vouched(validated):
+            values, recompute, _ = _checked(self.model, values, recompute, 1)
         stages, extra = self._stages(values, recompute, 1)
         out = []
         for layers, output in stages:
@@ -545,31 +580,71 @@ class StepTimePricer:
         seconds *= 1.0 - BOUND_SLACK
         return seconds
 
-    def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1
+    def compute(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *, validated: bool = False
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(compute seconds, FLOPs, HBM bytes, vector FLOPs) per rank per step of the slower of the first and last
-        stage."""
+        stage.
+
+        Raises:
+            InputError, LayoutError: as :meth:`price` (not checked with *validated*).
+        """
+        if not _vouched(validated):
+            values, recompute, zero = _checked(self.model, values, recompute, zero)
         return self.slowest(self.stage_parts(values, recompute, zero))
 
-    def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray) -> np.ndarray:
-        """Step seconds of layouts whose compute seconds and exposed communication are known."""
+    def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray, *,
+                  validated: bool = False) -> np.ndarray:
+        """Step seconds of layouts whose compute seconds and exposed communication are known.
+
+        Raises:
+            InputError, LayoutError: as :meth:`price`, and for *compute_s* or *comm* not finite numbers ``>= 0``,
+                one per layout or one for all (not checked with *validated*).
+        """
+        if not _vouched(validated):
+            values, _, _ = _checked(self.model, values, "none", 1)
+            n = _length(values)
+            compute_s = _per_layout("compute_s", compute_s, n)
+            comm = _per_layout("comm", comm, n)
         bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         return compute_s * (1 + bubble) + comm
 
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
-              parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] | None = None
-              ) -> dict[str, np.ndarray]:
+              parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] | None = None, *,
+              validated: bool = False) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
 
+        *values*: per layout key (``symbolic.vocabulary.PER_LAYOUT_KEYS``) one whole number per layout, all of
+        one length (or one number for every layout); keys left out take the model's layout's value. The layouts
+        must obey the layout rules ``symcost eval`` checks (``codegen.configs.check_batch``: among them ``p·vp``
+        at most the model's layers, ``t`` dividing the heads), each key within its bound
+        (``codegen.runtime.inputs``). *recompute*: one of ``symbolic.vocabulary.RECOMPUTE_MODES``.
+        *chunk*: the layouts as a ``codegen.pricing.chunks.Chunk`` (its run settings; what ``comm`` prices).
         *zero*: the ZeRO level (the optimizer update is sharded over DP from level 1); default the chunk's, else 1.
         *parts*: the layouts' :meth:`stage_parts` when the caller has them.
+        *validated*: the caller vouches for every argument (a search's chunks: valid by construction); nothing
+        is checked, and a bad argument gives an unspecified result.
+
+        Raises:
+            InputError: naming the argument and the value: *values* not a mapping of layout keys to whole
+                numbers within their bounds and of one length, an unknown *recompute* mode or ZeRO level, a
+                *chunk* that is not a ``Chunk`` of these layouts, *parts* or the exposed communication ``comm``
+                returns not finite and ``>= 0``.
+            LayoutError: naming the first layout that breaks a layout rule and the rule.
         """
+        validated = _vouched(validated)
+        if not validated:
+            values, recompute, zero = _checked(self.model, values, recompute, zero, chunk)
+            if parts is not None:
+                parts = _checked_parts(parts, _length(values))
         if zero is None:
             zero = chunk.setting.zero if chunk is not None else 1
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
             comm = exposed_comm(self.comm(chunk), recompute, chunk.setting.cp_algo)
+            if not validated:  # a caller's comm: seconds, never negative (they would be subtracted) nor NaN
+                comm = _per_layout("comm (the exposed communication the pricer's comm callable gives)", comm,
+                                   len(flops))
             comm = np.broadcast_to(comm, flops.shape)
         else:
             comm = np.zeros_like(compute)
@@ -629,6 +704,8 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
     the all-gather sequence parallelism repeats in the backward pass is issued asynchronously beside the
     input-gradient GEMM in Megatron-LM and is not added.
     """
+    if recompute not in RECOMPUTE_MODES:
+        raise InputError(f"recompute: one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}")
     total = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
     if recompute == "full":
         shares = forward_shares(cp_algo)
@@ -637,3 +714,111 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
             if share:
                 total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share
     return total
+
+
+# ---------------------------------------------------------------- the checks of StepTimePricer's arguments
+
+
+def _vouched(validated: object) -> bool:
+    """*validated* as a real bool (``validated="no"`` must not skip the checks)."""
+    return inputs.flag("validated", validated)
+
+
+def _length(values: Mapping[str, Any]) -> int:
+    """How many layouts checked *values* hold (:func:`_checked`'s columns: one length)."""
+    return len(values["p"])
+
+
+def _checked(model: ModelConfig, values: Any, recompute: Any, zero: Any, chunk: Any = None
+             ) -> tuple[dict[str, np.ndarray], str, int | None]:
+    """*values*, *recompute* and *zero* of a :class:`StepTimePricer` call, checked: the values as the layout keys'
+    int64 columns of one length (those left out the model's layout's), every layout obeying the layout rules.
+
+    Through the one gate: ``LayoutBatch.from_arrays`` (whole numbers within their bounds, one length; a float
+    array, a bool, a string are no whole numbers) and ``check_batch`` (the rules ``symcost eval`` applies:
+    among them ``p·vp`` at most the model's layers, so that :func:`stage_layer_counts` stays within its bound).
+    The given int64 columns come back as they are (the same numbers to the bit).
+
+    Raises:
+        InputError: naming the argument and the value. LayoutError: naming the key or the layout and its rule.
+    """
+    from symbolic.vocabulary import PER_LAYOUT_KEYS, RECOMPUTE_MODES, ZERO_LEVELS
+
+    from ..configs import check_batch
+    from .chunks import Chunk
+
+    recompute = inputs.one_of("recompute", recompute, RECOMPUTE_MODES)
+    if zero is not None:
+        zero = inputs.whole("zero", zero, minimum=min(ZERO_LEVELS), maximum=max(ZERO_LEVELS))
+    values = inputs.instance("values", values, Mapping, "a mapping of layout keys to arrays ({key: (n,) int64})")
+    unknown = [key for key in values if key not in PER_LAYOUT_KEYS]
+    if unknown:
+        raise inputs.InputError(f"values: {unknown[0]!r} is no layout key; the keys: {', '.join(PER_LAYOUT_KEYS)}")
+    for key, value in values.items():
+        if value is None:  # (from_arrays reads None as "left out": here it is a value, and no whole number)
+            raise inputs.InputError(f"{key}: expected whole numbers, got None")
+    cp_algo = None
+    if chunk is not None:
+        chunk = inputs.instance("chunk", chunk, Chunk, "None or a codegen.pricing.chunks.Chunk of the layouts")
+        cp_algo = chunk.setting.cp_algo
+        if chunk.setting.recompute != recompute:
+            raise inputs.InputError(f"recompute: {recompute!r}, but the chunk's layouts run "
+                                    f"{chunk.setting.recompute!r}")
+        if zero is not None and chunk.setting.zero != zero:
+            raise inputs.InputError(f"zero: {zero}, but the chunk's layouts run ZeRO level {chunk.setting.zero}")
+    if not values:
+        raise inputs.InputError("values: no layout keys given (a mapping of layout keys to arrays)")
+    batch = LayoutBatch.from_arrays(model.layout, recompute=recompute, cp_algo=cp_algo, **values)
+    n = len(batch)
+    if n:
+        check_batch(model, batch)
+    if chunk is not None:
+        if len(chunk) != n:
+            raise inputs.InputError(f"chunk: {len(chunk)} layouts, but values hold {n}")
+        checked = _checked(model, chunk.values, recompute, zero)[0]
+        differ = [key for key in PER_LAYOUT_KEYS if not np.array_equal(checked[key], getattr(batch, key))]
+        if differ:
+            raise inputs.InputError(f"chunk: its layouts differ from values in {differ[0]!r}")
+    # The caller's int64 columns as given (views: the same numbers); a key left out, the batch's column.
+    return {key: getattr(batch, key) for key in PER_LAYOUT_KEYS}, recompute, zero
+
+
+def _per_layout(field: str, value: Any, n: int) -> np.ndarray:
+    """*value* (seconds: one per layout, or one for all) if finite and ``>= 0`` and of *n* layouts."""
+    inputs.nonnegative(field, value)
+    array = np.asarray(value, dtype=np.float64)
+    if array.ndim > 1 or (array.ndim == 1 and len(array) != n):
+        raise inputs.InputError(f"{field}: expected one value per layout ({n}) or one for all, got shape "
+                                f"{array.shape}")
+    return value if isinstance(value, np.ndarray) else array
+
+
+def _checked_parts(parts: Any, n: int) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
+    """A caller's :meth:`StepTimePricer.stage_parts`: per stage (FLOPs, low-precision GEMM FLOPs or None, HBM bytes,
+    vector FLOPs), finite, ``>= 0``, one per layout or one for all."""
+    if not isinstance(parts, (list, tuple)) or not parts or any(
+            not isinstance(stage, (list, tuple)) or len(stage) != 4 for stage in parts):
+        raise inputs.InputError(f"parts: expected per stage (FLOPs, low-precision FLOPs or None, HBM bytes, vector "
+                                f"FLOPs) as StepTimePricer.stage_parts gives them, got {parts!r:.80}")
+    return [tuple(None if j == 1 and x is None else _per_layout(f"parts[{i}][{j}]", x, n)  # type: ignore[misc]
+                  for j, x in enumerate(stage)) for i, stage in enumerate(parts)]
+
+
+def _pipeline_depths(model: ModelConfig, p: Any, vp: Any) -> tuple[np.ndarray, np.ndarray]:
+    """*p* and *vp* of :func:`stage_layer_counts` as integer arrays of one shape (or one a single number), each
+    from 1 to the model's layers (``n_lay + n_mtp``): a deeper pipeline leaves a chunk without a layer (the
+    layout rule ``pipeline_split``)."""
+    total = model.n_lay + model.n_mtp
+    out = []
+    for name, value in (("p", p), ("vp", vp)):
+        array = inputs.int_array(name, value)  # whole numbers >= 1 (an integer array: one minimum, one maximum)
+        if array.size and int(array.max()) > total:
+            item, at = array.max(), np.unravel_index(int(np.argmax(array)), array.shape)
+            where = f" at index {at[0] if len(at) == 1 else at}" if array.ndim else ""
+            raise inputs.InputError(f"{name}: must be at most the model's {total} layers (n_lay + n_mtp of "
+                                    f"{model.name}: a deeper pipeline leaves a chunk without a layer), "
+                                    f"got {int(item)}{where}")
+        out.append(array)
+    if out[0].ndim and out[1].ndim and out[0].shape != out[1].shape:
+        raise inputs.InputError(f"vp: expected one value per p (shape {out[0].shape}), got shape {out[1].shape}")
+    return out[0], out[1]

@@ -45,14 +45,15 @@ import numpy as np
 import generated
 
 from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts, check_batch, derive_fields_batch,
-                       load_model, stage_layers)
+                       parse_recompute, stage_layers)
+from ..runtime import inputs
 from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
 from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, PipelineShapes, batch_blocks, term_arguments,
                      term_function)
 from .families import FamilySpec
 from .placement import DEFAULT_ORDER, group_strides
-from .stages import BIND_SOURCES, Fields, bind
+from .stages import BIND_SOURCES, Fields, arrays_argument, batch_argument, bind, degrees_argument, model_argument
 
 __all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS", "time_family"]
 
@@ -185,9 +186,12 @@ class TimePricer:
         volumes_only: only :meth:`volumes` will be asked for (calls, S, bytes: no hardware needed, so
             a system without GPU facts is accepted).
 
+    Every public method checks its arguments and raises a ``ValueError`` naming the argument and the value
+    (``codegen.runtime.inputs.InputError``; ``codegen.configs.LayoutError`` for a layout that breaks a rule).
+
     Raises:
-        ValueError: naming an unknown model or system, a system without GPU facts (A2, A3), or a
-            malformed order.
+        ValueError: naming an unknown model or system, a system without GPU facts (A2, A3), a
+            malformed order, or a setting of another kind (``fsdp="no"``, ``recompute=5``).
     """
 
     #: Layouts per block (``engine.TIME_BLOCK``) and fewest layouts of a block grouped (``engine.TIME_GROUP_FROM``).
@@ -199,22 +203,26 @@ class TimePricer:
         import hardware
         from hardware import TIME_SYMBOLS, time_bindings
 
-        if isinstance(model, str):
-            model = load_model(model)
-        if not isinstance(model, ModelConfig):
-            raise TypeError(f"model: expected a model name, a YAML path or a ModelConfig, got {model!r}")
+        model = model_argument(model)
+        inputs.instance("system", system, str, "a hardware catalog name such as dgx_h100")
+        if fsdp is not None:
+            fsdp = flag("fsdp", fsdp)
+        if recompute is not None:  # the plan's text, parsed as every layout will be (a LayoutError naming it)
+            inputs.instance("recompute", recompute, str, "None or recompute text (full, selective, none or N,N,…)")
+            parse_recompute(recompute)
+        volumes_only = flag("volumes_only", volumes_only)
         self.model = model
         self.system_name = system
         self.system = hardware.load(system)
         if self.system.gpu is None and not volumes_only:
-            raise ValueError(f"--device {system}: system {self.system.name!r} has no GPU and network facts ([gpu] "
-                             "table); the time model needs a catalog system such as dgx_h100")
+            raise inputs.InputError(f"--device {system}: system {self.system.name!r} has no GPU and network facts "
+                                    "([gpu] table); the time model needs a catalog system such as dgx_h100")
         self.volumes_only = bool(volumes_only)
         self.hardware = {} if self.system.gpu is None else {k: float(v) for k, v in time_bindings(self.system).items()}
         dims = order.split("-") if isinstance(order, str) else []
         if sorted(dims) != sorted(TIME_DIMENSIONS):
-            raise ValueError(f"order: the dimensions {', '.join(TIME_DIMENSIONS)} each once, joined by '-', "
-                             f"got {order!r}")
+            raise inputs.InputError(f"order: the dimensions {', '.join(TIME_DIMENSIONS)} each once, joined by "
+                                    f"'-', got {order!r}")
         self.order = order
         self.fsdp, self.recompute = fsdp, recompute
         self._counts: dict[Any, Mapping[str, np.ndarray] | None] = {}
@@ -237,6 +245,7 @@ class TimePricer:
 
     def __call__(self, *, per_stage: bool = False, validated: bool = False, **arrays: Any) -> TimePrices:
         """Prices of the layouts given as arrays (``d, t, p, cp, ep, m, b``, …; ``LayoutBatch.from_arrays``)."""
+        arrays_argument(arrays)
         batch = LayoutBatch.from_arrays(self.model.layout, fsdp=self.fsdp, recompute=self.recompute,
                                         validated=validated, **arrays)
         return self.price_batch(batch, per_stage=per_stage, validated=validated)
@@ -258,13 +267,15 @@ class TimePricer:
             codegen.configs.LayoutError: naming the first invalid layout and its constraint.
             ValueError: naming an unknown dimension.
         """
+        batch = batch_argument(batch)
         validated = flag("validated", validated)
         per_stage = flag("per_stage", per_stage)
         if self.volumes_only:
-            raise ValueError("TimePricer(volumes_only=True) prices volumes only: use volumes()")
+            raise inputs.InputError("TimePricer(volumes_only=True) prices volumes only: use volumes()")
         if dimensions is not TIME_DIMENSIONS:
             if not isinstance(dimensions, tuple) or not dimensions or any(d not in TIME_DIMENSIONS for d in dimensions):
-                raise ValueError(f"dimensions: a non-empty tuple of {', '.join(TIME_DIMENSIONS)}, got {dimensions!r}")
+                raise inputs.InputError(f"dimensions: a non-empty tuple of {', '.join(TIME_DIMENSIONS)}, "
+                                        f"got {dimensions!r}")
             dimensions = tuple(d for d in TIME_DIMENSIONS if d in dimensions)  # in their order, each once
         return self._price(batch, validated, WHATS if per_stage else ("time_s",), per_stage, dimensions)
 
@@ -275,7 +286,7 @@ class TimePricer:
             ``what → "dim.collective" → (N, P_max)`` for ``what`` in ``calls_count, msg_bytes, step_bytes``
             (NaN past a layout's last stage). No hardware is read.
         """
-        stages = self._price(batch, flag("validated", validated), WHATS[:3], True).stages
+        stages = self._price(batch_argument(batch), flag("validated", validated), WHATS[:3], True).stages
         assert stages is not None
         return {what: stages[what] for what in WHATS[:3]}
 
@@ -354,9 +365,28 @@ class TimePricer:
             return value
 
         degrees = {grid: {dim: degree(spec) for dim, spec in dims.items()} for grid, dims in PLACEMENT_GRIDS.items()}
-        strides = {grid: group_strides(self.order, values) for grid, values in degrees.items()}
+        try:
+            strides = {grid: group_strides(self.order, values) for grid, values in degrees.items()}
+        except ValueError:
+            raise self._unplaced(degrees) from None
         return {group: tuple((degrees[grid][dim] if size is None else size, strides[grid][dim]) for dim in dims)
                 for group, (grid, dims, size) in PLACEMENT_GROUPS.items()}
+
+    @staticmethod
+    def _unplaced(degrees: Mapping[str, Mapping[str, Any]]) -> inputs.InputError:
+        """The error for layouts whose rank grid has a degree below 1 (the expert grid of a layout with
+        ``t_exp·ep > d·t·cp``, which no layout rule of a dense model refuses), naming the fields and the value."""
+        for grid, values in degrees.items():
+            for dim, value in values.items():
+                bad = np.asarray(value) < 1
+                if np.any(bad):
+                    spec = PLACEMENT_GRIDS[grid][dim]
+                    got = float(np.asarray(value).ravel()[int(np.argmax(bad))] if bad.ndim else value)
+                    ratio = "·".join(spec[0]) + (f"/({'·'.join(spec[1])})" if spec[1] else "")
+                    return inputs.InputError(
+                        f"{', '.join(spec[0] + spec[1])}: the {grid} rank grid's {dim} degree {ratio} is {got:g} < 1 "
+                        f"in a layout of the batch (t_exp is etp where given): its groups cannot be placed")
+        return inputs.InputError(f"the rank grids' degrees: one below 1 in {dict(degrees)!r:.200}")
 
     @staticmethod
     def placement_fields() -> dict[str, frozenset[str]]:
@@ -616,7 +646,15 @@ class TimePricer:
             ``totals`` (N, P_max) and ``{name: (N, P_max)}`` for each of *degrees* and ``LEVELS``
             (seconds per unit of the degree; seconds per unit of the level's relative scale); NaN past a
             layout's last stage.
+
+        Raises:
+            InputError: for a *batch* that is no ``LayoutBatch``, *degrees* not a list of
+                ``symbolic.vocabulary.DEGREES`` (one string is not: ``"tp"`` is not ``t`` and ``p``).
+            LayoutError: naming the first invalid layout (unless *validated*).
         """
+        batch = batch_argument(batch)
+        degrees = degrees_argument(degrees)
+        relax_p = flag("relax_p", relax_p)
         n = len(batch)
         if not flag("validated", validated) and n:
             check_batch(self.model, batch)

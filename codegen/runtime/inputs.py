@@ -15,6 +15,12 @@ the value and the rule it breaks. Nothing is wrapped, truncated or silently conv
   objects other than Python integers are rejected;
 * products of degrees (the device count d·t·cp·p) are checked in exact integers, or in
   float64 against a bound far below 2**53, never in int64 that could wrap;
+* the Python API's other arguments too: a name among a fixed set (:func:`one_of`), a list of such
+  names (:func:`names`; one string is not a list: ``"tp"`` is not ``t`` and ``p``), a switch or
+  share in ``[0, 1]`` (:func:`share`), an object of the type a function takes (:func:`instance`,
+  so that a ``dict`` where a ``LayoutBatch`` is meant fails here, not deep inside with an
+  ``AttributeError``), a catalog system (:func:`system`), seconds or bytes that must be finite
+  and ``>= 0`` (:func:`nonnegative`);
 * results are checked too: :func:`finite` turns an infinite or NaN result into an error
   naming what overflowed, and :func:`json_text` writes only valid JSON.
 
@@ -70,12 +76,18 @@ __all__ = [
     "check_inputs",
     "finite",
     "flag",
+    "instance",
     "int_array",
     "json_text",
+    "names",
+    "nonnegative",
+    "one_of",
     "parse_flag",
     "parse_real",
     "parse_reals",
     "parse_whole",
+    "share",
+    "system",
     "whole",
 ]
 
@@ -121,10 +133,10 @@ def _show(value: object) -> str:
 
 
 def _bound_text(maximum: int | float) -> str:
-    exponent = math.log2(maximum) if maximum > 0 else 0
     why = _WHY.get(maximum)
-    if exponent.is_integer() and maximum > 8:  # a power of two is shown as one, with its digits beside it
-        text = f"2**{int(exponent)} = {int(maximum):,}"
+    exact = int(maximum) if float(maximum).is_integer() else 0
+    if exact > 8 and exact & (exact - 1) == 0:  # a power of two is shown as one, with its digits beside it
+        text = f"2**{exact.bit_length() - 1} = {exact:,}"
     else:
         text = f"{int(maximum):,}" if float(maximum).is_integer() else f"{maximum:g}"
     return text + (f", {why}" if why else "")
@@ -210,6 +222,8 @@ def int_array(field: str, values: Any, *, minimum: int = 1, maximum: int | float
     """
     if values is None or isinstance(values, (str, bytes)):
         raise error(f"{field}: expected whole numbers, got {_show(values)}")
+    if maximum is None or maximum > _INT64_MAX:  # the result is int64: nothing past it may wrap or overflow
+        maximum = _INT64_MAX
     try:
         array = values if isinstance(values, np.ndarray) else np.asarray(values)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -242,6 +256,10 @@ def int_array(field: str, values: Any, *, minimum: int = 1, maximum: int | float
         value, at = _first(probe, probe > maximum)
         raise error(f"{field}: every value must be at most {_bound_text(maximum)}; got {_show(_num(value))}{at}")
     return array.astype(np.int64, copy=False)
+
+
+#: The largest int64 (:func:`int_array`'s results are int64 arrays).
+_INT64_MAX = (1 << 63) - 1
 
 
 def _num(value: object) -> object:
@@ -436,3 +454,91 @@ def parse_reals(field: str, texts: list[str], *, maximum: float = VALUE_MAX,
         except ValueError as exc:
             raise error(f"{exc} at index {i}") from None
     return [parse_real(field, text, maximum=maximum, error=error) for text in texts]
+def instance(field: str, value: Any, kind: type | tuple[type, ...], what: str, *,
+             error: type[ValueError] = InputError) -> Any:
+    """*value* if it is an instance of *kind*; else an error naming *field*, what it takes (*what*) and the value.
+
+    Raises:
+        error: ``"<field>: expected <what>, got <value> (<type>)"``.
+    """
+    if isinstance(value, kind):
+        return value
+    raise error(f"{field}: expected {what}, got {_show(value)} ({type(value).__name__})")
+
+
+def one_of(field: str, value: object, choices: Any, *, error: type[ValueError] = InputError) -> str:
+    """*value* if it is one of *choices* (names: strings); a number, ``None`` or another name is an error.
+
+    Raises:
+        error: naming *field*, the choices and the value.
+    """
+    if isinstance(value, str) and value in choices:
+        return value
+    raise error(f"{field}: expected one of {', '.join(map(str, choices))}, got {_show(value)}")
+
+
+def names(field: str, values: object, choices: Any, *, error: type[ValueError] = InputError) -> tuple[str, ...]:
+    """*values* (a list or tuple of names, at least one) as a tuple, each one of *choices*, each once in the order
+    given. One string is not a list of names (``"tp"`` is not ``t`` and ``p``), nor is a mapping.
+
+    Raises:
+        error: naming *field* and the first value that is not one of *choices*, a string or mapping given
+            whole, or no name given.
+    """
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, (list, tuple)):
+        raise error(f"{field}: expected a list of names (of {', '.join(map(str, choices))}), got {_show(values)}")
+    out = []
+    for item in values:
+        out.append(one_of(field, item, choices, error=error))
+    if not out:
+        raise error(f"{field}: give at least one of {', '.join(map(str, choices))}")
+    return tuple(dict.fromkeys(out))
+
+
+def share(field: str, value: object, *, error: type[ValueError] = InputError) -> float:
+    """*value* as a float in ``[0, 1]``: a switch (0 or 1) or a share between; ``bool``, strings, ``None``, NaN
+    and values outside ``[0, 1]`` are errors.
+
+    Raises:
+        error: naming *field* and the value.
+    """
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating))
+            or not (0 <= value <= 1)):  # (NaN fails the comparison)
+        raise error(f"{field}: must be a number between 0 and 1, got {_show(value)}")
+    return float(value)
+
+
+def nonnegative(field: str, value: Any, *, error: type[ValueError] = InputError) -> Any:
+    """*value* (a number or an array of numbers: seconds, bytes) if every element is finite and ``>= 0``.
+
+    Raises:
+        error: naming *field* and the first offending value (and its index).
+    """
+    if value is None or isinstance(value, (bool, np.bool_, str, bytes)):
+        raise error(f"{field}: expected numbers, got {_show(value)}")
+    try:
+        array = np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        raise error(f"{field}: expected numbers, got {_show(value)}") from None
+    bad = ~(array >= 0) | ~np.isfinite(array)
+    if bad.any():
+        item, at = _first(array, bad)
+        raise error(f"{field}: must be finite and >= 0, got {item!r}{at}")
+    return value
+
+
+def system(field: str, value: object, *, error: type[ValueError] = InputError) -> Any:
+    """The :class:`hardware.System` *value* names (a catalog name or alias), or *value* itself if it is one.
+
+    Raises:
+        error: for anything but a string or a ``hardware.System``; ``hardware.HardwareSpecError`` (a
+            ``ValueError``) naming an unknown system and the known ones.
+    """
+    import hardware
+
+    if isinstance(value, hardware.System):
+        return value
+    if not isinstance(value, str):
+        raise error(f"{field}: expected a catalog system name (one of {', '.join(hardware.names())}) "
+                    f"or a hardware.System, got {_show(value)}")
+    return hardware.load(value)
