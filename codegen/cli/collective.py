@@ -11,30 +11,57 @@ bytes, with an optional binary suffix (K, M, G = 2^10, 2^20, 2^30) or decimal on
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
 import math
 import re
 
+from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
 from ..validation import collectives
 
 _SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*(?P<unit>[KMG]i?B?|[kKMG]B|B)?")
 _UNITS = {None: 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 def parse_size(text: str) -> float:
-    """Bytes from ``"512"``, ``"4M"`` / ``"4MiB"`` (2^20) or ``"4MB"`` (1e6).
+    """Bytes from ``"512"``, ``"4M"`` / ``"4MiB"`` (2^20) or ``"4MB"`` (1e6): a whole number of bytes from 1 to
+    2**53 (``"1.5K"`` is 1536 bytes; ``"0.5"`` or ``"1.3K"`` is no whole number of bytes), as a float.
+
+    The number is read exactly (decimal, ASCII digits only), so no rounding makes a fraction whole.
 
     Raises:
-        ValueError: naming the field and the value.
+        InputError: naming ``--bytes`` and the text.
     """
-    match = _SIZE.fullmatch(text.strip())
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) and text.isascii() else None
     if not match or match["unit"] not in _UNITS:
-        raise ValueError(f"--bytes: not a size, got {text!r} (e.g. 512, 4M, 4MiB, 4MB)")
-    value = float(match["number"]) * _UNITS[match["unit"]]
-    if value <= 0:
-        raise ValueError(f"--bytes: must be > 0, got {text!r}")
-    return value
+        raise InputError(f"--bytes: not a size, got {text!r} (e.g. 512, 4M, 4MiB, 4MB)")
+    number = decimal.Decimal(match["number"])
+    if number.adjusted() > 30:  # far past 2**53 bytes whatever the unit: not multiplied out
+        value = decimal.Decimal(VALUE_MAX) + 1
+    else:
+        with decimal.localcontext() as exact:
+            exact.prec = 80  # 31 digits times a unit of 10 digits: every product exact
+            value = number * _UNITS[match["unit"]]
+    if not 0 < value <= VALUE_MAX:
+        raise InputError(f"--bytes: must be a size > 0 and at most 2**53 bytes (whole numbers exact in float64), "
+                         f"got {text!r}")
+    if value != value.to_integral_value():
+        raise InputError(f"--bytes: a whole number of bytes, got {text!r} ({value.normalize():f} bytes)")
+    return float(value)
+
+
+def ranks_count(text: str) -> int:
+    """``--ranks``: a whole number in ASCII digits (the gate's ``parse_whole``); its range, 2 to 2**30, is
+    ``collectives.predict``'s to check.
+
+    Raises:
+        argparse.ArgumentTypeError: ``argument --ranks: invalid int value: '٨' (…)``.
+    """
+    try:
+        return parse_whole("--ranks", text, minimum=-(2**63))
+    except InputError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (a whole number in ASCII digits 0-9)") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[1])
     p.add_argument("op", metavar="OP", help=f"collective: {', '.join(sorted(collectives.OPS))}")
     p.add_argument("--system", required=True, help="catalog system or alias, e.g. dgx_h100 or h100_sxm")
-    p.add_argument("--ranks", required=True, type=int, help="ranks in the communicator (consecutive ranks)")
+    p.add_argument("--ranks", required=True, type=ranks_count, help="ranks in the communicator (consecutive ranks)")
     p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
     p.add_argument("--dtype", default=None,
                    help="data type (nccl-tests -d name: half, bfloat16, float, int8, ...); 8-bit types rule out "
