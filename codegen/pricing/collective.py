@@ -45,7 +45,8 @@ from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level para
 
 from .engine import BOUND_BLOCK, BoundKernel, bound_scratch, bound_term, term_arguments, term_function
 
-__all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
+__all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SLOPE_BY", "arguments", "choose", "labels",
+           "slopes"]
 
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
 SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
@@ -124,6 +125,11 @@ class Choice:
         return np.asarray(self.labels)[self.index]
 
 
+#: Candidates that NCCL's tuner does not price (``symbolic.collective_time``: the hierarchical schedule of phases,
+#: no NCCL algorithm): :func:`choose` takes one where its real time is below that of NCCL's own pick, so that
+#: the chosen time cannot fall with S at a switch to or from it.
+OUTSIDE_TUNER = frozenset({"hierarchical"})
+
 #: Candidates that are infinite (unavailable) by their own forms' conditions: the hierarchical one on a
 #: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
 #: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
@@ -170,11 +176,28 @@ def choose(op: str, values: Mapping[str, Any]) -> Choice:
 
 
 def _pick(op: str, times_a: np.ndarray, prices_a: np.ndarray) -> Choice:
-    """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf)."""
+    """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf).
+
+    NCCL's candidates compete by their tuned price, as ``topoGetAlgoInfo`` does. The hierarchical schedule
+    (:data:`OUTSIDE_TUNER`), which NCCL's tuner does not price, is taken where its real time is below that of
+    NCCL's pick: each candidate's time grows with S, so the time of this choice falls with S only where
+    NCCL's own pick switches (docs/time.md, "Where the time falls as S grows").
+    """
     prices_a[np.isnan(prices_a)] = np.inf
-    index = np.argmin(prices_a, axis=0)
+    names = labels(op)
+    outside = [k for k, label in enumerate(names) if label in OUTSIDE_TUNER]
+    if not outside:
+        index = np.argmin(prices_a, axis=0)
+        time = np.take_along_axis(times_a, index[None], axis=0)[0]
+        return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
+    tuned = np.array([label not in OUTSIDE_TUNER for label in names])
+    index = np.argmin(np.where(tuned.reshape((-1,) + (1,) * (prices_a.ndim - 1)), prices_a, np.inf), axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
-    return Choice(time_s=time, index=index, labels=labels(op), times=times_a, prices=prices_a)
+    for k in outside:
+        faster = times_a[k] < time  # NaN (unavailable) is never faster
+        index = np.where(faster, k, index)
+        time = np.where(faster, times_a[k], time)
+    return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
 
 
 class Chooser:
