@@ -2,7 +2,9 @@
 
 Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the algorithm and
 protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name or an alias), then the
-group's placement and every candidate the tuner weighed (its price and time). SIZE is nccl-tests' size S in
+group's placement and every candidate the tuner weighed (its price and time). Where the time falls at a larger
+size (NCCL's pick switches there to a candidate that runs faster), it says where, between which candidates and
+by which of NCCL's rules (docs/time.md, "Where the time falls as S grows"). SIZE is nccl-tests' size S in
 bytes, with an optional binary suffix (K, M, G = 2^10, 2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6,
 1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters for reductions: NVLS cannot reduce 8-bit types.
 ``--json`` prints one JSON object.
@@ -16,6 +18,9 @@ import json
 import math
 import re
 
+import numpy as np
+
+from ..pricing.collective import Fall, next_fall
 from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
 from ..validation import collectives
 
@@ -85,10 +90,13 @@ def run(args: argparse.Namespace) -> int:
     # Every candidate NCCL's tuner weighs, cheapest price first; None (JSON null) where it cannot run here.
     candidates = {label: {"price_s": _finite(result.prices[label]), "time_s": _finite(result.candidates[label])}
                   for label in sorted(result.prices, key=lambda label: float(result.prices[label]))}
+    fall = _fall(args, size)
     record = {"op": collectives.OPS[args.op], "system": args.system, "ranks": args.ranks, "bytes": size,
               "time_s": float(result.time_s), "algbw_GBps": float(result.algbw_bytes_per_s) / 1e9,
               "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9, "algorithm": str(result.algorithm),
-              "dtype": args.dtype, "placement": placement, "candidates": candidates}
+              "dtype": args.dtype, "placement": placement, "candidates": candidates,
+              "falls_at": None if fall is None else {"bytes": fall.msg_bytes, "time_s": fall.time_s,
+                                                     "from": fall.before, "to": fall.after, "rule": fall.rule}}
     if args.json:
         print(json.dumps(record))
         return 0
@@ -96,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  time      {record['time_s'] * 1e6:.2f} us")
     print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
     print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (nccl-tests bus bandwidth)")
-    print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks)")
+    print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks; the hierarchical "
+          "schedule, which it does not price, where that runs faster)")
+    if fall is not None:
+        print(f"  falls     to {fall.time_s * 1e6:.2f} us at {fall.msg_bytes:.0f} bytes, where NCCL switches from "
+              f"{fall.before} to {fall.after}: {fall.rule}")
     if placement["nodes"] == 1:
         print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
     else:
@@ -110,6 +122,14 @@ def run(args: argparse.Namespace) -> int:
         mark = "  <- picked" if label == record["algorithm"] else ""
         print(f"    {label:<14} {pair['price_s'] * 1e6:>12.2f} {pair['time_s'] * 1e6:>12.2f}{mark}")
     return 0
+
+
+def _fall(args: argparse.Namespace, size: float) -> Fall | None:
+    """Where the time of NCCL's pick first falls below its time at *size* as the size grows, if it does."""
+    def pick_at(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        result = collectives.predict(args.system, args.op, args.ranks, sizes, args.dtype)
+        return np.broadcast_to(result.time_s, sizes.shape), np.broadcast_to(result.algorithm, sizes.shape)
+    return next_fall(pick_at, size, top=VALUE_MAX)
 
 
 def _finite(value: object) -> float | None:
