@@ -15,7 +15,8 @@ from .formula import Formula
 from .symbols import syms
 from .vocabulary import Attention, detect_attention, parse_attention
 
-__all__ = ["Attention", "parse_attention", "detect_attention", "tp_width", "head_width", "kv_width", "FORMULAS"]
+__all__ = ["Attention", "parse_attention", "detect_attention", "tp_width", "head_width", "guarded_head_width",
+           "kv_width", "FORMULAS"]
 
 h, a, n_kv, dh, dhr, t = syms("h", "a", "n_kv", "dh", "dhr", "t")
 
@@ -35,6 +36,18 @@ def head_width() -> sympy.Expr:
     Source: comm_time.py line 159 (``ccfg.dh or ccfg.h / max(1, ccfg.a)``).
     """
     return Piecewise((dh, Ne(dh, 0)), (h / Max(1, a), True))
+
+
+def guarded_head_width() -> sympy.Expr:
+    """``cp_traffic``'s head width: ``dh``, or ``h / max(1, a)`` when dh is unset (0), guard included.
+
+    Source: comm_time.py line 159 (``head = ccfg.dh or ccfg.h / max(1, ccfg.a)``). ``a`` is declared a
+    positive integer, so SymPy folds ``Max(1, a)`` to ``a`` (:func:`head_width`), and an unset ``a`` (0, which
+    the original reads) then gives ``h / 0``. In the branch taken only where ``dh = 0``, ``max(1, a - dh)`` is
+    the original's ``max(1, a)`` exactly, and SymPy, which cannot bound ``a - dh`` below by 1, keeps the guard:
+    with ``a = 0`` the width is ``h`` (0 when ``h`` is unset too), as the original computes it.
+    """
+    return Piecewise((dh, Ne(dh, 0)), (h / Max(1, a - dh), True))
 
 
 def kv_width(attention: Attention) -> sympy.Expr:

@@ -259,10 +259,11 @@ def _best_ring(op: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: s
 def _hierarchical(op: str, fill: bool = True) -> sympy.Expr:
     """Intra-node reduce-scatter / all-gather around the collective across nodes; ``oo`` on one node.
 
-    Not an NCCL algorithm, so NCCL's tuner gives it no price. The rule: it competes with the price
-    ``fill=False`` gives (each phase at its cheapest tuned price, the phases' prices added), and when
-    chosen its time is the ``fill=True`` form (each phase at its fastest real time: within one phase
-    the protocol is picked by real time, a simplification of nesting the tuner's pick).
+    Not an NCCL algorithm, so NCCL's tuner gives it no price. Its time is the ``fill=True`` form (each phase at
+    its fastest real time: within one phase the protocol is picked by real time, a simplification of nesting
+    the tuner's pick); ``codegen.pricing.collective.choose`` takes it where that time is below the time of
+    NCCL's own pick. The ``fill=False`` form (each phase at its cheapest tuned price, the phases' prices
+    added) is what the tuner would price it at, shown beside the candidates' prices.
     """
     q, nodes = _Q, _NODES
     one = sympy.Integer(1)

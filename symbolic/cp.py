@@ -26,7 +26,7 @@ import sympy
 from sympy import Piecewise, floor
 
 from . import collectives
-from .attention import Attention, head_width, kv_width, tp_width
+from .attention import Attention, guarded_head_width, kv_width, tp_width
 from .formula import Formula
 from .symbols import syms
 from .vocabulary import CpAlgorithm
@@ -52,7 +52,7 @@ TOPOLOGIES: tuple[str, ...] = ("none", "intra-node", "cross-node", "mixed")
 
 def _ulysses_traffic(attention: Attention) -> sympy.Expr:
     rope = dhr if attention is Attention.MLA else 0
-    head = head_width()
+    head = guarded_head_width()  # line 159: the original guards a here (an unset a reads as 1)
     tw = tp_width()
     # Queries (with the MLA rope part), keys and values, and the output, per token of the local shard.
     widths = a * (head + rope) / tw + 2 * kv_width(attention) + a * head / tw
@@ -68,7 +68,7 @@ def _ring_traffic(attention: Attention) -> sympy.Expr:
 
 def _linear_state_traffic() -> sympy.Expr:
     state_bytes = 4  # the original's fixed fp32 recurrent state
-    head = head_width()
+    head = guarded_head_width()  # line 159: the original guards a here (an unset a reads as 1)
     state = a / tp_width() * head * head * state_bytes
     return 2 * collectives.p2p(state)  # the state passed on, its gradient passed back
 

@@ -90,7 +90,8 @@ def _assert_same_value(before: sympy.Expr, after: sympy.Expr, what: str, *, n: i
 
 
 def _eta() -> sympy.Expr:
-    # docs/formulas.md, "Context parallelism (CP)": η = dh if dh ≠ 0 else h / max(1, a); a is a positive integer, so max(1, a) = a.
+    # docs/formulas.md, "Context parallelism (CP)": η = dh if dh ≠ 0 else h / max(1, a); for the positive
+    # integers the values are drawn from, max(1, a) = a.
     return Piecewise((dh, Ne(dh, 0)), (h / a, True))
 
 
@@ -109,15 +110,17 @@ GOLDENS = {
         r"\end{cases}\right)}{\mathrm{cp} t}",
     ),
     # Ulysses MLA: V = 2·ρ·(s/cp)·b·[a(η + dhr)/t + 2W + a·η/t]·bytes_compute, W = n_kv(2dh + dhr)/(2t);
-    # the output term a·η reads a·dh, or h when dh is unset.
+    # η's fallback keeps the original's max(1, a) (line 159), as max(1, a - dh) where dh = 0: with a unset the
+    # head terms are 0, as the original computes them.
     "cp_ulysses_mla_traffic_bytes": (
         2 * _rho() * (s / cp) * b * (a * (_eta() + dhr) / t + 2 * (n_kv * (2 * dh + dhr) / (2 * t))
                                      + a * _eta() / t) * bytes_compute,
         r"\frac{2 b \mathrm{bytes\_compute} s \left(\mathrm{cp} - 1\right) \left(a \left(\mathrm{dhr} + "
-        r"\begin{cases} \mathrm{dh} & \text{for}\: \mathrm{dh} \neq 0 \\\frac{h}{a} & \text{otherwise} "
-        r"\end{cases}\right) + n_{\mathrm{kv}} \left(2 \mathrm{dh} + \mathrm{dhr}\right) + \begin{cases} "
-        r"a \mathrm{dh} & \text{for}\: \mathrm{dh} \neq 0 \\h & \text{otherwise} \end{cases}\right)}"
-        r"{\mathrm{cp}^{2} t}",
+        r"\begin{cases} \mathrm{dh} & \text{for}\: \mathrm{dh} \neq 0 \\\frac{h}{\max\left(1, a - "
+        r"\mathrm{dh}\right)} & \text{otherwise} \end{cases}\right) + a \left(\begin{cases} \mathrm{dh} & "
+        r"\text{for}\: \mathrm{dh} \neq 0 \\\frac{h}{\max\left(1, a - \mathrm{dh}\right)} & "
+        r"\text{otherwise} \end{cases}\right) + n_{\mathrm{kv}} \left(2 \mathrm{dh} + "
+        r"\mathrm{dhr}\right)\right)}{\mathrm{cp}^{2} t}",
     ),
     # Dense TP at a non-selective node (κ = 1): comm_t·(¼·n_gather·s·b·h·mb + ¼·n_gather·s·b·hff·mb)/cp.
     "tp_dense_layer_elements": (

@@ -2,7 +2,9 @@
 
 Prints the predicted time, algbw and busbw (nccl-tests conventions, GB = 1e9 bytes) and the algorithm and
 protocol NCCL's tuner would pick, for N consecutive ranks of catalog system S (a name or an alias), then the
-group's placement and every candidate the tuner weighed (its price and time). SIZE is nccl-tests' size S in
+group's placement and every candidate the tuner weighed (its price and time). Where the time falls at a larger
+size (NCCL's pick switches there to a candidate that runs faster), it says where, between which candidates and
+by which of NCCL's rules (docs/time.md, "Where the time falls as S grows"). SIZE is nccl-tests' size S in
 bytes, with an optional binary suffix (K, M, G = 2^10, 2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6,
 1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters for reductions: NVLS cannot reduce 8-bit types.
 ``--json`` prints one JSON object.
@@ -11,30 +13,60 @@ bytes, with an optional binary suffix (K, M, G = 2^10, 2^20, 2^30) or decimal on
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
 import math
 import re
 
+import numpy as np
+
+from ..pricing.collective import Fall, next_fall
+from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
 from ..validation import collectives
 
 _SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*(?P<unit>[KMG]i?B?|[kKMG]B|B)?")
 _UNITS = {None: 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
 def parse_size(text: str) -> float:
-    """Bytes from ``"512"``, ``"4M"`` / ``"4MiB"`` (2^20) or ``"4MB"`` (1e6).
+    """Bytes from ``"512"``, ``"4M"`` / ``"4MiB"`` (2^20) or ``"4MB"`` (1e6): a whole number of bytes from 1 to
+    2**53 (``"1.5K"`` is 1536 bytes; ``"0.5"`` or ``"1.3K"`` is no whole number of bytes), as a float.
+
+    The number is read exactly (decimal, ASCII digits only), so no rounding makes a fraction whole.
 
     Raises:
-        ValueError: naming the field and the value.
+        InputError: naming ``--bytes`` and the text.
     """
-    match = _SIZE.fullmatch(text.strip())
+    match = _SIZE.fullmatch(text.strip()) if isinstance(text, str) and text.isascii() else None
     if not match or match["unit"] not in _UNITS:
-        raise ValueError(f"--bytes: not a size, got {text!r} (e.g. 512, 4M, 4MiB, 4MB)")
-    value = float(match["number"]) * _UNITS[match["unit"]]
-    if value <= 0:
-        raise ValueError(f"--bytes: must be > 0, got {text!r}")
-    return value
+        raise InputError(f"--bytes: not a size, got {text!r} (e.g. 512, 4M, 4MiB, 4MB)")
+    number = decimal.Decimal(match["number"])
+    if number.adjusted() > 30:  # far past 2**53 bytes whatever the unit: not multiplied out
+        value = decimal.Decimal(VALUE_MAX) + 1
+    else:
+        with decimal.localcontext() as exact:
+            exact.prec = 80  # 31 digits times a unit of 10 digits: every product exact
+            value = number * _UNITS[match["unit"]]
+    if not 0 < value <= VALUE_MAX:
+        raise InputError(f"--bytes: must be a size > 0 and at most 2**53 bytes (whole numbers exact in float64), "
+                         f"got {text!r}")
+    if value != value.to_integral_value():
+        raise InputError(f"--bytes: a whole number of bytes, got {text!r} ({value.normalize():f} bytes)")
+    return float(value)
+
+
+def ranks_count(text: str) -> int:
+    """``--ranks``: a whole number in ASCII digits (the gate's ``parse_whole``); its range, 2 to 2**30, is
+    ``collectives.predict``'s to check.
+
+    Raises:
+        argparse.ArgumentTypeError: ``argument --ranks: invalid int value: '٨' (…)``.
+    """
+    try:
+        return parse_whole("--ranks", text, minimum=-(2**63))
+    except InputError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (a whole number in ASCII digits 0-9)") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[1])
     p.add_argument("op", metavar="OP", help=f"collective: {', '.join(sorted(collectives.OPS))}")
     p.add_argument("--system", required=True, help="catalog system or alias, e.g. dgx_h100 or h100_sxm")
-    p.add_argument("--ranks", required=True, type=int, help="ranks in the communicator (consecutive ranks)")
+    p.add_argument("--ranks", required=True, type=ranks_count, help="ranks in the communicator (consecutive ranks)")
     p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
     p.add_argument("--dtype", default=None,
                    help="data type (nccl-tests -d name: half, bfloat16, float, int8, ...); 8-bit types rule out "
@@ -58,10 +90,13 @@ def run(args: argparse.Namespace) -> int:
     # Every candidate NCCL's tuner weighs, cheapest price first; None (JSON null) where it cannot run here.
     candidates = {label: {"price_s": _finite(result.prices[label]), "time_s": _finite(result.candidates[label])}
                   for label in sorted(result.prices, key=lambda label: float(result.prices[label]))}
+    fall = _fall(args, size)
     record = {"op": collectives.OPS[args.op], "system": args.system, "ranks": args.ranks, "bytes": size,
               "time_s": float(result.time_s), "algbw_GBps": float(result.algbw_bytes_per_s) / 1e9,
               "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9, "algorithm": str(result.algorithm),
-              "dtype": args.dtype, "placement": placement, "candidates": candidates}
+              "dtype": args.dtype, "placement": placement, "candidates": candidates,
+              "falls_at": None if fall is None else {"bytes": fall.msg_bytes, "time_s": fall.time_s,
+                                                     "from": fall.before, "to": fall.after, "rule": fall.rule}}
     if args.json:
         print(json.dumps(record))
         return 0
@@ -69,7 +104,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  time      {record['time_s'] * 1e6:.2f} us")
     print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
     print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (nccl-tests bus bandwidth)")
-    print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks)")
+    print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks; the hierarchical "
+          "schedule, which it does not price, where that runs faster)")
+    if fall is not None:
+        print(f"  falls     to {fall.time_s * 1e6:.2f} us at {fall.msg_bytes:.0f} bytes, where NCCL switches from "
+              f"{fall.before} to {fall.after}: {fall.rule}")
     if placement["nodes"] == 1:
         print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
     else:
@@ -83,6 +122,14 @@ def run(args: argparse.Namespace) -> int:
         mark = "  <- picked" if label == record["algorithm"] else ""
         print(f"    {label:<14} {pair['price_s'] * 1e6:>12.2f} {pair['time_s'] * 1e6:>12.2f}{mark}")
     return 0
+
+
+def _fall(args: argparse.Namespace, size: float) -> Fall | None:
+    """Where the time of NCCL's pick first falls below its time at *size* as the size grows, if it does."""
+    def pick_at(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        result = collectives.predict(args.system, args.op, args.ranks, sizes, args.dtype)
+        return np.broadcast_to(result.time_s, sizes.shape), np.broadcast_to(result.algorithm, sizes.shape)
+    return next_fall(pick_at, size, top=VALUE_MAX)
 
 
 def _finite(value: object) -> float | None:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
-from typing import Any
+import shlex
+from typing import Any, Iterable
 
 from symbolic.vocabulary import RECOMPUTE_MODES
 
 from ..configs import LayoutBatch, load_model, model_names, parse_layout, validate
-from ..runtime.inputs import DEVICES_MAX, finite, json_text, parse_whole
+from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
+from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
@@ -46,9 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", help=f"{', '.join(RECOMPUTE_MODES)}, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true",
-                   help="add each recomputed layer's traffic again (the original's with_recomp sum)")
-    p.add_argument("--ttype", choices=("FLOP", "TIME"), default="FLOP",
-                   help="FLOP (volumes; default) or TIME (level scores for DP, TP, CP)")
+                   help="add each recomputed layer's traffic again (the original's with_recomp sum; the original "
+                        "convention only)")
+    p.add_argument("--ttype", choices=("FLOP", "TIME"), default=None,
+                   help="FLOP (volumes; default) or TIME (level scores for DP, TP, CP); the original convention only")
     p.add_argument("--memory", action="store_true",
                    help="also print each stage's memory per rank by part against the --device GPU's HBM "
                         "(GiB; bytes under --json); needs a --device with GPU facts, e.g. dgx_h100")
@@ -56,11 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="volume (default: the --convention's volumes) or time: each stage's communication seconds "
                         "per step by dimension and collective on NCCL's model (needs a --device with GPU and network "
                         "facts, e.g. dgx_h100)")
-    p.add_argument("--convention", choices=("original", "consistent"), default="original",
+    p.add_argument("--convention", choices=("original", "consistent"), default=None,
                    help="volumes as the original sums them (default) or consistent: bytes per rank per step by "
                         "dimension and collective")
-    p.add_argument("--order", default="tp-cp-ep-dp-pp",
-                   help="rank order for --cost time, innermost first (default Megatron's tp-cp-ep-dp-pp)")
+    p.add_argument("--order", default=None,
+                   help=f"rank order for --cost time, innermost first (default Megatron's {DEFAULT_ORDER})")
     add_memory_options(p, "--memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -93,14 +95,39 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
                                                          "layout: fsdp 3, op with grad_shard 2, op 1, else 0)")
 
 
+#: Every memory option (``add_memory_options``), in the order a message names the first one given.
+MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level")
+
+
+def given_options(args: argparse.Namespace, options: Iterable[str]) -> list[str]:
+    """The *options* the command line gave, each as it was written (``--order zz``; a flag alone).
+
+    Options whose default is ``None`` (or ``False`` for a flag) tell given from not given; a run that
+    does not read an option refuses it when given (:func:`refuse_options`) rather than ignoring it.
+    """
+    given = []
+    for option in options:
+        value = getattr(args, option[2:].replace("-", "_"), None)
+        if value is None or value is False:
+            continue
+        given.append(option if value is True else f"{option} {shlex.quote(str(value))}")
+    return given
+
+
+def refuse_options(args: argparse.Namespace, options: Iterable[str], why: str) -> None:
+    """Refuse the first of *options* given: one line naming it and its value, then *why* it does not apply.
+
+    Raises:
+        ValueError: ``"--order zz: <why>"``.
+    """
+    given = given_options(args, options)
+    if given:
+        raise ValueError(f"{given[0]}: {why}")
+
+
 def _amount(option: str, text: str, unit: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{option}: expected a finite number >= 0 ({unit}), got {text!r}")
-    return value
+    """A memory amount through the gate: ASCII decimal notation, finite, from 0 to ``COUNT_MAX``."""
+    return parse_number(option, text, minimum=0.0, maximum=COUNT_MAX)
 
 
 def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> MemorySettings:
@@ -113,10 +140,8 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
     given = {option: getattr(args, option[2:].replace("-", "_"), None) for option in MEMORY_AMOUNTS}
     zero = getattr(args, "zero_level", None)
     flash_off = bool(getattr(args, "no_flash_attention", False))
-    stated = [option for option, value in given.items() if value is not None]
-    stated += ["--zero-level"] * (zero is not None) + ["--no-flash-attention"] * flash_off
-    if stated and not wanted:
-        raise ValueError(f"{stated[0]}: a memory setting; it needs {needs}")
+    if not wanted:
+        refuse_options(args, MEMORY_OPTIONS, f"a memory setting; it needs {needs}")
     changes: dict[str, Any] = {}
     for option, text in given.items():
         if text is not None:
@@ -138,7 +163,7 @@ def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     settings = memory_settings(args, "--memory", getattr(args, "memory", False))
     devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
-    pricer = StagePricer(model, device=args.device, with_recomp=args.with_recomp, ttype=args.ttype)
+    pricer = StagePricer(model, device=args.device, with_recomp=args.with_recomp, ttype=_ttype(args))
     validate(model, layout, devices)
     stages = pricer.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True, validated=True).stages
     per_dim = {label: finite(f"stage {label} cost", stages[key][0, :layout.p]).tolist() for label, key in DIMS}
@@ -193,7 +218,8 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
     time = args.cost == "time"
-    pricer = TimePricer(model, system=args.device, order=args.order, volumes_only=not time)
+    order = DEFAULT_ORDER if args.order is None else args.order
+    pricer = TimePricer(model, system=args.device, order=order, volumes_only=not time)
     validate(model, layout, devices)
     batch = LayoutBatch.from_layouts([layout])
     if time:
@@ -216,7 +242,7 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
             row["step_bytes"] = {k: float(table["step_bytes"][k][0, i]) for k in table["step_bytes"]}
         stages.append(row)
     res: dict[str, Any] = {"model": args.model, "layout": str(layout), "device": args.device, "cost": args.cost,
-                           "convention": "consistent", "order": args.order, "stages": stages,
+                           "convention": "consistent", "order": order, "stages": stages,
                            "units": TIME_UNITS if time else CONSISTENT_UNITS}
     if time:
         b = int(prices.bottleneck_stage[0])
@@ -248,11 +274,47 @@ def _print_consistent(res: dict[str, Any]) -> None:
     print(f"{unit}: {res['units']}.")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.cost == "time" or args.convention == "consistent":
+def _ttype(args: argparse.Namespace) -> str:
+    return "FLOP" if args.ttype is None else args.ttype
+
+
+def check_applies(args: argparse.Namespace) -> None:
+    """Refuse an option the run does not read, given explicitly: each belongs to one output.
+
+    ============================  ==============================================================
+    output                        reads, besides --model --layout --device --devices --recompute
+                                  --fsdp --json
+    ============================  ==============================================================
+    the original convention       --ttype, --with-recomp, --memory (and with it the memory
+    (default)                     options: --reserve, --bytes-*, --no-flash-attention, --zero-level)
+    --convention consistent       nothing more (bytes per rank per step: no rank order, no hardware
+                                  time)
+    --cost time                   --order (and --convention consistent, which it is)
+    ============================  ==============================================================
+
+    Raises:
+        ValueError: one line naming the first option given that the run does not read, and its value.
+    """
+    time = args.cost == "time"
+    if time and args.convention == "original":
+        raise ValueError("--convention original: --cost time prices seconds per rank per step by collective, "
+                         "the consistent convention; drop --convention original or --cost time")
+    run = "--cost time" if time else "--convention consistent" if args.convention == "consistent" else None
+    if run is not None:
         if getattr(args, "memory", False):
-            raise ValueError("--memory: prints with the original convention only; drop --cost time / "
-                             "--convention consistent or --memory")
+            raise ValueError(f"--memory: prints with the original convention only; drop {run} or --memory")
+        refuse_options(args, MEMORY_OPTIONS, f"a memory setting (read with --memory, under the original convention "
+                                             f"only); {run} does not read it: drop it")
+        refuse_options(args, ("--ttype", "--with-recomp"), f"a setting of the original convention; {run} does not "
+                                                           "read it: drop it")
+    if not time:
+        refuse_options(args, ("--order",), "the rank order places the groups of --cost time; the volumes do not "
+                                           "read it: drop it or add --cost time")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_applies(args)
+    if args.cost == "time" or args.convention == "consistent":
         res = _consistent(args)
         if args.json:
             print(json_text({k: v for k, v in res.items() if k not in ("model", "layout", "device")}
@@ -262,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     res = stage_results(args)
     if args.json:
-        out: dict[str, Any] = {"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[args.ttype]}
+        out: dict[str, Any] = {"stages": res["stages"], "per_dim": res["per_dim"], "units": UNITS[_ttype(args)]}
         if "memory" in res:
             out["memory"] = res["memory"]
         print(json_text(out))
@@ -272,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     for i, total in enumerate(res["stages"]):
         parts = "  ".join(f"{res['per_dim'][label][i]:>14.6g}" for label, _ in DIMS)
         print(f"{i:>5}  {total:>14.6g}  {parts}")
-    print(UNITS[args.ttype] + ".")
+    print(UNITS[_ttype(args)] + ".")
     if "memory" in res:
         print_memory(res["memory"])
     return 0

@@ -29,7 +29,7 @@ from symbolic.vocabulary import DEGREES, RECOMPUTE_MODES
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
-from .eval import UNITS, add_memory_options, memory_settings
+from .eval import MEMORY_OPTIONS, UNITS, add_memory_options, memory_settings, refuse_options
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
 
@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recompute", help=f"{', '.join(RECOMPUTE_MODES)}, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true", help="price the recompute sums (as symcost eval)")
-    p.add_argument("--ttype", default="FLOP", help="FLOP (volumes; default) or TIME (level scores)")
+    p.add_argument("--ttype", default=None, help="FLOP (volumes; default) or TIME (level scores); the communication "
+                                                 "volume objectives (max, sum) only")
     p.add_argument("--objective", default="max", help="max (bottleneck stage; default), sum (over stages) or memory "
                                                       "(the peak stage's memory per rank, bytes)")
     p.add_argument("--degrees", default=",".join(DEGREES), help=f"comma-separated subset of {','.join(DEGREES)}")
@@ -68,8 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    ttype = "FLOP" if args.ttype is None else args.ttype
     return Settings(device=args.device, fsdp=args.fsdp, recompute=args.recompute, with_recomp=args.with_recomp,
-                    ttype=args.ttype, objective=args.objective,
+                    ttype=ttype, objective=args.objective,
                     memory=memory_settings(args, "--objective memory", args.objective == "memory"))
 
 
@@ -114,10 +116,12 @@ TIME_UNITS = {
 
 
 def _run_time(args: argparse.Namespace) -> int:
-    for flag_name, given in (("--objective memory", args.objective == "memory"), ("--ttype TIME", args.ttype != "FLOP"),
-                             ("--with-recomp", args.with_recomp), ("--plot", args.plot is not None)):
-        if given:
-            raise ValueError(f"--cost time: {flag_name} applies to the volume cost only; drop it or --cost time")
+    if args.objective == "memory":
+        raise ValueError("--objective memory: applies to the volume cost only; drop it or --cost time")
+    refuse_options(args, ("--ttype", "--with-recomp", "--plot"),
+                   "applies to the volume cost only; --cost time does not read it: drop it or --cost time")
+    refuse_options(args, MEMORY_OPTIONS, "a memory setting (read with --objective memory, under the volume cost); "
+                                         "--cost time does not read it: drop it")
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     model = load_model(args.model)
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
@@ -141,8 +145,16 @@ def _run_time(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Options a run does not read are refused when given: ``--order`` belongs to ``--cost time``; ``--ttype`` and
+    ``--with-recomp`` to the communication objectives (``max``, ``sum``), not to ``--objective memory``; the
+    memory options to ``--objective memory`` (``memory_settings``)."""
     if args.cost == "time":
         return _run_time(args)
+    refuse_options(args, ("--order",), "the rank order places the groups of --cost time; the volume cost does not "
+                                       "read it: drop it or add --cost time")
+    if args.objective == "memory":
+        refuse_options(args, ("--ttype", "--with-recomp"), "a setting of the communication volumes; --objective "
+                                                           "memory does not read it: drop it")
     settings = _settings(args)
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     target = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None

@@ -8,7 +8,10 @@ the smallest price, the first in its loop order on a tie (a strict ``<``); nccl-
 that candidate's real time. :func:`choose` does exactly that, element-wise: the chosen time is the real
 time of the candidate with the smallest price. ``np.argmin`` keeps the first minimum, which is NCCL's
 tie rule because the candidates are generated in NCCL's order (tree, ring, NVLS, then hierarchical,
-protocols LL, LL128, Simple).
+protocols LL, LL128, Simple). The hierarchical schedule, which NCCL's tuner does not price
+(:data:`OUTSIDE_TUNER`), is taken where its real time is below that of NCCL's pick. Every candidate's time
+grows with S, so the chosen time falls as S grows only at NCCL's own switches; :func:`next_fall` finds where
+(docs/time.md, "Where the time falls as S grows").
 
 The choice is done here rather than as one closed form (a ``Piecewise`` over the candidates whose
 conditions compare prices) because such a form costs SymPy minutes to build and lower, and the pick
@@ -20,6 +23,7 @@ Public API::
     choose(op, values) -> Choice                  chosen time, index, every candidate's time and price
     arguments(op) -> frozenset[str]               every symbol the candidate forms of op read
     slopes(op, values, index) -> dict             the chosen candidate's derivatives (a.e.)
+    next_fall(pick_at, size, *, top) -> Fall | None   where the chosen time first falls below its value at size
     LEVEL_PARAMETERS (symbolic.vocabulary's), SLOPE_BY
 
 Derivatives (the sensitivity in seconds): ``symbolic.collective_time`` generates, per candidate,
@@ -36,7 +40,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -45,7 +49,8 @@ from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level para
 
 from .engine import BOUND_BLOCK, BoundKernel, bound_scratch, bound_term, term_arguments, term_function
 
-__all__ = ["Choice", "Chooser", "LEVEL_PARAMETERS", "SLOPE_BY", "arguments", "choose", "labels", "slopes"]
+__all__ = ["Choice", "Chooser", "Fall", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SLOPE_BY", "arguments", "choose",
+           "labels", "next_fall", "slopes"]
 
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
 SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
@@ -124,6 +129,11 @@ class Choice:
         return np.asarray(self.labels)[self.index]
 
 
+#: Candidates that NCCL's tuner does not price (``symbolic.collective_time``: the hierarchical schedule of phases,
+#: no NCCL algorithm): :func:`choose` takes one where its real time is below that of NCCL's own pick, so that
+#: the chosen time cannot fall with S at a switch to or from it.
+OUTSIDE_TUNER = frozenset({"hierarchical"})
+
 #: Candidates that are infinite (unavailable) by their own forms' conditions: the hierarchical one on a
 #: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
 #: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
@@ -170,11 +180,28 @@ def choose(op: str, values: Mapping[str, Any]) -> Choice:
 
 
 def _pick(op: str, times_a: np.ndarray, prices_a: np.ndarray) -> Choice:
-    """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf)."""
+    """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf).
+
+    NCCL's candidates compete by their tuned price, as ``topoGetAlgoInfo`` does. The hierarchical schedule
+    (:data:`OUTSIDE_TUNER`), which NCCL's tuner does not price, is taken where its real time is below that of
+    NCCL's pick: each candidate's time grows with S, so the time of this choice falls with S only where
+    NCCL's own pick switches (docs/time.md, "Where the time falls as S grows").
+    """
     prices_a[np.isnan(prices_a)] = np.inf
-    index = np.argmin(prices_a, axis=0)
+    names = labels(op)
+    outside = [k for k, label in enumerate(names) if label in OUTSIDE_TUNER]
+    if not outside:
+        index = np.argmin(prices_a, axis=0)
+        time = np.take_along_axis(times_a, index[None], axis=0)[0]
+        return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
+    tuned = np.array([label not in OUTSIDE_TUNER for label in names])
+    index = np.argmin(np.where(tuned.reshape((-1,) + (1,) * (prices_a.ndim - 1)), prices_a, np.inf), axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
-    return Choice(time_s=time, index=index, labels=labels(op), times=times_a, prices=prices_a)
+    for k in outside:
+        faster = times_a[k] < time  # NaN (unavailable) is never faster
+        index = np.where(faster, k, index)
+        time = np.where(faster, times_a[k], time)
+    return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
 
 
 class Chooser:
@@ -343,3 +370,69 @@ def slopes(op: str, values: Mapping[str, Any], index: np.ndarray) -> dict[str, n
         stack = np.where(np.isfinite(stack), stack, 0.0)  # an unavailable candidate is never chosen
         out[by] = np.take_along_axis(stack, np.broadcast_to(index, stack.shape[1:])[None], axis=0)[0]
     return out
+
+
+# --------------------------------------------------------------------------- where the time falls as S grows
+
+#: Why NCCL's pick switches, by the candidate it switches to: point-to-point calls change protocol at NCCL's
+#: P2P LL threshold, the collectives where the tuner's price of another candidate becomes the smallest.
+_SWITCH_RULES = {
+    "p2p": "NCCL's P2P LL threshold (src/enqueue.cc: LL while a channel's bytes are at most P2P_LL_THRESHOLD, "
+           "16384; Simple above)",
+    "tuned": "NCCL's tuner (src/enqueue.cc topoGetAlgoInfo runs the smallest tuned price, tuning.cc's latency + "
+             "bytes / bandwidth, which leaves out the ring loop's pipeline fill)",
+}
+
+
+@dataclass(frozen=True)
+class Fall:
+    """The first size above a given one where the time of NCCL's pick is below the time at that size.
+
+    Attributes:
+        msg_bytes: the first whole size at or after NCCL's switch whose time is below the given size's.
+        before, after: NCCL's pick one byte below the switch and at it.
+        time_s: the time at *msg_bytes*.
+        rule: which rule of NCCL's makes the switch (the tuner's price or the P2P LL threshold).
+    """
+
+    msg_bytes: float
+    before: str
+    after: str
+    time_s: float
+    rule: str
+
+
+def next_fall(pick_at: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], size: float, *,
+              top: float) -> Fall | None:
+    """Where the chosen time first falls below its value at *size* as S grows to *top*, or ``None``.
+
+    *pick_at(sizes)* gives, for an array of whole sizes, the chosen time and the chosen candidate's label.
+    Every candidate's time grows with S, so the chosen time can fall only where the pick switches: each
+    switch on a grid of 32 sizes per octave is located to the byte (every switch at once, 256 sizes per
+    switch and round) and the time at its first byte compared with the time at *size*.
+    """
+    time0, _ = pick_at(np.array([float(size)]))
+    t0 = float(np.asarray(time0)[0])
+    octaves = max(1, math.ceil(math.log2(top / size)))
+    ladder = np.minimum(np.ceil(size * 2.0 ** (np.arange(1, 32 * octaves + 1) / 32)), top)
+    grid = np.unique(np.concatenate([[float(size)], ladder]))
+    names = np.asarray(pick_at(grid)[1])
+    at = np.flatnonzero(names[1:] != names[:-1])
+    if not at.size:
+        return None
+    lo, hi, below = grid[at], grid[at + 1], names[at]  # the pick is *below* at lo, another one at hi
+    steps = np.arange(1, 257)
+    rows = np.arange(lo.size)
+    while np.any(hi - lo > 1):
+        probe = np.minimum(lo[:, None] + np.floor((hi - lo)[:, None] * steps / (steps.size + 1)), hi[:, None])
+        moved = np.asarray(pick_at(probe.ravel())[1]).reshape(probe.shape) != below[:, None]
+        first = np.where(moved.any(axis=1), moved.argmax(axis=1), steps.size)
+        hi = np.where(first < steps.size, probe[rows, np.minimum(first, steps.size - 1)], hi)
+        lo = np.where(first > 0, probe[rows, np.maximum(first - 1, 0)], lo)
+    times, after = pick_at(hi)
+    times, after = np.asarray(times, dtype=float), np.asarray(after)
+    for k in np.flatnonzero(times < t0)[:1]:
+        label = str(after[k])
+        rule = _SWITCH_RULES["p2p" if label.startswith("p2p_") else "tuned"]
+        return Fall(msg_bytes=float(hi[k]), before=str(below[k]), after=label, time_s=float(times[k]), rule=rule)
+    return None

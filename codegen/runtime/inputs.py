@@ -83,6 +83,7 @@ __all__ = [
     "nonnegative",
     "one_of",
     "parse_flag",
+    "parse_number",
     "parse_real",
     "parse_reals",
     "parse_whole",
@@ -542,3 +543,32 @@ def system(field: str, value: object, *, error: type[ValueError] = InputError) -
         raise error(f"{field}: expected a catalog system name (one of {', '.join(hardware.names())}) "
                     f"or a hardware.System, got {_show(value)}")
     return hardware.load(value)
+
+
+_ASCII_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def parse_number(field: str, text: str, *, minimum: float = 0.0, maximum: float | None = None,
+                 error: type[ValueError] = InputError) -> float:
+    """A finite real number from *text*: ASCII decimal notation (``6.5``, ``1e3``), nothing else.
+
+    ``float()`` alone would also take ``"٥"``, ``"1_0"``, ``"inf"`` and ``"nan"``; here they are errors,
+    as in :func:`parse_whole`.
+
+    Raises:
+        error: naming *field* and the text: not a number in ASCII digits, not finite, below *minimum*
+            or above *maximum*.
+    """
+    if not isinstance(text, str):
+        raise error(f"{field}: expected a number as text, got {_show(text)}")
+    stripped = text.strip()
+    if not stripped.isascii() or not _ASCII_NUMBER.fullmatch(stripped):
+        raise error(f"{field}: expected a number, got {_show(text)} (ASCII digits 0-9, '.', an exponent e±N)")
+    value = float(stripped)
+    if not math.isfinite(value):
+        raise error(f"{field}: must be a finite number, got {_show(text)}")
+    if value < minimum:
+        raise error(f"{field}: must be >= {minimum:g}, got {_show(text)}")
+    if maximum is not None and value > maximum:
+        raise error(f"{field}: must be at most {_bound_text(maximum)}; got {_show(text)}")
+    return value

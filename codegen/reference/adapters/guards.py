@@ -15,13 +15,11 @@ Per field (seed printout of ``perf_estimation/comm_time.py``):
   guarded width): every read is guarded, so ``t`` reads as ``max(1, t)``.
 * ``m`` in ``_fsdp_rounds`` (line 541, ``micro = max(1, cfg.m)``): the only read, so ``m`` reads
   as ``max(1, m)``.
-* ``a`` in ``cp_traffic`` (line 159, ``head = ccfg.dh or ccfg.h / max(1, ccfg.a)``): only the
-  head-width fallback is guarded; ``a`` itself multiplies the head terms unguarded. So ``a``
-  stays as given, and where the fallback is taken (``dh`` unset) with ``a < 1``, the head width
-  the original computes, ``h / max(1, a) = h``, is given as ``dh``. That is exact where ``dh``
-  is read only through the head width: every attention type but MLA (whose key/value width
-  reads the raw ``dh``), and the original detects a layer with ``a = 0`` as MHA unless it is
-  MLA. An MLA case with ``a = 0`` and ``dh = 0`` is left as it is.
+
+``a`` in ``cp_traffic`` (line 159, ``head = ccfg.dh or ccfg.h / max(1, ccfg.a)``) needs no rule here: only
+the head-width fallback is guarded there (``a`` itself multiplies the head terms unguarded), and the
+formulas carry that guard themselves (``symbolic.attention.guarded_head_width``), for every attention
+type, MLA included, and with ``h`` unset too.
 
 Functions whose reads of these fields are not guarded (``EvalLayerComm.dp_comm_layer`` divides
 by ``t``; the original raises there) are not touched.
@@ -43,16 +41,9 @@ def _at_least_one(field: str) -> Callable[[dict[str, Any]], None]:
     return rule
 
 
-def _head_fallback(inputs: dict[str, Any]) -> None:
-    a, dh, h, dc_kv = (inputs.get(k, 0) for k in ("a", "dh", "h", "dc_kv"))
-    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, dh, h, dc_kv))
-    if numbers and a < 1 and dh == 0 and not dc_kv > 0:
-        inputs["dh"] = float(h) / max(1, a)
-
-
 #: Function of the original → field → the rule that restores its guard (see the module docstring).
 GUARDED: Mapping[str, Mapping[str, Callable[[dict[str, Any]], None]]] = MappingProxyType({
-    "cp_traffic": {"t": _at_least_one("t"), "a": _head_fallback},
+    "cp_traffic": {"t": _at_least_one("t")},
     "cp_comm_layer_detailed": {"t": _at_least_one("t")},
     "_fsdp_rounds": {"m": _at_least_one("m")},
 })
