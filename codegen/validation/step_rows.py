@@ -282,6 +282,11 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     missing = [c for c in REQUIRED if not table.has(c)]
     if missing:
         raise ValueError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
+    if system is not None:
+        try:
+            system = hardware.load(system).name
+        except ValueError as exc:
+            raise ValueError(f"--system: {exc}") from None
     read = [_row(table, i, system) for i in range(len(table))]
     out = []
     for r in read:
@@ -322,11 +327,15 @@ def spearman(x: Any, y: Any) -> float:
 
 
 def regret(predicted: Any, measured: Any) -> float:
-    """The measured time of the layout with the lowest predicted time over the lowest measured time, minus 1 (of
-    layouts predicted equally lowest, the slowest measured: the figure does not reward a tie)."""
+    """The measured time of the layout with the lowest predicted time over the lowest measured time, minus 1.
+
+    Rows the model predicts equally fast (the same layout measured twice, or layouts that differ only in what the
+    model does not see, such as sequence parallelism at ``tp = 1``) are one pick at their mean measured time: the
+    expected regret of picking one of them at random.
+    """
     predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
-    picked = measured[predicted == predicted.min()].max()
-    return float(picked / measured.min() - 1.0)
+    picked = float(np.mean(measured[predicted == predicted.min()]))
+    return picked / float(measured.min()) - 1.0
 
 
 def _priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
