@@ -57,8 +57,8 @@ import hardware
 from ..configs import Layout, LayoutError, ModelConfig, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.step_time import StepTimePricer, time_family_comm
-from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, finite, parse_flag, parse_real, \
-    parse_whole
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, parse_flag, \
+    parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "Family", "is_step_rows_table", "step_rows",
@@ -144,7 +144,7 @@ def _whole(field: str, text: str, blank: int | None = None, minimum: int = 1) ->
 def _precision(field: str, text: str) -> str:
     key = text.strip().lower()
     if key not in PRECISIONS:
-        raise ValueError(f"{field}: unknown precision {text!r}; known: BF16, FP8, FP8-CS, MXFP8, FP8-MX, NVFP4")
+        raise InputError(f"{field}: unknown precision {text!r}; known: BF16, FP8, FP8-CS, MXFP8, FP8-MX, NVFP4")
     return PRECISIONS[key]
 
 
@@ -153,7 +153,7 @@ def _family(field: str, text: str) -> Family:
     for prefix in sorted(FAMILIES, key=len, reverse=True):
         if key.startswith(prefix):
             return FAMILIES[prefix]
-    raise ValueError(f"{field}: unknown model family {text!r}; known: names starting with "
+    raise InputError(f"{field}: unknown model family {text!r}; known: names starting with "
                      f"{', '.join(sorted(FAMILIES))} (codegen.validation.step_rows.FAMILIES)")
 
 
@@ -161,14 +161,14 @@ def _system(field: str, text: str) -> str:
     try:
         return hardware.load(text.strip()).name
     except ValueError as exc:
-        raise ValueError(f"{field}: {exc}") from None
+        raise InputError(f"{field}: {exc}") from None
 
 
 def _mode(field: str, text: str) -> str:
     try:
         return recompute_mode(text) if text.strip() else DEFAULTS["recompute_mode"]
     except ValueError as exc:
-        raise ValueError(f"{field}: {exc}") from None
+        raise InputError(f"{field}: {exc}") from None
 
 
 def _flag_or(blank: bool):
@@ -199,7 +199,7 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["experts"] = cell(i, "experts", lambda f, t: _whole(f, t, blank=1))
     moe = cell(i, "is_moe", _flag_or(r["experts"] > 1))
     if moe and r["experts"] <= 1 and not r["family"].unpriced:
-        raise ValueError(f"{table.where(i, 'experts')}: is_moe says a MoE model, but experts is "
+        raise InputError(f"{table.where(i, 'experts')}: is_moe says a MoE model, but experts is "
                          f"{table.cells('experts')[i]!r} (expected a whole number > 1)")
     r["is_moe"] = moe
     r["top_k"] = cell(i, "top_k", lambda f, t: _whole(f, t, blank=1))
@@ -212,11 +212,11 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["sweep"] = table.cells("sweep")[i].strip()
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
     if dp * r["tp"] * r["pp"] * r["cp"] != r["gpus"]:
-        raise ValueError(f"{table.where(i, 'gpus')}: {r['gpus']} GPUs is not a multiple of tp·pp·cp = "
+        raise InputError(f"{table.where(i, 'gpus')}: {r['gpus']} GPUs is not a multiple of tp·pp·cp = "
                          f"{r['tp'] * r['pp'] * r['cp']}")
     given = cell(i, "dp", lambda f, t: _whole(f, t, blank=dp))
     if given != dp:
-        raise ValueError(f"{table.where(i, 'dp')}: expected gpus / (tp·pp·cp) = {dp}, got {given}")
+        raise InputError(f"{table.where(i, 'dp')}: expected gpus / (tp·pp·cp) = {dp}, got {given}")
     r["dp"] = dp
     return r
 
@@ -281,12 +281,12 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     """
     missing = [c for c in REQUIRED if not table.has(c)]
     if missing:
-        raise ValueError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
+        raise InputError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
     if system is not None:
         try:
             system = hardware.load(system).name
         except ValueError as exc:
-            raise ValueError(f"--system: {exc}") from None
+            raise InputError(f"--system: {exc}") from None
     read = [_row(table, i, system) for i in range(len(table))]
     out = []
     for r in read:
