@@ -80,7 +80,8 @@ def test_a_row_is_priced_as_the_pricer_prices_its_model_and_layout(capsys, tmp_p
     """Llama 3 8B on DGX H100, FP8 (delayed scaling), tp 1, pp 1, cp 2, dp 4, 128 × 8192 tokens, micro-batch 1;
     Llama 3 is SwiGLU with 8 KV heads, no biases, untied, vocabulary 128,256 (blank in NeMo's table); NeMo's
     defaults: no recompute, FlashAttention, no sequence parallelism at tp 1, the distributed optimizer (ZeRO 1).
-    GPT-3 175B on DGX B200 (FP8, tp 4, pp 4, vp 6, sequence parallel; fsdp set to 1: ZeRO 3): GeLU MLP, biases, LayerNorm, tied, 50,257."""
+    GPT-3 175B on DGX B200 (FP8, tp 4, pp 4, vp 6, sequence parallel; fsdp set to 1: ZeRO 3): GeLU MLP, biases,
+    LayerNorm, tied, 50,257."""
     header, _ = _table(NEMO)
     llama, gpt = _row("Llama-3-8B", "dgx_h100", "FP8"), _row("GPT-3-175B", "dgx_b200", "FP8")
     assert (llama["tp"], llama["pp"], llama["cp"], llama["dp"], llama["vocab"]) == ("1", "1", "2", "4", "")
