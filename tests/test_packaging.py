@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from codegen.validation import collectives, memory, step_time
+from codegen.validation.csvfile import DATA_DIR
 from conftest import ROOT
 
 #: The product's top-level packages (the rest of the checkout — tests, bench, docs — is not installed).
@@ -77,3 +78,14 @@ def test_the_default_validation_tables_are_shipped_beside_the_modules(path):
     relative = PurePosixPath(Path(path).resolve().relative_to(ROOT).as_posix())
     assert relative.parts[0] in TOPS, f"{relative}: outside the installed packages"
     assert relative in FILES
+
+
+@pytest.mark.parametrize("name", ["nemo_step_times.csv", "layout_sweeps.csv"])
+def test_the_shipped_step_time_tables_equal_the_shared_measurements(name):
+    """``symcost validate step-time --data`` reads copies of the shared measurement files: they must not drift."""
+    shipped = DATA_DIR / name
+    assert PurePosixPath(shipped.resolve().relative_to(ROOT).as_posix()) in FILES
+    shared = ROOT.parent / "shared" / "measurements" / name
+    if not shared.exists():
+        pytest.skip("the shared measurements folder is not beside this clone")
+    assert shipped.read_bytes() == shared.read_bytes()

@@ -81,8 +81,10 @@ def run_memory(args: argparse.Namespace) -> int:
 
 def _register_step_time(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
-                   help="a CSV with the columns of the shipped megatron_iteration_times.csv (default: the "
-                        "shipped copy)")
+                   help="a CSV with the columns of the shipped megatron_iteration_times.csv, or of "
+                        "nemo_step_times.csv / layout_sweeps.csv (one run per row: model shape, layout, precision, "
+                        "measured_step_s; optional recompute_mode, sequence_parallel, flash_attention, sweep), told "
+                        "apart by the header (default: the shipped megatron_iteration_times.csv)")
     p.add_argument("--system", default=None, help="catalog system for every row (default: from the system column)")
     p.set_defaults(func=run_step_time)
 
@@ -99,7 +101,8 @@ CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "collectives": ("collective times (NCCL's model) against nccl-tests measurements", _register_collectives),
     "memory": ("memory per rank against ZeRO's Table 1 and Megatron-LM's Figure 1 (first pipeline stage; exit 1 "
                "when a row misses activations 2 %, parameters + optimizer 5 %)", _register_memory),
-    "step-time": ("step time (compute, bubble, exposed comm) against measured Megatron-LM iteration times",
+    "step-time": ("step time (compute, bubble, exposed comm) against measured Megatron-LM iteration times, or "
+                  "NeMo step times and layout sweeps (--data; per sweep: Spearman rank correlation and regret)",
                   _register_step_time),
 }
 

@@ -7,6 +7,9 @@ Public API::
     collectives.validate(measurements) -> list[Group]
     memory.zero_table1_rows(path=None), memory.megatron_rows(path=None, settings=PAPER_SETTINGS)
     memory.run_memory_validation(data=None) -> exit status
+    step_time.run_step_time_validation(data=None, system=None) -> exit status
+    step_rows.step_rows(table, system=None), step_rows.sweep_stats(rows)
+    step_rows.spearman(x, y), step_rows.regret(predicted, measured)
 
     rows_read(path, n) -> the line each validation prints first
     no_cyclic_gc() -> a context that pauses the cyclic garbage collector over a large table

@@ -22,6 +22,10 @@ Public API::
     step_time_rows(path=DEFAULT_DATA, system=None) -> list[dict]
     summary_json(rows) -> str
     run_step_time_validation(data=None, system=None) -> int
+
+A file whose header names ``measured_step_s`` is of the other format, one run per row with its model's shape,
+layout, precision and run settings (``nemo_step_times.csv``, ``layout_sweeps.csv``): :mod:`.step_rows` reads
+and reports it.
 """
 
 from __future__ import annotations
@@ -183,6 +187,13 @@ def run_step_time_validation(data: Path | None = None, system: str | None = None
     """``symcost validate step-time [--data FILE] [--system NAME]``: how many rows were read, each row's measured
     and predicted seconds and its parts, then one JSON line (:func:`summary_json`)."""
     path = Path(data) if data else DEFAULT_DATA
+    if data:
+        from .step_rows import is_step_rows_table, print_report, step_rows
+
+        table = read_table(path)
+        if is_step_rows_table(table):  # the layout-by-layout format (NeMo's tables, layout sweeps)
+            print_report(path, step_rows(table, system))
+            return 0
     rows = step_time_rows(path, system)
     print(rows_read(path, len(rows)))
     print(f"{'model':<12} {'recompute':<34} {'gpus':>5} {'measured':>9} {'predicted':>9} {'compute':>8} "

@@ -1,0 +1,426 @@
+"""Step time against measured training steps given layout by layout (the NeMo / sweep table format).
+
+The format of ``data/nemo_step_times.csv`` (NVIDIA's published NeMo / Megatron-Bridge throughput of
+today's models on DGX H100 and DGX B200) and ``data/layout_sweeps.csv`` (Hagemann et al. 2023: LLaMA 13B
+on 32 and 64 A100, 90 layouts). One row is one run:
+
+* the model from its architecture columns: ``layers, hidden, ffn_hidden, heads, kv_heads`` (blank: the
+  heads), ``head_dim`` (blank: hidden / heads), ``vocab``; for a MoE model (``is_moe`` yes, or
+  ``experts`` > 1) ``experts, top_k, moe_ffn_hidden`` (blank: ``ffn_hidden``), ``shared_experts``
+  (blank: 0). What the columns cannot say (a gated MLP or not, biases, the norm, tied embeddings, QK
+  norms) comes from :data:`FAMILIES`, keyed by the ``model_family`` column, each entry citing its source;
+  an entry may say the project cannot price the family yet (MLA, sliding-window attention);
+* the layout from ``tp, pp, cp, vp, ep, etp, fsdp, dp, global_batch, micro_batch, seq_len`` (a blank
+  degree is 1; a blank ``fsdp`` is 0; ``dp``, when given, must equal ``gpus / (tp·pp·cp)``);
+* the system from ``system``, a catalog name (``hardware.load``), or ``--system`` for every row;
+* the precision from ``precision`` (:data:`PRECISIONS`): BF16 → bf16, FP8 → fp8 (Transformer Engine's
+  delayed scaling), FP8-CS → fp8-cs (current scaling), MXFP8 and FP8-MX → mxfp8, NVFP4 → nvfp4;
+* the run settings from ``recompute_mode`` (none, selective, full), ``sequence_parallel`` and
+  ``flash_attention`` where the file has them; a row that leaves one out takes NeMo's recipe default
+  (:data:`DEFAULTS`): recompute none, sequence parallel on when ``tp > 1``, FlashAttention on; and, in
+  every row, dropout off and Megatron's distributed optimizer (ZeRO level 1), or ZeRO level 3 where
+  ``fsdp`` shards over the whole data-parallel group;
+* the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to.
+
+A cell the reader does not know (a word, a number out of its bounds, an unknown family or system) is one
+error naming the file, line, column and value (``codegen.validation.csvfile``, through the input gate
+``codegen.runtime.inputs``). A row the model cannot price — a family the project does not model yet, a
+layout the layout rules of ``symcost eval`` refuse, a precision its GPU lacks — is kept with its
+``reason`` and no prediction.
+
+Sweeps: rows with the same ``sweep`` form one; :func:`sweep_stats` gives the Spearman rank correlation of
+predicted against measured step time (average ranks on ties) and the regret of picking the layout the
+model ranks first (its measured time over the fastest measured, minus 1).
+
+Public API::
+
+    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED
+    is_step_rows_table(table) -> bool
+    step_rows(table, system=None) -> list[dict]
+    spearman(x, y) -> float;  regret(predicted, measured) -> float
+    sweep_stats(rows) -> list[dict];  group_stats(rows) -> list[dict]
+    print_report(path, rows) -> None   # the table, the groups, the sweeps, then one JSON line
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import hardware
+
+from ..configs import Layout, LayoutError, ModelConfig, validate
+from ..pricing.chunks import Chunk, Setting
+from ..pricing.step_time import StepTimePricer, time_family_comm
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, parse_flag, \
+    parse_real, parse_whole
+from .csvfile import Table, recompute_mode, rows_read
+
+__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "Family", "is_step_rows_table", "step_rows",
+           "spearman", "regret", "sweep_stats", "group_stats", "summary_json", "print_report"]
+
+#: The columns every row of this format needs (the others are optional, with the defaults above).
+REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
+            "pp", "layers", "hidden", "ffn_hidden", "heads", "vocab", "measured_step_s")
+
+#: A ``precision`` cell (any case) → the pricer's precision (``symbolic.vocabulary.PRECISIONS``). FP8 without a
+#: scaling named is Transformer Engine's delayed scaling, NeMo's default recipe (README of the measurements).
+PRECISIONS = {"bf16": "bf16", "fp8": "fp8", "fp8-ds": "fp8", "fp8-cs": "fp8-cs", "mxfp8": "mxfp8", "fp8-mx": "mxfp8",
+              "nvfp4": "nvfp4"}
+
+#: The run settings a row leaves out: NeMo / Megatron-Bridge recipes' defaults (FlashAttention through
+#: Transformer Engine's fused attention; sequence parallelism with tensor parallelism; no activation
+#: recompute; no dropout in pretraining recipes; Megatron's distributed optimizer, ZeRO level 1).
+DEFAULTS = {"recompute_mode": "none", "sequence_parallel": "tp > 1", "flash_attention": True, "dropout": False,
+            "zero": 1}
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a model family's architecture has beyond the table's columns (``ModelConfig`` switches)."""
+
+    n_ffMM: int          # 3: gated MLP (SwiGLU), 2: two matrices (GeLU, squared ReLU)
+    biases: bool         # linear layers with biases (QKV, output projection, MLP)
+    norm_bias: bool      # LayerNorm (with bias) rather than RMSNorm
+    tie_emb_out: bool    # input embedding and output layer share one table
+    n_qknorm: int        # QK-norms per layer
+    vocab: int           # the tokenizer's vocabulary, for a blank vocab cell (0: the cell is required)
+    source: str          # where these facts are stated
+    unpriced: str = ""   # why the project cannot price the family yet ("" when it can)
+
+
+_NEMO = "NVIDIA/NeMo@8cfedd72:nemo/collections/llm/gpt/model/"
+_LLAMA = dict(n_ffMM=3, biases=False, norm_bias=False, tie_emb_out=False, n_qknorm=0)
+_LLAMA_SOURCE = _NEMO + "llama.py LlamaConfig: SwiGLU, RMSNorm, no biases, untied embedding and output"
+#: ``model_family`` prefix (case-insensitive; the longest that matches) → the architecture the columns cannot
+#: state, and the vocabulary of the family's tokenizer for a row whose ``vocab`` cell is blank (NeMo's model
+#: configs leave it to the tokenizer).
+FAMILIES: dict[str, Family] = {
+    "llama-1": Family(**_LLAMA, vocab=32000, source="LLaMA (Touvron et al. 2023, arXiv:2302.13971): SwiGLU, "
+                      "RMSNorm, no biases, untied; 32,000-token SentencePiece vocabulary"),
+    "llama-2": Family(**_LLAMA, vocab=32000, source="Llama 2 (arXiv:2307.09288), 32,000-token vocabulary; "
+                      + _LLAMA_SOURCE),
+    "llama-3": Family(**_LLAMA, vocab=128256, source="Llama 3 / 3.1 (arXiv:2407.21783), 128,256-token vocabulary; "
+                      + _LLAMA_SOURCE),
+    "gpt-3": Family(2, True, True, True, 0, 50257, _NEMO + "base.py GPTConfig (Megatron-LM GPT): GeLU MLP, biases, "
+                    "LayerNorm, embedding tied to the output layer; GPT-2 BPE vocabulary of 50,257 (Brown et al. 2020, "
+                    "arXiv:2005.14165), unpadded"),
+    "nemotron": Family(2, False, True, False, 0, 256000, _NEMO + "nemotron.py NemotronConfig: squared-ReLU MLP "
+                       "(not gated), no linear biases, LayerNorm, untied embedding and output; 256,000-token "
+                       "vocabulary (Nemotron-4, arXiv:2402.16819, Table 1)"),
+    "mixtral": Family(3, False, False, False, 0, 32000, _NEMO + "mixtral.py MixtralConfig (arXiv:2401.04088): SwiGLU "
+                      "experts, RMSNorm, no biases, untied; 32,000-token vocabulary"),
+    "qwen3": Family(3, False, False, False, 1, 0, _NEMO + "qwen3.py Qwen3Config (arXiv:2505.09388): SwiGLU (experts), "
+                    "RMSNorm, QK-norm, no biases, untied embedding and output"),
+    "deepseek-v3": Family(3, False, False, False, 0, 0, _NEMO + "deepseek.py DeepSeekV3Config (arXiv:2412.19437)",
+                          unpriced="MLA: its latent ranks are not in the table's columns (arch_notes), and the "
+                                   "first 3 layers are dense"),
+    "gpt-oss": Family(3, True, False, False, 0, 0, _NEMO + "gpt_oss.py GPTOSSConfig",
+                      unpriced="sliding-window attention on alternate layers and attention sinks are not "
+                               "modelled"),
+}
+
+#: The bound of each whole-number column (``codegen.runtime.inputs``).
+_DEGREES = ("tp", "pp", "cp", "vp", "ep", "etp", "dp")
+_BOUNDS = {**dict.fromkeys(_DEGREES, DEGREE_MAX), "layers": LAYERS_MAX, "gpus": DEVICES_MAX}
+
+
+def is_step_rows_table(table: Table) -> bool:
+    """Whether *table* is of this format (its header names ``measured_step_s``)."""
+    return table.has("measured_step_s")
+
+
+def _whole(field: str, text: str, blank: int | None = None, minimum: int = 1) -> int:
+    if blank is not None and not text.strip():
+        return blank
+    return parse_whole(field, text, minimum=minimum, maximum=_BOUNDS.get(field.rsplit("column ", 1)[-1], COUNT_MAX))
+
+
+def _precision(field: str, text: str) -> str:
+    key = text.strip().lower()
+    if key not in PRECISIONS:
+        raise InputError(f"{field}: unknown precision {text!r}; known: BF16, FP8, FP8-CS, MXFP8, FP8-MX, NVFP4")
+    return PRECISIONS[key]
+
+
+def _family(field: str, text: str) -> Family:
+    key = text.strip().lower()
+    for prefix in sorted(FAMILIES, key=len, reverse=True):
+        if key.startswith(prefix):
+            return FAMILIES[prefix]
+    raise InputError(f"{field}: unknown model family {text!r}; known: names starting with "
+                     f"{', '.join(sorted(FAMILIES))} (codegen.validation.step_rows.FAMILIES)")
+
+
+def _system(field: str, text: str) -> str:
+    try:
+        return hardware.load(text.strip()).name
+    except ValueError as exc:
+        raise InputError(f"{field}: {exc}") from None
+
+
+def _mode(field: str, text: str) -> str:
+    try:
+        return recompute_mode(text) if text.strip() else DEFAULTS["recompute_mode"]
+    except ValueError as exc:
+        raise InputError(f"{field}: {exc}") from None
+
+
+def _flag_or(blank: bool):
+    def read(field: str, text: str) -> bool:
+        return blank if not text.strip() else parse_flag(field, text)
+    return read
+
+
+def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
+    """Every cell of row index *i* read through the gate (raises ValueError naming file, line, column, value)."""
+    cell = table.cell
+    r: dict[str, Any] = {"line": table.line(i), "model": table.cells("model")[i]}
+    r["family"] = cell(i, "model_family", _family)
+    r["system"] = system or cell(i, "system", _system)
+    r["precision"] = cell(i, "precision", _precision)
+    for k in ("gpus", "global_batch", "micro_batch", "seq_len"):
+        r[k] = cell(i, k, _whole)
+    # A family the project cannot price yet may leave its shape out (it is read, when given, all the same).
+    blank = 0 if r["family"].unpriced else None
+    for k in ("layers", "hidden", "ffn_hidden", "heads"):
+        r[k] = cell(i, k, lambda f, t: _whole(f, t, blank=blank))
+    r["vocab"] = cell(i, "vocab", lambda f, t: _whole(f, t, blank=r["family"].vocab or blank))
+    for k in ("tp", "pp", "cp", "vp", "ep", "etp"):
+        r[k] = cell(i, k, lambda f, t: _whole(f, t, blank=1))
+    r["fsdp"] = cell(i, "fsdp", lambda f, t: _whole(f, t, blank=0, minimum=0))
+    r["kv_heads"] = cell(i, "kv_heads", lambda f, t: _whole(f, t, blank=r["heads"]))
+    r["head_dim"] = cell(i, "head_dim", lambda f, t: _whole(f, t, blank=0))
+    r["experts"] = cell(i, "experts", lambda f, t: _whole(f, t, blank=1))
+    moe = cell(i, "is_moe", _flag_or(r["experts"] > 1))
+    if moe and r["experts"] <= 1 and not r["family"].unpriced:
+        raise InputError(f"{table.where(i, 'experts')}: is_moe says a MoE model, but experts is "
+                         f"{table.cells('experts')[i]!r} (expected a whole number > 1)")
+    r["is_moe"] = moe
+    r["top_k"] = cell(i, "top_k", lambda f, t: _whole(f, t, blank=1))
+    r["moe_ffn_hidden"] = cell(i, "moe_ffn_hidden", lambda f, t: _whole(f, t, blank=r["ffn_hidden"]))
+    r["shared_experts"] = cell(i, "shared_experts", lambda f, t: _whole(f, t, blank=0, minimum=0))
+    r["recompute_mode"] = cell(i, "recompute_mode", _mode)
+    r["sequence_parallel"] = cell(i, "sequence_parallel", _flag_or(r["tp"] > 1))
+    r["flash_attention"] = cell(i, "flash_attention", _flag_or(True))
+    r["measured_s"] = cell(i, "measured_step_s", parse_real)
+    r["sweep"] = table.cells("sweep")[i].strip()
+    dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
+    if dp * r["tp"] * r["pp"] * r["cp"] != r["gpus"]:
+        raise InputError(f"{table.where(i, 'gpus')}: {r['gpus']} GPUs is not a multiple of tp·pp·cp = "
+                         f"{r['tp'] * r['pp'] * r['cp']}")
+    given = cell(i, "dp", lambda f, t: _whole(f, t, blank=dp))
+    if given != dp:
+        raise InputError(f"{table.where(i, 'dp')}: expected gpus / (tp·pp·cp) = {dp}, got {given}")
+    r["dp"] = dp
+    return r
+
+
+def _model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
+    """The model, layout and ZeRO level of a row read by :func:`_row`.
+
+    Raises:
+        LayoutError: the layout breaks a rule of ``symcost eval`` (or the row a rule of its own).
+    """
+    family: Family = r["family"]
+    d, b, gb = r["dp"], r["micro_batch"], r["global_batch"]
+    if gb % (d * b):
+        raise LayoutError(f"global_batch {gb} is not a multiple of dp·micro_batch = {d}·{b} = {d * b}")
+    if r["fsdp"] not in (0, 1, d):
+        raise LayoutError(f"fsdp over {r['fsdp']} of the {d} data-parallel ranks (hybrid sharding) is not modelled")
+    zero = 3 if r["fsdp"] else DEFAULTS["zero"]
+    h, a = r["hidden"], r["heads"]
+    if not r["head_dim"] and h % a:
+        raise LayoutError(f"hidden {h} is not a multiple of the heads {a} and no head_dim is given")
+    layout = Layout(d=d, t=r["tp"], p=r["pp"], m=gb // (d * b), b=b, vp=r["vp"], cp=r["cp"], ep=r["ep"],
+                    etp=r["etp"], sp=r["sequence_parallel"])
+    moe = r["is_moe"]
+    model = ModelConfig(
+        name=name, source=source, s=r["seq_len"], h=h, a=a, n_kv=r["kv_heads"], dh=float(r["head_dim"] or h / a),
+        hff=r["ffn_hidden"], v=r["vocab"], n_lay=r["layers"], layout=layout,
+        hff_exp=r["moe_ffn_hidden"] if moe else r["ffn_hidden"], n_exp=r["experts"] if moe else 1,
+        n_shared_exp=r["shared_experts"] if moe else 0, n_chosen_exp=r["top_k"] if moe else 1,
+        qkv_bias=family.biases, o_bias=family.biases, mlp_bias=family.biases, norm_bias=family.norm_bias,
+        tie_emb_out=family.tie_emb_out, n_ffMM=family.n_ffMM, n_qknorm=family.n_qknorm)
+    validate(model, layout, devices=r["gpus"])
+    return model, layout, zero
+
+
+def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[str, float]:
+    """The predicted step time and its parts (seconds) of a row read by :func:`_row`.
+
+    Raises:
+        ValueError: why the row cannot be priced (a family not modelled, a layout rule, a precision its GPU
+            lacks, a non-finite result).
+    """
+    if r["family"].unpriced:
+        raise ValueError(r["family"].unpriced)
+    model, layout, zero = _model_and_layout(r, name, source)
+    pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"]),
+                            flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
+                            precision=r["precision"])
+    values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b",
+                                                                        "m")}
+    chunk = Chunk(Setting(r["recompute_mode"], zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
+    got = {k: float(x[0]) for k, x in pricer.price(values, r["recompute_mode"], chunk).items()}
+    finite(f"{name}: the predicted step time", [got[k] for k in ("step_time_s", "compute_s", "bubble_s", "comm_s")])
+    return got
+
+
+def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
+    """Each row's measured and predicted step time, parts and relative error (``None`` with a ``reason`` when the
+    row cannot be priced).
+
+    Raises:
+        ValueError: naming the file, line, column and value of the first cell the reader does not know.
+    """
+    missing = [c for c in REQUIRED if not table.has(c)]
+    if missing:
+        raise InputError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
+    if system is not None:
+        try:
+            system = hardware.load(system).name
+        except ValueError as exc:
+            raise InputError(f"--system: {exc}") from None
+    read = [_row(table, i, system) for i in range(len(table))]
+    out = []
+    for r in read:
+        row = {"line": r["line"], "model": r["model"], "system": r["system"], "precision": r["precision"],
+               "moe": r["is_moe"], "sweep": r["sweep"], "measured_s": r["measured_s"], "predicted_s": None,
+               "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
+        try:
+            got = price_row(r, r["model"], str(table.path))
+        except ValueError as exc:
+            row["reason"] = str(exc)
+        else:
+            row.update(predicted_s=got["step_time_s"], compute_s=got["compute_s"], bubble_s=got["bubble_s"],
+                       comm_s=got["comm_s"], rel_err=(got["step_time_s"] - r["measured_s"]) / r["measured_s"])
+        out.append(row)
+    return out
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of *x*, tied values sharing their average rank."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), dtype=float)
+    ranks[order] = np.arange(1, len(x) + 1)
+    values, inverse = np.unique(x, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks)
+    counts = np.bincount(inverse)
+    return (sums / counts)[inverse]
+
+
+def spearman(x: Any, y: Any) -> float:
+    """Spearman's rank correlation of *x* and *y* (Pearson's of their average ranks); NaN when either is constant
+    or fewer than 2 values."""
+    rx, ry = _ranks(np.asarray(x, dtype=float)), _ranks(np.asarray(y, dtype=float))
+    if len(rx) < 2:
+        return math.nan
+    dx, dy = rx - rx.mean(), ry - ry.mean()
+    den = math.sqrt(float(dx @ dx) * float(dy @ dy))
+    return float(dx @ dy) / den if den else math.nan
+
+
+def regret(predicted: Any, measured: Any) -> float:
+    """The measured time of the layout with the lowest predicted time over the lowest measured time, minus 1.
+
+    Rows the model predicts equally fast (the same layout measured twice, or layouts that differ only in what the
+    model does not see, such as sequence parallelism at ``tp = 1``) are one pick at their mean measured time: the
+    expected regret of picking one of them at random.
+    """
+    predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    picked = float(np.mean(measured[predicted == predicted.min()]))
+    return picked / float(measured.min()) - 1.0
+
+
+def _priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["rel_err"] is not None]
+
+
+def sweep_stats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per ``sweep`` (in order of appearance, priced rows only): ``{sweep, n, spearman, regret, mean_abs_rel_err}``;
+    ``unpriced`` counts the sweep's rows without a prediction."""
+    out = []
+    for name in dict.fromkeys(r["sweep"] for r in rows if r["sweep"]):
+        mine = [r for r in rows if r["sweep"] == name]
+        got = _priced(mine)
+        p = [r["predicted_s"] for r in got]
+        m = [r["measured_s"] for r in got]
+        out.append({"sweep": name, "n": len(got), "spearman": spearman(p, m) if got else math.nan,
+                    "regret": regret(p, m) if got else math.nan,
+                    "mean_abs_rel_err": float(np.mean([abs(r["rel_err"]) for r in got])) if got else math.nan,
+                    "unpriced": len(mine) - len(got)})
+    return out
+
+
+def group_stats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (system, dense/MoE, precision), in order of appearance: ``{system, kind, precision, n, unpriced,
+    mean_abs_rel_err, mean_rel_err}`` over the priced rows."""
+    keys = dict.fromkeys((r["system"], "moe" if r["moe"] else "dense", r["precision"]) for r in rows)
+    out = []
+    for system, kind, precision in keys:
+        mine = [r for r in rows if (r["system"], "moe" if r["moe"] else "dense", r["precision"]) == (system, kind,
+                                                                                                     precision)]
+        err = [r["rel_err"] for r in _priced(mine)]
+        out.append({"system": system, "kind": kind, "precision": precision, "n": len(err),
+                    "unpriced": len(mine) - len(err),
+                    "mean_abs_rel_err": float(np.mean(np.abs(err))) if err else math.nan,
+                    "mean_rel_err": float(np.mean(err)) if err else math.nan})
+    return out
+
+
+def _json_number(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def summary_json(rows: list[dict[str, Any]]) -> str:
+    """The last line: ``{"rows": [...], "mean_abs_rel_err", "groups": [...], "sweeps": [...]}`` (NaN as null)."""
+    keep = ("line", "model", "system", "precision", "measured_s", "predicted_s", "compute_s", "bubble_s", "comm_s",
+            "rel_err")
+    out_rows = []
+    for r in rows:
+        row = {k: r[k] for k in keep}
+        if r["rel_err"] is None:
+            row["reason"] = r["reason"]
+        out_rows.append(row)
+    err = [abs(r["rel_err"]) for r in _priced(rows)]
+    clean = [[{k: _json_number(v) for k, v in g.items()} for g in stats] for stats in (group_stats(rows),
+                                                                                          sweep_stats(rows))]
+    return json.dumps({"rows": out_rows, "mean_abs_rel_err": float(np.mean(err)) if err else None,
+                       "groups": clean[0], "sweeps": clean[1]}, allow_nan=False)
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def print_report(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Print how many rows were read, each row, the groups and the sweeps, then :func:`summary_json`."""
+    print(rows_read(path, len(rows)))
+    print(f"{'line':>5} {'model':<20} {'system':<10} {'prec':<6} {'measured':>9} {'predicted':>9} {'compute':>8} "
+          f"{'bubble':>7} {'comm':>7} {'rel err':>8}   (seconds per step)")
+    for r in rows:
+        head = f"{r['line']:>5} {r['model'][:20]:<20} {r['system']:<10} {r['precision']:<6} {r['measured_s']:>9.3f}"
+        if r["rel_err"] is None:
+            print(f"{head} {'-':>9}   not priced: {r['reason']}")
+            continue
+        print(f"{head} {r['predicted_s']:>9.3f} {r['compute_s']:>8.3f} {r['bubble_s']:>7.3f} {r['comm_s']:>7.3f} "
+              f"{r['rel_err']:>8.1%}")
+    err = [abs(r["rel_err"]) for r in _priced(rows)]
+    print(f"priced {len(err)} of {len(rows)} rows; mean |rel err| {_fmt(float(np.mean(err)) if err else None, '.1%')}")
+    print(f"{'system':<10} {'kind':<6} {'prec':<6} {'n':>4} {'unpriced':>8} {'mean|err|':>9} {'mean err':>9}")
+    for g in group_stats(rows):
+        print(f"{g['system']:<10} {g['kind']:<6} {g['precision']:<6} {g['n']:>4} {g['unpriced']:>8} "
+              f"{_fmt(g['mean_abs_rel_err'], '.1%'):>9} {_fmt(g['mean_rel_err'], '+.1%'):>9}")
+    sweeps = sweep_stats(rows)
+    if sweeps:
+        print(f"{'sweep':<24} {'n':>4} {'spearman':>8} {'regret':>8} {'mean|err|':>9}")
+        for s in sweeps:
+            print(f"{s['sweep'][:24]:<24} {s['n']:>4} {_fmt(s['spearman'], '.3f'):>8} {_fmt(s['regret'], '.1%'):>8} "
+                  f"{_fmt(s['mean_abs_rel_err'], '.1%'):>9}")
+    print(summary_json(rows))

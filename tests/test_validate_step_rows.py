@@ -1,0 +1,184 @@
+"""``symcost validate step-time --data FILE`` on tables of one run per row (NeMo step times, layout sweeps).
+
+A row is priced as StepTimePricer prices the same model and layout built by hand; a sweep's Spearman rank
+correlation and regret have the values worked out by hand; a cell the reader does not know is one error line
+naming the file, line and column (exit 2); a row the model cannot price keeps its place with a null error and
+its reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.cli import main
+from codegen.configs import Layout, ModelConfig
+from codegen.pricing.chunks import Chunk, Setting
+from codegen.pricing.step_time import StepTimePricer, time_family_comm
+from codegen.validation.csvfile import DATA_DIR
+from codegen.validation.step_rows import regret, spearman
+
+NEMO = DATA_DIR / "nemo_step_times.csv"
+SWEEPS = DATA_DIR / "layout_sweeps.csv"
+
+
+def _table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or ()), list(reader)
+
+
+def _write(path: Path, header: list[str], rows: list[dict[str, str]]) -> Path:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(out.getvalue(), encoding="utf-8")
+    return path
+
+
+def _row(model_family: str, system: str, precision: str) -> dict[str, str]:
+    header, rows = _table(NEMO)
+    return next(r for r in rows if (r["model_family"], r["system"], r["precision"]) == (model_family, system,
+                                                                                        precision))
+
+
+def _run(capsys, path: Path, *extra: str) -> tuple[dict, str]:
+    code = main(["validate", "step-time", "--data", str(path), *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err
+    return json.loads(captured.out.strip().splitlines()[-1]), captured.out
+
+
+def _error(capsys, path: Path) -> str:
+    code = main(["validate", "step-time", "--data", str(path)])
+    captured = capsys.readouterr()
+    assert code == 2, (captured.out[-300:], captured.err)
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("symcost validate: error: "), captured.err
+    assert "Traceback" not in captured.err
+    return lines[0]
+
+
+def _direct(model: ModelConfig, system: str, precision: str, recompute: str, zero: int) -> dict[str, float]:
+    layout = model.layout
+    pricer = StepTimePricer(model, system=system, comm=time_family_comm(model, system), precision=precision)
+    values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b",
+                                                                        "m")}
+    chunk = Chunk(Setting(recompute, zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
+    return {k: float(v[0]) for k, v in pricer.price(values, recompute, chunk).items()}
+
+
+def test_a_row_is_priced_as_the_pricer_prices_its_model_and_layout(capsys, tmp_path):
+    """Llama 3 8B on DGX H100, FP8 (delayed scaling), tp 1, pp 1, cp 2, dp 4, 128 × 8192 tokens, micro-batch 1;
+    Llama 3 is SwiGLU with 8 KV heads, no biases, untied, vocabulary 128,256 (blank in NeMo's table); NeMo's
+    defaults: no recompute, FlashAttention, no sequence parallelism at tp 1, the distributed optimizer (ZeRO 1).
+    GPT-3 175B on DGX B200 (FP8, tp 4, pp 4, vp 6, sequence parallel; fsdp set to 1: ZeRO 3): GeLU MLP, biases,
+    LayerNorm, tied, 50,257."""
+    header, _ = _table(NEMO)
+    llama, gpt = _row("Llama-3-8B", "dgx_h100", "FP8"), _row("GPT-3-175B", "dgx_b200", "FP8")
+    assert (llama["tp"], llama["pp"], llama["cp"], llama["dp"], llama["vocab"]) == ("1", "1", "2", "4", "")
+    assert (gpt["tp"], gpt["pp"], gpt["vp"], gpt["fsdp"], gpt["dp"]) == ("4", "4", "6", "", "32")
+    gpt = dict(gpt, fsdp="1")  # FSDP over the whole data-parallel group
+    got, _ = _run(capsys, _write(tmp_path / "two.csv", header, [llama, gpt]))
+    model = ModelConfig(name="llama", source="", s=8192, h=4096, a=32, n_kv=8, dh=128.0, hff=14336, v=128256,
+                        n_lay=32, layout=Layout(d=4, t=1, p=1, cp=2, m=32, b=1), hff_exp=14336)
+    want = _direct(model, "dgx_h100", "fp8", "none", 1)
+    gpt_model = ModelConfig(name="gpt", source="", s=2048, h=12288, a=96, n_kv=96, dh=128.0, hff=49152, v=50257,
+                            n_lay=96, layout=Layout(d=32, t=4, p=4, vp=6, m=32, b=2, sp=True), hff_exp=49152,
+                            n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, tie_emb_out=True)
+    want_gpt = _direct(gpt_model, "dgx_b200", "fp8", "none", 3)
+    for row, expect, measured in zip(got["rows"], (want, want_gpt), (llama, gpt)):
+        assert row["predicted_s"] == expect["step_time_s"] > 0
+        assert (row["compute_s"], row["bubble_s"], row["comm_s"]) == (expect["compute_s"], expect["bubble_s"],
+                                                                      expect["comm_s"])
+        assert row["measured_s"] == float(measured["measured_step_s"])
+        assert row["rel_err"] == (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
+        assert row["precision"] == "fp8"
+    assert [r["line"] for r in got["rows"]] == [2, 3]
+    assert got["mean_abs_rel_err"] == pytest.approx(np.mean([abs(r["rel_err"]) for r in got["rows"]]), rel=1e-15)
+
+
+def test_spearman_and_regret_by_hand():
+    # ranks differ by 0, 0, 1, 1: 1 − 6·2 / (4·15) = 0.8
+    assert spearman([1, 2, 3, 4], [10, 20, 40, 30]) == pytest.approx(0.8, abs=1e-15)
+    assert spearman([4, 3, 2, 1], [1, 2, 3, 4]) == pytest.approx(-1.0, abs=1e-15)
+    # a tie shares its average rank 1.5: Pearson of (1.5, 1.5, 3, 4) and (1, 2, 3, 4) = 4.5 / sqrt(4.5·5)
+    assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5), abs=1e-15)
+    assert math.isnan(spearman([1, 1], [1, 2]))
+    # the model's pick (predicted 1) was measured 12, the fastest 10: regret 20 %
+    assert regret([3, 1, 2], [10, 12, 11]) == pytest.approx(0.2, abs=1e-15)
+    assert regret([1, 2, 3], [10, 12, 11]) == 0.0
+    # two rows tied at the lowest prediction: one pick at their mean measured time, 12 over 9
+    assert regret([1, 1, 2], [10, 14, 9]) == pytest.approx(1 / 3, abs=1e-15)
+
+
+def test_a_sweep_reports_its_rank_correlation_and_regret(capsys, tmp_path):
+    """Four layouts of LLaMA 13B on 64 A100 (one sweep) with measured times set by hand: the reported figures are
+    those of the predicted times the command prints, worked out without ties by 1 − 6Σd²/(n(n²−1))."""
+    header, rows = _table(SWEEPS)
+    chosen = [r for r in rows if r["sweep"] == "Llama 13B 64 GPUs" and r["flash_attention"] == "true"]
+    picked, seen = [], set()
+    for r in chosen:  # four distinct layouts
+        key = (r["tp"], r["pp"], r["micro_batch"], r["recompute_mode"])
+        if key not in seen:
+            seen.add(key)
+            picked.append(dict(r, measured_step_s=str(30 + 5 * len(picked))))
+        if len(picked) == 4:
+            break
+    got, out = _run(capsys, _write(tmp_path / "sweep.csv", header, picked))
+    predicted = np.array([r["predicted_s"] for r in got["rows"]])
+    measured = np.array([30.0, 35.0, 40.0, 45.0])
+    assert len(set(predicted.tolist())) == 4
+    d = np.argsort(np.argsort(predicted)) - np.argsort(np.argsort(measured))
+    [sweep] = got["sweeps"]
+    assert sweep["sweep"] == "Llama 13B 64 GPUs" and sweep["n"] == 4
+    assert sweep["spearman"] == pytest.approx(1 - 6 * float(d @ d) / (4 * 15), abs=1e-12)
+    assert sweep["regret"] == pytest.approx(measured[np.argmin(predicted)] / 30.0 - 1, abs=1e-12)
+    assert sweep["mean_abs_rel_err"] == pytest.approx(np.mean(np.abs(predicted - measured) / measured), rel=1e-12)
+    assert "Llama 13B 64 GPUs" in out and "spearman" in out
+
+
+@pytest.mark.parametrize("column, value, fragment", [
+    ("precision", "FP9", "unknown precision 'FP9'"),
+    ("model_family", "Falcon-40B", "unknown model family 'Falcon-40B'"),
+    ("system", "dgx_z100", "unknown hardware system 'dgx_z100'"),
+    ("tp", "2.5", "expected a whole number, got '2.5'"),
+    ("dp", "3", "expected gpus / (tp·pp·cp) = 4, got 3"),
+    ("recompute_mode", "sometimes", "cannot read 'sometimes' as a recompute mode"),
+    ("sequence_parallel", "maybe", "must be true or false"),
+    ("measured_step_s", "nan", "expected a number, got 'nan'"),
+])
+def test_an_unknown_value_is_one_line_naming_file_line_and_column(capsys, tmp_path, column, value, fragment):
+    header, _ = _table(SWEEPS)
+    row = _row("Llama-3-8B", "dgx_h100", "FP8")
+    bad = dict(row, **{column: value})
+    path = _write(tmp_path / "bad.csv", header, [{k: row.get(k, "") for k in header},
+                                                 {k: bad.get(k, "") for k in header}])
+    line = _error(capsys, path)
+    assert f"{path} line 3, column {column}: " in line and fragment in line, line
+
+
+def test_a_row_that_cannot_be_priced_keeps_its_place_with_its_reason(capsys, tmp_path):
+    """DeepSeek-V3 (MLA), FP8 on an A100 (no FP8 units), TP 3 of 32 heads (a layout rule): null error, a reason;
+    the priced row's figures are still reported."""
+    header, _ = _table(NEMO)
+    llama = _row("Llama-3-8B", "dgx_h100", "FP8")
+    rows = [_row("DeepSeek-V3", "dgx_b200", "MXFP8"), dict(llama, system="dgx_a100"),
+            dict(llama, tp="3", dp="", gpus="6", cp="2"), llama]
+    got, out = _run(capsys, _write(tmp_path / "mixed.csv", header, rows))
+    reasons = [r.get("reason", "") for r in got["rows"]]
+    assert [r["rel_err"] is None for r in got["rows"]] == [True, True, True, False]
+    assert "MLA" in reasons[0]
+    assert "fp8" in reasons[1] and "A100" in reasons[1]
+    assert "heads" in reasons[2]
+    assert all(r["predicted_s"] is None for r in got["rows"][:3])
+    assert got["mean_abs_rel_err"] == abs(got["rows"][3]["rel_err"])
+    assert "not priced: MLA" in out
