@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import numpy as np
 
+from symbolic.vocabulary import RECOMPUTE_MODES
+
 from ..runtime.inputs import COUNT_MAX, parse_real, parse_reals, parse_whole
 
 __all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "no_cyclic_gc", "read_table",
@@ -195,8 +197,9 @@ def first_error(*steps: Callable[[], Any]) -> tuple[list[Any], ValueError | None
     return results, min(errors, key=lambda exc: getattr(exc, "row", -1)) if errors else None
 
 
-#: The recompute modes a ``recompute`` cell may name (``symbolic.vocabulary`` has more: per-stage lists).
-RECOMPUTE_WORDS = ("none", "selective", "full")
+#: The recompute modes a ``recompute`` cell may name (``symbolic.vocabulary``'s; a layout's plan may also list
+#: layers per stage, which no table states).
+RECOMPUTE_WORDS = RECOMPUTE_MODES
 
 
 def recompute_mode(text: str) -> str:

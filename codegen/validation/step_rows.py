@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 import hardware
+from symbolic.vocabulary import SEARCH_KEYS
 
 from ..configs import Layout, LayoutError, ModelConfig, validate
 from ..pricing.chunks import Chunk, Setting
@@ -264,8 +265,7 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"]),
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
                             precision=r["precision"])
-    values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b",
-                                                                        "m")}
+    values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
     chunk = Chunk(Setting(r["recompute_mode"], zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
     got = {k: float(x[0]) for k, x in pricer.price(values, r["recompute_mode"], chunk).items()}
     finite(f"{name}: the predicted step time", [got[k] for k in ("step_time_s", "compute_s", "bubble_s", "comm_s")])
