@@ -494,3 +494,22 @@ def test_search_spec_precision_is_checked():
     with pytest.raises(InputError, match="precision: fp8 prices the compute of --objective step-time"):
         SearchSpec(model, 64, 512, "dgx_h100", precision="fp8", objective="comm-time")
     assert SearchSpec(model, 64, 512, "dgx_h100", precision="nvfp4").precision == "nvfp4"
+
+
+def test_search_seq_len_overrides_the_model_files(capsys):
+    """--seq-len N prices every layout at sequence length N: the best layout's compute equals the step-time pricer's
+    on a model whose own sequence length is N (the model's field, not the layout's: another path to s)."""
+    import dataclasses
+
+    args = ["search", "--model", "llama2-7b", "--devices", "64", "--system", "dgx_h100", "--global-batch", "512",
+            "--top", "1", "--no-progress", "--json", "--no-memory"]
+    assert main([*args, "--seq-len", "8192"]) == 0
+    row = json.loads(capsys.readouterr().out)["top"][0]
+    model = dataclasses.replace(load_model("llama2-7b"), s=8192)
+    values = {k: np.array([row[k]]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+    want = StepTimePricer(model, system="dgx_h100").price(values, row["recompute"], zero=row["zero"])
+    assert_close(row["compute_s"], want["compute_s"][0], rtol=1e-12, atol=0)
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["top"][0]["compute_s"] < row["compute_s"]  # (4,096 by default)
+    assert main([*args, "--seq-len", "0"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--seq-len: must be a whole number >= 1, got 0")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import sys
@@ -34,7 +35,7 @@ import numpy as np
 from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS
 
 from ..configs import LayoutError, load_model, model_names
-from ..runtime.inputs import DEVICES_MAX, parse_whole
+from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
 OUT_COLUMNS = ("rank", *SEARCH_KEYS, *SEARCH_SETTINGS)
@@ -67,6 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cp-algo", default=None,
                    help="CP algorithms to try (default: the model's own); one named twice, or by a label and an "
                         "alias (ulysses,ulysses_cp), is tried once, under the first name")
+    p.add_argument("--seq-len", default=None, metavar="N",
+                   help="the run's sequence length, overriding the model file's (as s=N in eval's --layout)")
     p.add_argument("--precision", default="bf16", choices=tuple(PRECISIONS),
                    help="the run's GEMM precision (default bf16): fp8, fp8-cs (Hopper and newer), mxfp8, nvfp4 "
                         "(Blackwell) run the linear layers' GEMMs at that precision's peak (docs/search.md)")
@@ -234,6 +237,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--precision {args.precision}: prices the compute of --objective step-time; "
                          f"--objective {args.objective} has none")
     model = load_model(args.model)
+    if args.seq_len is not None:
+        # (the layout's s overrides the model file's for every family, as eval's --layout s=N does)
+        seq = parse_whole("--seq-len", args.seq_len, minimum=1, maximum=COUNT_MAX)
+        model = dataclasses.replace(model, layout=dataclasses.replace(model.layout, s=seq))
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
