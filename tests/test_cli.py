@@ -85,3 +85,42 @@ def test_derive_latex(capsys):
 def test_derive_bad_input(argv, fragment, capsys):
     assert main(argv) == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_eval_cost_step_time_prices_one_layout_as_the_search_does(capsys):
+    """--cost step-time: the step time and its parts of one layout as StepTimePricer prices it with the time
+    family's communication, step = compute + bubble + exposed communication, and each stage's memory as
+    stage_memory gives it; --precision applies here only."""
+    import numpy as np
+
+    from codegen.configs import load_model, parse_layout
+    from codegen.pricing.chunks import Chunk, Setting
+    from codegen.pricing.memory import stage_memory
+    from codegen.pricing.step_time import StepTimePricer, time_family_comm
+
+    args = ["eval", "--model", "llama2-7b", "--layout", "d=8,t=2,p=2,m=16,b=1", "--device", "dgx_h100",
+            "--cost", "step-time", "--recompute", "selective", "--json"]
+    assert main([*args, "--precision", "fp8"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    model = load_model("llama2-7b")
+    layout = parse_layout("d=8,t=2,p=2,m=16,b=1", model.layout, recompute="selective")
+    values = {k: np.array([getattr(layout, k)]) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+    comm = time_family_comm(model, "dgx_h100")
+    chunk = Chunk(Setting("selective", 1, layout.cp_algo), values, np.zeros(1, np.int64), model)
+    want = StepTimePricer(model, system="dgx_h100", comm=comm, precision="fp8").price(values, "selective", chunk)
+    for key in ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops"):
+        assert got[key] == float(want[key][0])
+    assert abs(got["step_time_s"] - (got["compute_s"] + got["bubble_s"] + got["comm_s"])) <= 1e-12 * got["step_time_s"]
+    assert got["exposed_comm_s"] == got["comm_s"] > 0 and got["precision"] == "fp8"
+    assert [row["total_bytes"] for row in got["memory"]] == [
+        row["total"] for row in stage_memory(model, layout, system="dgx_h100")["stages"]]
+    for extra, message in ((["--order", "tp-cp-ep-dp-pp"], "--order tp-cp-ep-dp-pp: --cost step-time"),
+                           (["--memory"], "--memory: --cost step-time prints"),
+                           (["--zero-level", "2"], "--zero-level 2: --cost step-time")):
+        assert main([*args, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+    assert main(["eval", "--model", "llama2-7b", "--precision", "fp8"]) == 2
+    assert "--precision fp8: the GEMM precision of --cost step-time" in capsys.readouterr().err
+    assert main(["eval", "--model", "llama2-7b", "--device", "A2", "--cost", "step-time"]) == 2
+    assert "--device A2: the catalog entry has no [gpu] table" in capsys.readouterr().err

@@ -10,13 +10,14 @@ import dataclasses
 import shlex
 from typing import Any, Iterable
 
-from symbolic.vocabulary import RECOMPUTE_MODES
+from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES
 
 from ..configs import LayoutBatch, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
+from ._step import print_step_time, step_time_result
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
 
@@ -54,10 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory", action="store_true",
                    help="also print each stage's memory per rank by part against the --device GPU's HBM "
                         "(GiB; bytes under --json); needs a --device with GPU facts, e.g. dgx_h100")
-    p.add_argument("--cost", choices=("volume", "time"), default="volume",
-                   help="volume (default: the --convention's volumes) or time: each stage's communication seconds "
-                        "per step by dimension and collective on NCCL's model (needs a --device with GPU and network "
-                        "facts, e.g. dgx_h100)")
+    p.add_argument("--cost", choices=("volume", "time", "step-time"), default="volume",
+                   help="volume (default: the --convention's volumes), time: each stage's communication seconds "
+                        "per step by dimension and collective on NCCL's model, or step-time: the step's compute, "
+                        "bubble and exposed communication and each stage's memory, as the search prices them "
+                        "(time and step-time need a --device with GPU and network facts, e.g. dgx_h100)")
+    p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
+                   help="with --cost step-time: the GEMM precision (default bf16; docs/search.md)")
     p.add_argument("--convention", choices=("original", "consistent"), default=None,
                    help="volumes as the original sums them (default) or consistent: bytes per rank per step by "
                         "dimension and collective")
@@ -295,6 +299,15 @@ def check_applies(args: argparse.Namespace) -> None:
     Raises:
         ValueError: one line naming the first option given that the run does not read, and its value.
     """
+    if args.cost == "step-time":
+        refuse_options(args, ("--convention", "--ttype", "--with-recomp", "--order", *MEMORY_OPTIONS),
+                       "--cost step-time prices the step as the search does (memory with the model's widths and "
+                       "the layout's ZeRO level, Megatron's rank order): drop it")
+        if getattr(args, "memory", False):
+            raise ValueError("--memory: --cost step-time prints each stage's memory already: drop --memory")
+        return
+    refuse_options(args, ("--precision",), "the GEMM precision of --cost step-time; the volumes and --cost time do "
+                                           "not read it: drop it or add --cost step-time")
     time = args.cost == "time"
     if time and args.convention == "original":
         raise ValueError("--convention original: --cost time prices seconds per rank per step by collective, "
@@ -314,6 +327,17 @@ def check_applies(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_applies(args)
+    if args.cost == "step-time":
+        model = load_model(args.model)
+        devices = None if args.devices is None else devices_count(args.devices)
+        layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+        validate(model, layout, devices)
+        res = step_time_result(model, layout, args.device, args.precision or "bf16")
+        if args.json:
+            print(json_text(res | {"model": args.model, "layout": str(layout)}))
+        else:
+            print_step_time(res, args.model, str(layout))
+        return 0
     if args.cost == "time" or args.convention == "consistent":
         res = _consistent(args)
         if args.json:

@@ -1,0 +1,68 @@
+"""``symcost eval --cost step-time``: one layout's step time, its parts and its memory per rank.
+
+The step-time family as the search prices it (``codegen.pricing.step_time.StepTimePricer``: the slowest
+stage's compute, the pipeline bubble, the exposed communication of the time family's bottleneck stage),
+for one layout, with each stage's memory per rank (``codegen.pricing.memory.stage_memory``) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from symbolic.vocabulary import SEARCH_KEYS
+
+from ..configs import Layout, ModelConfig
+from ..pricing.chunks import Chunk, Setting
+from ..pricing.memory import stage_memory, zero_level_of
+from ..pricing.step_time import NoComputeFactsError, StepTimePricer, exposed_comm, time_family_comm
+from ..runtime.inputs import finite
+
+__all__ = ["step_time_result", "print_step_time"]
+
+
+def step_time_result(model: ModelConfig, layout: Layout, system: str, precision: str) -> dict[str, Any]:
+    """One layout's step time and parts (seconds), its exposed communication by dimension and each stage's memory.
+
+    Raises:
+        ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
+            cannot run.
+    """
+    comm = time_family_comm(model, system)
+    try:
+        pricer = StepTimePricer(model, system=system, comm=comm, precision=precision)
+    except NoComputeFactsError as exc:  # (eval names the system --device)
+        raise NoComputeFactsError(str(exc).replace("--system", "--device", 1)) from None
+    values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
+    zero = zero_level_of(layout)
+    mode = layout.recompute.mode
+    chunk = Chunk(Setting(mode, zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
+    parts = pricer.price(values, mode, chunk)
+    by_dimension = comm(chunk) if comm is not None else {}
+    out: dict[str, Any] = {k: float(finite(k, v[0])) for k, v in parts.items()}
+    out["comm_by_dimension_s"] = {k: float(finite(k, np.asarray(v).reshape(-1)[0])) for k, v in by_dimension.items()}
+    out["exposed_comm_s"] = float(exposed_comm(by_dimension, mode, layout.cp_algo)[0]) if by_dimension else 0.0
+    memory = stage_memory(model, layout, system=system)
+    out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
+                      "fits": row["fits"]} for row in memory["stages"]]
+    out.update(system=system, precision=precision, recompute=mode, zero_level=zero,
+               units="seconds per training step; memory in bytes per rank")
+    return out
+
+
+def print_step_time(res: dict[str, Any], model: str, layout: str) -> None:
+    """The table form of :func:`step_time_result`."""
+    print(f"model {model}  layout {layout}  system {res['system']}  precision {res['precision']}  "
+          f"recompute {res['recompute']}  ZeRO {res['zero_level']}")
+    print(f"step {res['step_time_s']:.4f} s = compute {res['compute_s']:.4f} s + bubble {res['bubble_s']:.4f} s "
+          f"(fraction {res['bubble']:.4f}) + exposed communication {res['comm_s']:.4f} s")
+    print(f"slowest stage: {res['stage_flops'] / 1e12:.2f} TFLOP per rank per step")
+    if res["comm_by_dimension_s"]:
+        print("communication of the bottleneck stage, by dimension (s): "
+              + ", ".join(f"{k.upper()} {v:.4f}" for k, v in res["comm_by_dimension_s"].items()))
+    print(f"{'stage':>5}  {'memory GiB':>11}  {'headroom GiB':>13}  fits")
+    for row in res["memory"]:
+        print(f"{row['stage']:>5}  {row['total_bytes'] / 2**30:>11.2f}  {row['headroom_bytes'] / 2**30:>13.2f}  "
+              f"{'yes' if row['fits'] else 'no'}")
