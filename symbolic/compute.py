@@ -9,7 +9,8 @@ counts of its projections (``symbolic.params``), so that one expression covers G
 and routed experts: a token's forward pass through a linear map of ``P`` weights is ``2·P`` FLOPs,
 and a MoE token passes through its ``n_chosen_exp`` routed and ``n_shared_exp`` shared experts and
 the router. Attention scores add ``2·s·a·(d_qk + d_v)`` per token (``QKᵀ`` and ``A·V`` over the whole
-sequence, no causal halving, as Narayanan et al. count them). Full recompute repeats a layer's
+sequence, as Narayanan et al. count them; a fused attention kernel computes half of a causal mask's:
+``stage_flops``). Full recompute repeats a layer's
 forward pass; selective recompute (Korthikanti et al. 2022, arXiv:2205.05198, §5) repeats the core
 attention only: its scores.
 
@@ -70,6 +71,9 @@ LOW_PRECISION = ("NVIDIA Transformer Engine documentation (\"Using FP8 with Tran
                  "a linear layer's forward, input-gradient (dgrad) and weight-gradient (wgrad) GEMMs run in FP8 "
                  "(MXFP8, NVFP4 on Blackwell); attention's core and every other operation stay in BF16; Megatron-Core's "
                  "output layer and MoE router are not Transformer Engine modules and stay in BF16")
+CAUSAL = ("Dao 2023, FlashAttention-2 (arXiv:2307.08691), §3.1 (causal masking: the blocks whose entries are all "
+          "masked are skipped, about half of them); NVIDIA's NeMo / Megatron-Bridge model FLOPs count causal "
+          "attention's scores as half the full matrix")
 BUBBLE = "Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble (p-1)/(vp·m)"
 
 
@@ -111,12 +115,17 @@ def stage_lowp_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
 
 
 def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
-    """FLOPs one rank of a pipeline stage computes per step (forward, backward = 2 × forward, recompute)."""
+    """FLOPs one rank of a pipeline stage computes per step (forward, backward = 2 × forward, recompute).
+
+    The models are causal decoders: a fused attention kernel (``flash_attention`` = 1) computes the scores block
+    by block and skips the blocks above the diagonal, half the ``s × s`` matrix (``CAUSAL``); without one the
+    whole matrix is computed and then masked (Megatron-LM's fused softmax), as Narayanan et al. count it.
+    """
     tokens = m * b * s / (t * cp)
-    layer = layer_forward_flops(variant, moe)
+    scores = (1 - flash / 2) * score_flops(variant)
+    layer = layer_forward_flops(variant, moe) - score_flops(variant) + scores
     output = 2 * h * v
-    return tokens * (3 * n_layers_stage * layer + n_full_rec * layer + n_sel_rec * score_flops(variant)
-                     + 3 * n_output * output)
+    return tokens * (3 * n_layers_stage * layer + n_full_rec * layer + n_sel_rec * scores + 3 * n_output * output)
 
 
 #: Bytes of a 16-bit activation element; dropout masks take one byte (Korthikanti et al. 2022, §4.1).
@@ -240,8 +249,9 @@ def _build() -> tuple[Formula, ...]:
                           f"{NARAYANAN}; projections from the parameter counts of symbolic.params"))
             out.append(_f(f"{key}_stage_flop", stage_flops(variant, moe), key, "FLOP",
                           "FLOPs per rank per step of one pipeline stage: three passes of its layers and output "
-                          "layer, plus the recomputed forward passes (full) or attention scores (selective).",
-                          f"{NARAYANAN}; {KORTHIKANTI}"))
+                          "layer, plus the recomputed forward passes (full) or attention scores (selective); a "
+                          "fused attention kernel computes half of a causal mask's scores.",
+                          f"{NARAYANAN}; {KORTHIKANTI}; {CAUSAL}"))
             out.append(_f(f"{key}_stage_lowp_flop", stage_lowp_flops(variant, moe), key, "FLOP",
                           "FLOPs per rank per step of one pipeline stage's GEMMs that run in the low precision of an "
                           "FP8 / MXFP8 / NVFP4 run: its linear layers' forward, input-gradient and weight-gradient "

@@ -22,14 +22,18 @@ def _gpt(h, ffn, layers, heads, t, p, vp, gb, b):
 
 
 @pytest.mark.parametrize("mode,passes", [("full", 4), ("none", 3)])
-def test_stage_flops_equal_narayanan(mode, passes):
-    """One stage holding every layer: Narayanan et al. 2021's 24·passes·B·s·l·h²(1 + s/6h) + 6·B·s·h·V, over t."""
+@pytest.mark.parametrize("flash", [0.0, 1.0])
+def test_stage_flops_equal_narayanan(mode, passes, flash):
+    """One stage holding every layer: Narayanan et al. 2021's 24·passes·B·s·l·h²(1 + s/6h) + 6·B·s·h·V, over t,
+    whose s/6h term is the attention scores over the whole s × s matrix; a fused attention kernel computes half
+    of a causal mask's (FlashAttention-2 skips the blocks above the diagonal): s/12h."""
     B, s, h, L, V, t = 4, 2048, 6144, 48, 51200, 8
     model = _gpt(h, 4 * h, L, 64, t, 1, 1, B, B)
-    pricer = StepTimePricer(model, system="selene_a100")
+    pricer = StepTimePricer(model, system="selene_a100", flash_attention=flash)
     values = {k: np.array([x]) for k, x in dict(d=1, t=t, p=1, cp=1, vp=1, b=B, m=1).items()}
     got = pricer.stage_flops(values, mode)[0]
-    want = (24 * passes * B * s * L * h**2 * (1 + s / (6 * h)) + 6 * B * s * h * V) / t
+    scores = s / (6 * h) if flash == 0.0 else s / (12 * h)
+    want = (24 * passes * B * s * L * h**2 * (1 + scores) + 6 * B * s * h * V) / t
     assert_close(got, want, rtol=1e-9, atol=1e-12)
 
 
