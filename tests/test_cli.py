@@ -124,3 +124,22 @@ def test_eval_cost_step_time_prices_one_layout_as_the_search_does(capsys):
     assert "--precision fp8: the GEMM precision of --cost step-time" in capsys.readouterr().err
     assert main(["eval", "--model", "llama2-7b", "--device", "A2", "--cost", "step-time"]) == 2
     assert "--device A2: the catalog entry has no [gpu] table" in capsys.readouterr().err
+
+
+def test_eval_seq_len_is_the_layouts_s(capsys):
+    """--seq-len N prices as s=N in --layout does, for the volumes and the step time alike; both at once, or a
+    length not in ASCII digits, is one error line."""
+    base = ["eval", "--model", "llama2-7b", "--json"]
+    for extra in ([], ["--device", "dgx_h100", "--cost", "step-time"]):
+        assert main([*base, "--layout", "d=4,t=2,p=2", "--seq-len", "8192", *extra]) == 0
+        by_option = json.loads(capsys.readouterr().out)
+        assert main([*base, "--layout", "d=4,t=2,p=2,s=8192", *extra]) == 0
+        by_layout = json.loads(capsys.readouterr().out)
+        assert main([*base, "--layout", "d=4,t=2,p=2", *extra]) == 0
+        default = json.loads(capsys.readouterr().out)
+        assert by_option == by_layout != default
+    for extra, message in ((["--layout", "s=8192", "--seq-len", "4096"], "--seq-len 4096: --layout states s="),
+                           (["--seq-len", "8k"], "--seq-len: expected a whole number, got '8k'")):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1

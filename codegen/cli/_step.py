@@ -7,7 +7,7 @@ for one layout, with each stage's memory per rank (``codegen.pricing.memory.stag
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,9 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
         ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
             cannot run.
     """
+    if layout.s is not None and layout.s != model.layout.s:
+        # (the pricers read the run's sequence length from the model's layout: s=N of --layout is set there)
+        model = dataclasses.replace(model, layout=dataclasses.replace(model.layout, s=layout.s))
     comm = time_family_comm(model, system)
     try:
         pricer = StepTimePricer(model, system=system, comm=comm, precision=precision)

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES
 
-from ..configs import LayoutBatch, load_model, model_names, parse_layout, validate
+from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.placement import DEFAULT_ORDER
@@ -60,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "per step by dimension and collective on NCCL's model, or step-time: the step's compute, "
                         "bubble and exposed communication and each stage's memory, as the search prices them "
                         "(time and step-time need a --device with GPU and network facts, e.g. dgx_h100)")
+    p.add_argument("--seq-len", default=None, metavar="N",
+                   help="the run's sequence length, overriding the model file's (as s=N in --layout)")
     p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
                    help="with --cost step-time: the GEMM precision (default bf16; docs/search.md)")
     p.add_argument("--convention", choices=("original", "consistent"), default=None,
@@ -161,9 +163,25 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
     return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 
+def run_model(args: argparse.Namespace) -> ModelConfig:
+    """The model of ``--model``, its layout's sequence length set by ``--seq-len`` where given (which every family
+    then reads, as ``s=N`` in ``--layout``; both at once is an error).
+
+    Raises:
+        ValueError: naming ``--seq-len`` and its value, or the model file's error.
+    """
+    model = load_model(args.model)
+    if getattr(args, "seq_len", None) is None:
+        return model
+    seq = parse_whole("--seq-len", args.seq_len, minimum=1, maximum=COUNT_MAX)
+    if any(part.strip().startswith("s=") for part in (args.layout or "").split(",")):
+        raise ValueError(f"--seq-len {args.seq_len}: --layout states s= already: give the sequence length once")
+    return dataclasses.replace(model, layout=dataclasses.replace(model.layout, s=seq))
+
+
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     """The stage totals and per-dimension lists for the command's arguments, from the one pricer."""
-    model = load_model(args.model)
+    model = run_model(args)
     settings = memory_settings(args, "--memory", getattr(args, "memory", False))
     devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
@@ -218,7 +236,7 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     """Per stage, by dimension and collective: seconds (``--cost time``) or bytes per rank per step."""
     from ..pricing.time import TIME_DIMENSIONS, TimePricer
 
-    model = load_model(args.model)
+    model = run_model(args)
     devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
     time = args.cost == "time"
@@ -328,7 +346,7 @@ def check_applies(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     check_applies(args)
     if args.cost == "step-time":
-        model = load_model(args.model)
+        model = run_model(args)
         devices = None if args.devices is None else devices_count(args.devices)
         layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
         validate(model, layout, devices)
