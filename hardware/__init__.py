@@ -20,6 +20,10 @@ Public API::
 Importing this package reads no file.
 """
 
+from ._load import CATALOG_DIR as CATALOG_DIR
+from ._load import CATALOG_ENV as CATALOG_ENV
+from ._load import add_catalog as add_catalog
+from ._load import catalog_dirs as catalog_dirs
 from ._load import load as load
 from ._load import load_file as load_file
 from ._load import names as names
@@ -31,5 +35,5 @@ from ._system import Level as Level
 from ._system import System as System
 from ._system import UnusedHelperLevel as UnusedHelperLevel
 
-__all__ = ["Gpu", "HardwareSpecError", "Level", "System", "TIME_SYMBOLS", "UnusedHelperLevel", "load", "load_file",
-           "names", "time_bindings"]
+__all__ = ["CATALOG_DIR", "CATALOG_ENV", "Gpu", "HardwareSpecError", "Level", "System", "TIME_SYMBOLS", "UnusedHelperLevel",
+           "add_catalog", "catalog_dirs", "load", "load_file", "names", "time_bindings"]

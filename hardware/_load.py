@@ -30,7 +30,8 @@ File layout (every key below is checked; any other key is an error)::
     latency_s = 1e-5
 
 Nothing is read at import time; ``names()`` and ``load()`` look at the catalog
-folder when they are called.
+folders when they are called: the bundled one and a user's (``add_catalog``, ``symcost --catalog DIR``, the
+environment variable ``SYMCOST_CATALOG``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 
 from ._system import Gpu, HardwareSpecError, Level, System, UnusedHelperLevel
 
-__all__ = ["CATALOG_DIR", "load", "load_file", "names"]
+__all__ = ["CATALOG_DIR", "CATALOG_ENV", "add_catalog", "catalog_dirs", "load", "load_file", "names"]
 
 #: The folder of the built-in catalog: ``<name>.toml`` per system.
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
@@ -171,9 +172,66 @@ def load_file(path: str | os.PathLike[str]) -> System:
         raise HardwareSpecError(f"{path}: {exc}") from None
 
 
+#: The environment variable naming folders of a user's system files (``os.pathsep``-separated), read with the
+#: bundled catalog by every command (and by every worker of a distributed search that has it set).
+CATALOG_ENV = "SYMCOST_CATALOG"
+
+#: Folders added in this process (``add_catalog``: ``symcost --catalog DIR``), in the order given.
+_ADDED: list[Path] = []
+
+
+def _folder(path: str | os.PathLike[str], what: str) -> Path:
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise HardwareSpecError(f"{what} {path}: not a folder of system files (<name>.toml)")
+    return folder.resolve()
+
+
+def add_catalog(path: str | os.PathLike[str]) -> None:
+    """Read the system files (``<name>.toml``, the bundled catalog's format) of the folder *path* with the bundled
+    catalog, for the rest of the process.
+
+    Raises:
+        HardwareSpecError: *path* is not a folder.
+    """
+    folder = _folder(path, "--catalog")
+    if folder not in _ADDED:
+        _ADDED.append(folder)
+
+
+def catalog_dirs() -> tuple[Path, ...]:
+    """The folders systems are read from: those added (``add_catalog``), those of ``$SYMCOST_CATALOG``, then the
+    bundled catalog.
+
+    Raises:
+        HardwareSpecError: a folder of ``$SYMCOST_CATALOG`` that is not one.
+    """
+    listed = [_folder(part, f"${CATALOG_ENV}") for part in os.environ.get(CATALOG_ENV, "").split(os.pathsep)
+              if part.strip()]
+    out: list[Path] = []
+    for folder in (*_ADDED, *listed, CATALOG_DIR):
+        if folder not in out:
+            out.append(folder)
+    return tuple(out)
+
+
+def _files() -> dict[str, Path]:
+    """Each system's file by name, over :func:`catalog_dirs`; one name in two folders is an error (which of the
+    two a command used would depend on the order of its options)."""
+    files: dict[str, Path] = {}
+    for folder in catalog_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            if path.stem in files:
+                raise HardwareSpecError(f"{path}: the system {path.stem!r} is also {files[path.stem]}; rename one "
+                                        f"file (a system's name is its file's stem)")
+            files[path.stem] = path
+    return files
+
+
 def names() -> tuple[str, ...]:
-    """The names of the catalog's systems, sorted case-insensitively."""
-    return tuple(sorted((p.stem for p in CATALOG_DIR.glob("*.toml")), key=lambda n: (n.lower(), n)))
+    """The names of the catalog's systems (the bundled ones and a user's, :func:`catalog_dirs`), sorted
+    case-insensitively."""
+    return tuple(sorted(_files(), key=lambda n: (n.lower(), n)))
 
 
 def load(name: str) -> System:
@@ -183,11 +241,12 @@ def load(name: str) -> System:
         HardwareSpecError: *name* is neither a system nor an alias of one (the
             message lists the known names), or a file is malformed.
     """
-    known = names()
-    if name in known:
-        return load_file(CATALOG_DIR / f"{name}.toml")
+    files = _files()
+    if name in files:
+        return load_file(files[name])
+    known = sorted(files, key=lambda n: (n.lower(), n))
     for system_name in known:
-        system = load_file(CATALOG_DIR / f"{system_name}.toml")
+        system = load_file(files[system_name])
         if name in system.aliases:
             return system
     raise HardwareSpecError(f"unknown hardware system {name!r}; known: {', '.join(known)} "

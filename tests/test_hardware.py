@@ -616,3 +616,50 @@ def test_blackwell_systems_have_the_compute_facts_a_step_time_needs(name):
     speedups = (bf16 * gemm / (h.peak_flops_bf16_per_s * h.compute_efficiency), hbm / h.hbm_bytes_per_s,
                 vector / h.vector_flops_per_s)
     assert min(speedups) > 1 and h100 / max(speedups) <= blackwell <= h100 / min(speedups)
+
+
+def _user_catalog(tmp_path, name="my_cluster", source="dgx_h100"):
+    """A folder holding one user system file: a bundled one's text, its aliases dropped, under another name."""
+    text = (hardware.CATALOG_DIR / f"{source}.toml").read_text(encoding="utf-8")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("aliases"))
+    (tmp_path / f"{name}.toml").write_text(text + "\n", encoding="utf-8")
+    return tmp_path
+
+
+def test_a_users_catalog_folder_adds_its_systems_for_every_command(tmp_path, monkeypatch, capsys):
+    from codegen.cli import main
+
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    monkeypatch.delenv(hardware.CATALOG_ENV, raising=False)
+    folder = _user_catalog(tmp_path)
+    assert "my_cluster" not in hardware.names()
+    assert main(["--catalog", str(folder), "hardware", "show", "my_cluster"]) == 0
+    assert "my_cluster" in capsys.readouterr().out
+    assert hardware.load("my_cluster").levels == hardware.load("dgx_h100").levels
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    monkeypatch.setenv(hardware.CATALOG_ENV, str(folder))
+    assert "my_cluster" in hardware.names() and hardware.catalog_dirs()[-1] == hardware.CATALOG_DIR
+    args = ["search", "--model", "llama2-7b", "--devices", "16", "--global-batch", "32", "--top", "1", "--json",
+            "--no-progress"]
+    assert main([*args, "--system", "my_cluster"]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    assert main([*args, "--system", "dgx_h100"]) == 0
+    bundled = json.loads(capsys.readouterr().out)
+    assert mine["top"] == bundled["top"]  # (the same facts under another name)
+
+
+def test_a_users_catalog_that_clashes_or_is_missing_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    from codegen.cli import main
+
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    monkeypatch.delenv(hardware.CATALOG_ENV, raising=False)
+    assert main(["--catalog", str(tmp_path / "nowhere"), "hardware", "list"]) == 2
+    assert capsys.readouterr().err.strip().endswith("nowhere: not a folder of system files (<name>.toml)")
+    folder = _user_catalog(tmp_path, name="dgx_h100")
+    assert main(["--catalog", str(folder), "hardware", "list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the system 'dgx_h100' is also" in err and len(err.splitlines()) == 1
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    monkeypatch.setenv(hardware.CATALOG_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(hardware.HardwareSpecError, match=r"\$SYMCOST_CATALOG .*nowhere: not a folder"):
+        hardware.names()

@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "memory per rank, step time), compiled to NumPy.",
     )
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    parser.add_argument("--catalog", action="append", metavar="DIR",
+                        help="also read the system files (<name>.toml) of folder DIR with the bundled catalog, for "
+                             "every command (repeatable; or the environment variable SYMCOST_CATALOG: folders "
+                             "joined by the path separator)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
@@ -77,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: unrecognized arguments: {' '.join(unknown)} (see {prog} --help)", file=sys.stderr)
         return 2
     try:
+        if args.catalog:
+            import hardware
+
+            for folder in args.catalog:
+                hardware.add_catalog(folder)
         return int(args.func(args) or 0)
     except BrokenPipeError:
         # The reader went away (`symcost eval … | head`): not an error of ours; stop writing quietly.
