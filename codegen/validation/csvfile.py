@@ -16,7 +16,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Sequence
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -24,8 +24,8 @@ from symbolic.vocabulary import RECOMPUTE_MODES
 
 from ..runtime.inputs import COUNT_MAX, parse_real, parse_reals, parse_whole
 
-__all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "no_cyclic_gc", "read_table",
-           "recompute_mode", "rows_read"]
+__all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "mode_cell", "no_cyclic_gc", "read_table",
+           "recompute_mode", "rows_read", "whole_cells"]
 
 #: The measurement tables shipped with the package (package data; provenance in ``data/README.md``),
 #: found beside this module so that a wheel install reads them as a source checkout does.
@@ -260,3 +260,21 @@ def read_table(path: str | os.PathLike[str], required: Sequence[str] = ()) -> Ta
 def rows_read(path: str | os.PathLike[str], n: int) -> str:
     """The line each validation prints first: how many rows it read, and from which file (its name)."""
     return f"{Path(path).name}: {n:,} row{'s' if n != 1 else ''} read"
+
+
+def whole_cells(bounds: Mapping[str, int]) -> Callable[[str, str], int]:
+    """A parser of a table's whole-number cells: each ``>= 1`` and at most its column's bound in *bounds* (by
+    column name; ``COUNT_MAX`` for another column). Its *field* may carry the file and line before ``column C``.
+    """
+    def whole(field: str, text: str) -> int:
+        return parse_whole(field, text, minimum=1, maximum=bounds.get(field.rsplit("column ", 1)[-1], COUNT_MAX))
+
+    return whole
+
+
+def mode_cell(field: str, text: str) -> str:
+    """:func:`recompute_mode` of a cell, its error naming *field* (the file, line and column)."""
+    try:
+        return recompute_mode(text)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None

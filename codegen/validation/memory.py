@@ -54,8 +54,8 @@ from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, pipeline_
 # The evaluation of the stage formulas is shared with ``symcost eval --memory``; validation only
 # adds the paper's settings, its models and its rows.
 from ..pricing.memory import MemorySettings, call as _call, evaluate_stages, stage_inputs
-from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, LAYERS_MAX, VALUE_MAX, finite, parse_flag, parse_real, parse_whole
-from .csvfile import DATA_DIR, Table, first_error, no_cyclic_gc, read_table, recompute_mode, rows_read
+from ..runtime.inputs import DEGREE_MAX, LAYERS_MAX, VALUE_MAX, finite, parse_flag, parse_real
+from .csvfile import DATA_DIR, Table, first_error, no_cyclic_gc, mode_cell, read_table, rows_read, whole_cells
 
 __all__ = ["DATA_DIR", "MEGATRON_CSV", "RUNS_CSV", "ZERO_CSV", "MemorySettings", "PAPER_SETTINGS",
            "ACTIVATIONS_BOUND", "STATES_BOUND", "printed", "zero_table1_rows", "megatron_rows",
@@ -179,17 +179,9 @@ _BOUNDS = {"t": DEGREE_MAX, "p": DEGREE_MAX, "d": DEGREE_MAX, "vp": DEGREE_MAX, 
            "L": LAYERS_MAX, "layers": LAYERS_MAX}
 
 
-def _whole(field: str, text: str) -> int:
-    """A whole number >= 1 within its column's bound (``field`` may carry the file and line before the column)."""
-    return parse_whole(field, text, minimum=1, maximum=_BOUNDS.get(field.rsplit("column ", 1)[-1], COUNT_MAX))
-
-
-def _mode(field: str, text: str) -> str:
-    """The recompute mode of a ``recompute`` cell, e.g. ``sequence_parallel+selective`` → selective."""
-    try:
-        return recompute_mode(text)
-    except ValueError as exc:
-        raise ValueError(f"{field}: {exc}") from None
+#: A whole-number cell within its column's bound.
+_whole = whole_cells(_BOUNDS)
+_mode = mode_cell
 
 
 def _sequence_parallel(table: Table, i: int) -> bool:

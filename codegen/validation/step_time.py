@@ -39,8 +39,8 @@ import numpy as np
 from ..configs import Layout, LayoutError, ModelConfig, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.step_time import StepTimePricer, time_family_comm
-from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, finite, parse_flag, parse_whole
-from .csvfile import DATA_DIR, Table, first_error, no_cyclic_gc, read_table, recompute_mode, rows_read
+from ..runtime.inputs import DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, finite, parse_flag
+from .csvfile import DATA_DIR, Table, first_error, no_cyclic_gc, mode_cell, read_table, rows_read, whole_cells
 
 __all__ = ["DEFAULT_DATA", "SYSTEMS", "REQUIRED", "step_time_rows", "summary_json", "run_step_time_validation"]
 
@@ -63,17 +63,9 @@ _BOUNDS = {"d": DEGREE_MAX, "t": DEGREE_MAX, "p": DEGREE_MAX, "pipeline_interlea
 _CONFIG = tuple(name for name in REQUIRED if name != "measured_iteration_s")
 
 
-def _whole(field: str, text: str) -> int:
-    """A whole number >= 1 within its column's bound (``field`` may carry the file and line before the column)."""
-    return parse_whole(field, text, minimum=1, maximum=_BOUNDS.get(field.rsplit("column ", 1)[-1], COUNT_MAX))
-
-
-def _mode(field: str, text: str) -> str:
-    """``recompute_mode``: ``full…`` → full, ``selective…`` → selective, ``none`` (or empty) → none."""
-    try:
-        return recompute_mode(text)
-    except ValueError as exc:
-        raise ValueError(f"{field}: {exc}") from None
+#: A whole-number cell within its column's bound.
+_whole = whole_cells(_BOUNDS)
+_mode = mode_cell
 
 
 def _system(text: str) -> str:
