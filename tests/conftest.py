@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from pathlib import Path
 
@@ -89,3 +91,18 @@ def formula_functions(formulas) -> dict:
     return out
 
 
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A CSV table's header and rows (each a dict of its cells' texts)."""
+    with Path(path).open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or ()), list(reader)
+
+
+def write_csv(path: Path, header: list[str], rows: list[dict[str, str]]) -> Path:
+    """*rows* under *header* written to *path* as a CSV table (``\n`` line ends); returns *path*."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, header, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(out.getvalue(), encoding="utf-8")
+    return path

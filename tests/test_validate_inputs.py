@@ -24,30 +24,20 @@ from codegen.cli import main
 from codegen.runtime.inputs import InputError, parse_flag, parse_real, parse_reals
 from codegen.validation import collectives, memory, step_time
 from codegen.validation.csvfile import DATA_DIR, read_table, recompute_mode
+from conftest import read_csv, write_csv
 
 SHIPPED = {"collectives": DATA_DIR / "nccl_single_node.csv", "memory": DATA_DIR / "megatron_memory_figure1.csv",
            "step-time": DATA_DIR / "megatron_iteration_times.csv"}
 
 
 def _rows(kind: str) -> tuple[list[str], list[dict[str, str]]]:
-    with SHIPPED[kind].open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        return list(reader.fieldnames or ()), list(reader)
-
-
-def _write(path: Path, header: list[str], rows: list[dict[str, str]]) -> Path:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, header, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    path.write_text(out.getvalue(), encoding="utf-8")
-    return path
+    return read_csv(SHIPPED[kind])
 
 
 def _one_row_changed(tmp_path: Path, kind: str, changes: dict[str, str]) -> Path:
     """The shipped table's first row, then the same row with *changes* (so the bad row is on line 3)."""
     header, rows = _rows(kind)
-    return _write(tmp_path / f"{kind}.csv", header, [rows[0], dict(rows[0], **changes)])
+    return write_csv(tmp_path / f"{kind}.csv", header, [rows[0], dict(rows[0], **changes)])
 
 
 def _error(capsys, argv: list[str]) -> str:
@@ -97,7 +87,7 @@ MEMORY_RULES = [
 def test_validate_memory_bad_rows(capsys, tmp_path, changes, fragment):
     header, rows = _rows("memory")
     extra = [c for c in ("m", "vocab", "ffn", "d", "sequence_parallel", "global_batch") if c not in header]
-    path = _write(tmp_path / "data.csv", header + extra, [rows[0], dict(rows[0], **changes)])
+    path = write_csv(tmp_path / "data.csv", header + extra, [rows[0], dict(rows[0], **changes)])
     line = _error(capsys, ["validate", "memory", "--data", str(path)])
     assert f"{path} line 3" in line and fragment in line, line
 
@@ -161,11 +151,11 @@ def test_validate_collectives_bad_rows(capsys, tmp_path, changes, fragment):
 
 def test_the_first_bad_line_is_reported_whatever_its_column(capsys, tmp_path):
     header, rows = _rows("memory")
-    path = _write(tmp_path / "data.csv", header, [rows[0], dict(rows[0], activations_GiB_per_gpu="-1"),
+    path = write_csv(tmp_path / "data.csv", header, [rows[0], dict(rows[0], activations_GiB_per_gpu="-1"),
                                                   dict(rows[0], model="x", t="3")])
     assert f"{path} line 3, column activations_GiB_per_gpu" in _error(capsys, ["validate", "memory", "--data",
                                                                                 str(path)])
-    path = _write(tmp_path / "data.csv", header, [rows[0], dict(rows[0], model="x", t="3"),
+    path = write_csv(tmp_path / "data.csv", header, [rows[0], dict(rows[0], model="x", t="3"),
                                                   dict(rows[0], activations_GiB_per_gpu="-1")])
     assert f"{path} line 3: t must divide" in _error(capsys, ["validate", "memory", "--data", str(path)])
 
@@ -187,8 +177,8 @@ def test_rows_with_more_or_fewer_cells_than_the_header(capsys, tmp_path):
 def test_repeated_rows_give_the_single_rows_figures(capsys, tmp_path):
     for kind in ("memory", "step-time"):
         header, rows = _rows(kind)
-        one = _write(tmp_path / f"one-{kind}.csv", header, rows[-1:])
-        many = _write(tmp_path / f"many-{kind}.csv", header, rows[-1:] * 40)
+        one = write_csv(tmp_path / f"one-{kind}.csv", header, rows[-1:])
+        many = write_csv(tmp_path / f"many-{kind}.csv", header, rows[-1:] * 40)
         outputs = []
         for path, n in ((one, 1), (many, 40)):
             assert main(["validate", kind, "--data", str(path)]) == 0
@@ -199,8 +189,8 @@ def test_repeated_rows_give_the_single_rows_figures(capsys, tmp_path):
         assert len(many_json) == 40 and all(r == one_json[0] for r in many_json)
         assert many_out[2:-1] == one_out[2:3] * 40
     header, rows = _rows("collectives")
-    one = _write(tmp_path / "one.csv", header, rows[:300])
-    many = _write(tmp_path / "many.csv", header, rows[:300] * 3)
+    one = write_csv(tmp_path / "one.csv", header, rows[:300])
+    many = write_csv(tmp_path / "many.csv", header, rows[:300] * 3)
     a, b = collectives.load_measurements(one), collectives.load_measurements(many)
     assert (a.rows_read, b.rows_read) == (300, 900)
     for x, y in zip(collectives.curves(a), collectives.curves(b)):
@@ -314,7 +304,7 @@ def test_random_malformed_cells(capsys, tmp_path, kind, column, cell, row):
     rows = [dict(r) for r in rows[:3]]
     name = header[column % len(header)]
     rows[row][name] = cell
-    path = _write(tmp_path / f"{kind}.csv", header, rows)
+    path = write_csv(tmp_path / f"{kind}.csv", header, rows)
     _check_run(capsys, kind, path)
 
 

@@ -8,8 +8,6 @@ its reason.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from pathlib import Path
@@ -23,28 +21,14 @@ from codegen.pricing.chunks import Chunk, Setting
 from codegen.pricing.step_time import StepTimePricer, time_family_comm
 from codegen.validation.csvfile import DATA_DIR
 from codegen.validation.step_rows import regret, spearman
+from conftest import read_csv, write_csv
 
 NEMO = DATA_DIR / "nemo_step_times.csv"
 SWEEPS = DATA_DIR / "layout_sweeps.csv"
 
 
-def _table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        return list(reader.fieldnames or ()), list(reader)
-
-
-def _write(path: Path, header: list[str], rows: list[dict[str, str]]) -> Path:
-    out = io.StringIO()
-    writer = csv.DictWriter(out, header, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    path.write_text(out.getvalue(), encoding="utf-8")
-    return path
-
-
 def _row(model_family: str, system: str, precision: str) -> dict[str, str]:
-    header, rows = _table(NEMO)
+    header, rows = read_csv(NEMO)
     return next(r for r in rows if (r["model_family"], r["system"], r["precision"]) == (model_family, system,
                                                                                         precision))
 
@@ -82,12 +66,12 @@ def test_a_row_is_priced_as_the_pricer_prices_its_model_and_layout(capsys, tmp_p
     defaults: no recompute, FlashAttention, no sequence parallelism at tp 1, the distributed optimizer (ZeRO 1).
     GPT-3 175B on DGX B200 (FP8, tp 4, pp 4, vp 6, sequence parallel; fsdp set to 1: ZeRO 3): GeLU MLP, biases,
     LayerNorm, tied, 50,257."""
-    header, _ = _table(NEMO)
+    header, _ = read_csv(NEMO)
     llama, gpt = _row("Llama-3-8B", "dgx_h100", "FP8"), _row("GPT-3-175B", "dgx_b200", "FP8")
     assert (llama["tp"], llama["pp"], llama["cp"], llama["dp"], llama["vocab"]) == ("1", "1", "2", "4", "")
     assert (gpt["tp"], gpt["pp"], gpt["vp"], gpt["fsdp"], gpt["dp"]) == ("4", "4", "6", "", "32")
     gpt = dict(gpt, fsdp="1")  # FSDP over the whole data-parallel group
-    got, _ = _run(capsys, _write(tmp_path / "two.csv", header, [llama, gpt]))
+    got, _ = _run(capsys, write_csv(tmp_path / "two.csv", header, [llama, gpt]))
     model = ModelConfig(name="llama", source="", s=8192, h=4096, a=32, n_kv=8, dh=128.0, hff=14336, v=128256,
                         n_lay=32, layout=Layout(d=4, t=1, p=1, cp=2, m=32, b=1), hff_exp=14336)
     want = _direct(model, "dgx_h100", "fp8", "none", 1)
@@ -123,7 +107,7 @@ def test_spearman_and_regret_by_hand():
 def test_a_sweep_reports_its_rank_correlation_and_regret(capsys, tmp_path):
     """Four layouts of LLaMA 13B on 64 A100 (one sweep) with measured times set by hand: the reported figures are
     those of the predicted times the command prints, worked out without ties by 1 − 6Σd²/(n(n²−1))."""
-    header, rows = _table(SWEEPS)
+    header, rows = read_csv(SWEEPS)
     chosen = [r for r in rows if r["sweep"] == "Llama 13B 64 GPUs" and r["flash_attention"] == "true"]
     picked, seen = [], set()
     for r in chosen:  # four distinct layouts
@@ -133,7 +117,7 @@ def test_a_sweep_reports_its_rank_correlation_and_regret(capsys, tmp_path):
             picked.append(dict(r, measured_step_s=str(30 + 5 * len(picked))))
         if len(picked) == 4:
             break
-    got, out = _run(capsys, _write(tmp_path / "sweep.csv", header, picked))
+    got, out = _run(capsys, write_csv(tmp_path / "sweep.csv", header, picked))
     predicted = np.array([r["predicted_s"] for r in got["rows"]])
     measured = np.array([30.0, 35.0, 40.0, 45.0])
     assert len(set(predicted.tolist())) == 4
@@ -157,10 +141,10 @@ def test_a_sweep_reports_its_rank_correlation_and_regret(capsys, tmp_path):
     ("measured_step_s", "nan", "expected a number, got 'nan'"),
 ])
 def test_an_unknown_value_is_one_line_naming_file_line_and_column(capsys, tmp_path, column, value, fragment):
-    header, _ = _table(SWEEPS)
+    header, _ = read_csv(SWEEPS)
     row = _row("Llama-3-8B", "dgx_h100", "FP8")
     bad = dict(row, **{column: value})
-    path = _write(tmp_path / "bad.csv", header, [{k: row.get(k, "") for k in header},
+    path = write_csv(tmp_path / "bad.csv", header, [{k: row.get(k, "") for k in header},
                                                  {k: bad.get(k, "") for k in header}])
     line = _error(capsys, path)
     assert f"{path} line 3, column {column}: " in line and fragment in line, line
@@ -169,11 +153,11 @@ def test_an_unknown_value_is_one_line_naming_file_line_and_column(capsys, tmp_pa
 def test_a_row_that_cannot_be_priced_keeps_its_place_with_its_reason(capsys, tmp_path):
     """DeepSeek-V3 (MLA), FP8 on an A100 (no FP8 units), TP 3 of 32 heads (a layout rule): null error, a reason;
     the priced row's figures are still reported."""
-    header, _ = _table(NEMO)
+    header, _ = read_csv(NEMO)
     llama = _row("Llama-3-8B", "dgx_h100", "FP8")
     rows = [_row("DeepSeek-V3", "dgx_b200", "MXFP8"), dict(llama, system="dgx_a100"),
             dict(llama, tp="3", dp="", gpus="6", cp="2"), llama]
-    got, out = _run(capsys, _write(tmp_path / "mixed.csv", header, rows))
+    got, out = _run(capsys, write_csv(tmp_path / "mixed.csv", header, rows))
     reasons = [r.get("reason", "") for r in got["rows"]]
     assert [r["rel_err"] is None for r in got["rows"]] == [True, True, True, False]
     assert "MLA" in reasons[0]
