@@ -145,6 +145,17 @@ _TP_FORWARD_CALLS = 2 * m
 _RING_FORWARD_CALLS = (cp - 1) * m
 _ULYSSES_FORWARD_CALLS = 2 * m
 _EP_FORWARD_CALLS = 2 * m
+#: The expert tensor-parallel group's calls per MoE layer and micro-batch: Megatron-Core's all-to-all token
+#: dispatcher all-gathers the tokens an EP rank received over the expert-TP ranks (whose experts' weights are
+#: split) before the experts, and reduce-scatters their output after them; the backward pass runs each as the
+#: other. One of each kind forward, one backward; S is the gathered tokens, t_exp times a rank's routed ones.
+_ETP_ON = _on(t_exp)
+_ETP_CALLS = 2 * m
+_ETP_FORWARD_CALLS = m
+_ETP_MSG = t_exp * _VOLUMES["ep_all_to_all_msg_bytes"]
+_ETP_SOURCE = ("Megatron-Core MoE (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher: "
+               "gather_from_sequence_parallel_region over the expert tensor-parallel group after the EP all-to-all, "
+               "reduce_scatter_to_sequence_parallel_region before the combine)")
 #: The switches that say whether an item's collective runs at all, shared by its calls and its forward calls.
 _TP_SP = _on(t) * _sp_on
 _TP_NO_SP = _on(t) * (1 - _sp_on)
@@ -178,6 +189,14 @@ _ITEMS: tuple[tuple, ...] = (
      _VOLUMES["ep_all_to_all_msg_bytes"], ep,
      "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",
      "Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher"),
+    ("ep", "expert_tp_all_gather", "all_gather", "etp", "moe_layer", _ETP_CALLS * _ETP_ON,
+     _ETP_FORWARD_CALLS * _ETP_ON, _ETP_MSG, t_exp,
+     "expert tensor-parallel all-gathers of the tokens an EP rank received, before its experts (forward), and of "
+     "the output's gradients (backward), per MoE layer", _ETP_SOURCE),
+    ("ep", "expert_tp_reduce_scatter", "reduce_scatter", "etp", "moe_layer", _ETP_CALLS * _ETP_ON,
+     _ETP_FORWARD_CALLS * _ETP_ON, _ETP_MSG, t_exp,
+     "expert tensor-parallel reduce-scatters of the experts' partial outputs after them (forward), and of the "
+     "input's gradients (backward), per MoE layer", _ETP_SOURCE),
     ("dp", "all_reduce", "all_reduce", "dp", "stage", _on(_DP_GROUP) * _DP_CALLS["all_reduce"], _NONE,
      _VOLUMES["dp_all_reduce_msg_bytes"], _DP_GROUP,
      "the stage's DP gradient all-reduce when nothing is sharded (one per step)",

@@ -148,12 +148,15 @@ def test_forward_shares_are_the_calls_of_megatrons_forward_pass(cp, m):
     # Sec. 3); the MoE token dispatch and combine, 2 all-to-alls; ring attention's cp - 1 key/value passes; Ulysses'
     # all-to-alls of Q, K, V and the attention output, 4. The pricer's share of each dimension's calls (derived from
     # the items' declarations) times the generated calls must give those counts; DP and PP run none in a layer.
+    # With expert tensor parallelism (t_exp > 1) Megatron-Core's all-to-all dispatcher adds an all-gather of the
+    # dispatched tokens and a reduce-scatter of the experts' output over the expert-TP group, one each forward.
     from codegen.pricing.engine import term_arguments, term_function
     from codegen.pricing.step_time import forward_shares
 
     def calls(dim: str, **values: float) -> Fraction:
         """The generated calls per layer of *dim*'s items, summed (whole numbers, so exact as a fraction)."""
-        values = {"m": float(m), "t": 4.0, "sp": 4.0, "cp": float(cp), "ep": 8.0, "cp_ulysses": 0.0, **values}
+        values = {"m": float(m), "t": 4.0, "sp": 4.0, "cp": float(cp), "ep": 8.0, "t_exp": 1.0, "cp_ulysses": 0.0,
+                  **values}
         names = [f"{d}_{c}_stage_calls_count" for d, c, _, _ in ITEMS if d == dim]
         return sum(Fraction(float(term_function(n)(**{a: values[a] for a in term_arguments(n)}))) for n in names)
 
@@ -162,6 +165,8 @@ def test_forward_shares_are_the_calls_of_megatrons_forward_pass(cp, m):
     assert ring["tp"] * calls("tp") == (2 + 2) * m and calls("tp") == (4 + 4) * m
     assert ring["tp"] * calls("tp", sp=1.0) == 2 * m and calls("tp", sp=1.0) == 4 * m
     assert ring["ep"] * calls("ep") == 2 * m and calls("ep") == 4 * m
+    assert ring["ep"] * calls("ep", t_exp=4.0) == (2 + 2) * m and calls("ep", t_exp=4.0) == (4 + 4) * m
+    assert calls("ep", ep=1.0, t_exp=4.0) == 4 * m  # (no EP all-to-all with one EP rank; the expert-TP ones stay)
     assert ring["cp"] * calls("cp") == (cp - 1) * m and calls("cp") == 3 * (cp - 1) * m
     assert ulysses["cp"] * calls("cp", cp_ulysses=1.0) == 4 * m and calls("cp", cp_ulysses=1.0) == 8 * m
     assert ring["dp"] == ring["pp"] == ulysses["dp"] == ulysses["pp"] == 0
@@ -553,3 +558,29 @@ def test_placement_fields_are_what_the_groups_read():
     declared = TimePricer.placement_fields()
     assert set(declared) == set(groups)
     assert set().union(*declared.values()) == recorder.read
+
+
+def test_expert_tensor_parallelism_is_priced():
+    """An expert-TP group (etp > 1) all-gathers the tokens an EP rank received and reduce-scatters the experts'
+    output (Megatron-Core's all-to-all dispatcher): S is etp times the rank's routed tokens (the EP all-to-all's
+    S), so a layout with ep = 1, etp = 8 no longer communicates nothing for its experts."""
+    from codegen.configs import load_model
+    from codegen.pricing.engine import term_arguments, term_function
+
+    values = {"cap_fact": 1.0, "n_chosen_exp": 8.0, "s": 4096.0, "cp": 2.0, "b": 1.0, "h": 7168.0,
+              "bytes_compute": 2.0, "t": 4.0, "t_exp": 8.0, "m": 3.0, "ep": 1.0, "n_moe_layers_stage": 1.0}
+
+    def form(name):
+        return float(term_function(name)(**{a: values[a] for a in term_arguments(name)}))
+
+    a2a = 8.0 * 4096 / 2 * 1 * 7168 * 2 / 4  # top-k · s/cp · b · h · bytes / t: the rank's routed tokens
+    assert form("ep_all_to_all_stage_msg_bytes") == a2a
+    for coll in ("all_gather", "reduce_scatter"):
+        assert form(f"ep_expert_tp_{coll}_stage_msg_bytes") == 8 * a2a
+        assert form(f"ep_expert_tp_{coll}_stage_calls_count") == 2 * 3  # one forward, one backward per micro-batch
+    assert form("ep_all_to_all_stage_calls_count") == 0  # (one EP rank: no all-to-all)
+    pricer = TimePricer(load_model("deepseek-v3"), system="dgx_h100")
+    keys = dict(d=np.array([16]), t=np.array([1]), p=np.array([16]), cp=np.array([1]), ep=np.array([1]),
+                m=np.array([64]), b=np.array([1]))
+    assert pricer(**keys, etp=np.array([1])).by_dimension["ep"][0] == 0
+    assert pricer(**keys, etp=np.array([8])).by_dimension["ep"][0] > 0

@@ -83,7 +83,8 @@ PLACEMENT_GRIDS: dict[str, dict[str, tuple[tuple[str, ...], tuple[str, ...]] | N
 #: those dimensions' degrees (2: the pair of neighbouring stages a pipeline send joins).
 PLACEMENT_GROUPS: dict[str, tuple[str, tuple[str, ...], float | None]] = {
     "tp": ("dense", ("tp",), None), "cp": ("dense", ("cp",), None), "dp": ("dense", ("dp", "cp"), None),
-    "pp": ("dense", ("pp",), 2.0), "ep": ("expert", ("ep",), None), "edp": ("expert", ("dp",), None),
+    "pp": ("dense", ("pp",), 2.0), "ep": ("expert", ("ep",), None), "etp": ("expert", ("tp",), None),
+    "edp": ("expert", ("dp",), None),
 }
 #: The key columns that decide a group's placement: per dimension of the group, its size and its stride.
 _PLACEMENT_KEYS = (("size", "stride"), ("size2", "stride2"))
