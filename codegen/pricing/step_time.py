@@ -4,9 +4,10 @@ The closed forms are ``symbolic.compute``'s, compiled into ``generated.compute``
 ``compute_<variant>_stage_flop`` (FLOPs one rank of a stage computes per step),
 ``compute_<variant>_stage_hbm_bytes`` (HBM bytes of its memory-bound work),
 ``compute_<variant>_stage_vector_flop`` (FLOPs of its element-wise work on the vector unit),
-``compute_stage_time_s`` (FLOPs over the GPU's peak × its generation's GEMM efficiency plus bytes over the
-peak HBM bandwidth × its HBM efficiency plus vector FLOPs over the vector unit's peak × its vector
-efficiency, all from the hardware catalog's ``[gpu]``), ``compute_pipeline_bubble``
+``compute_<variant>_stage_lowp_flop`` (the FLOPs of its GEMMs in the run's low precision, FP8 and the like),
+``compute_stage_time_s`` (FLOPs over the GPU's peak × its generation's GEMM efficiency, the low-precision ones
+over that precision's, plus bytes over the peak HBM bandwidth × its HBM efficiency plus vector FLOPs over the
+vector unit's peak × its vector efficiency, all from the hardware catalog's ``[gpu]``), ``compute_pipeline_bubble``
 (``(p − 1)/(vp·m)``) and ``compute_step_time_s``. This module only counts a stage's layers (the even
 split of :func:`codegen.configs.chunk_layer_counts`, or the model's own offset for its own
 pipeline) and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the
@@ -23,10 +24,13 @@ the communication part is 0 and is reported as such.
 Public API::
 
     NoComputeFactsError
-    StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0)
-    pricer.price(values, recompute, chunk=None, zero=None) -> dict[str, ndarray]   # PARTS
+    StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0, precision="bf16")
+    pricer.price(values, recompute, chunk=None, zero=None, *, validated=False) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
+    (price, compute, stage_flops and step_time check their arguments unless validated=True: a search's own calls)
+    compute_family(system, ...), step_time_family(system, comm=None, ...) -> FamilySpec;  compute_terms(model)
+    exposed_time_comm(model, system) -> exposed seconds of a batch (the step-time spec's comm)
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute, cp_algo=None) -> exposed seconds
