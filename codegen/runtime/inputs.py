@@ -397,6 +397,17 @@ def check_inputs(values: Mapping[str, object]) -> dict[str, np.ndarray]:
 _ASCII_REAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
+def _ascii_float(field: str, text: object, error: type[ValueError]) -> float:
+    """*text* as a float where it is a number in ASCII decimal notation (:data:`_ASCII_REAL`); its bounds are the
+    caller's."""
+    if not isinstance(text, str):
+        raise error(f"{field}: expected a number as text, got {_show(text)}")
+    stripped = text.strip()
+    if not stripped.isascii() or not _ASCII_REAL.fullmatch(stripped):
+        raise error(f"{field}: expected a number, got {_show(text)} (ASCII decimal notation, e.g. 1.5 or 2e-3)")
+    return float(stripped)
+
+
 def parse_real(field: str, text: str, *, maximum: float = VALUE_MAX, error: type[ValueError] = InputError) -> float:
     """A finite number > 0 and at most *maximum* from *text*: ASCII decimal notation only (``1.5``, ``2e-3``).
 
@@ -405,12 +416,7 @@ def parse_real(field: str, text: str, *, maximum: float = VALUE_MAX, error: type
     Raises:
         error: naming *field* and the text.
     """
-    if not isinstance(text, str):
-        raise error(f"{field}: expected a number as text, got {_show(text)}")
-    stripped = text.strip()
-    if not stripped.isascii() or not _ASCII_REAL.fullmatch(stripped):
-        raise error(f"{field}: expected a number, got {_show(text)} (ASCII decimal notation, e.g. 1.5 or 2e-3)")
-    value = float(stripped)
+    value = _ascii_float(field, text, error)
     if not math.isfinite(value) or value > maximum:
         raise error(f"{field}: must be at most {_bound_text(maximum)}; got {_show(text)}")
     if value <= 0:
@@ -545,9 +551,6 @@ def system(field: str, value: object, *, error: type[ValueError] = InputError) -
     return hardware.load(value)
 
 
-_ASCII_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
 def parse_number(field: str, text: str, *, minimum: float = 0.0, maximum: float | None = None,
                  error: type[ValueError] = InputError) -> float:
     """A finite real number from *text*: ASCII decimal notation (``6.5``, ``1e3``), nothing else.
@@ -559,12 +562,7 @@ def parse_number(field: str, text: str, *, minimum: float = 0.0, maximum: float 
         error: naming *field* and the text: not a number in ASCII digits, not finite, below *minimum*
             or above *maximum*.
     """
-    if not isinstance(text, str):
-        raise error(f"{field}: expected a number as text, got {_show(text)}")
-    stripped = text.strip()
-    if not stripped.isascii() or not _ASCII_NUMBER.fullmatch(stripped):
-        raise error(f"{field}: expected a number, got {_show(text)} (ASCII digits 0-9, '.', an exponent e±N)")
-    value = float(stripped)
+    value = _ascii_float(field, text, error)
     if not math.isfinite(value):
         raise error(f"{field}: must be a finite number, got {_show(text)}")
     if value < minimum:
