@@ -7,7 +7,6 @@ for one layout, with each stage's memory per rank (``codegen.pricing.memory.stag
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     """
     if layout.s is not None and layout.s != model.layout.s:
         # (the pricers read the run's sequence length from the model's layout: s=N of --layout is set there)
-        model = dataclasses.replace(model, layout=dataclasses.replace(model.layout, s=layout.s))
+        model = model.with_sequence_length(layout.s)
     comm = time_family_comm(model, system)
     try:
         pricer = StepTimePricer(model, system=system, comm=comm, precision=precision)

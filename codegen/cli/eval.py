@@ -176,7 +176,7 @@ def run_model(args: argparse.Namespace) -> ModelConfig:
     seq = parse_whole("--seq-len", args.seq_len, minimum=1, maximum=COUNT_MAX)
     if any(part.strip().startswith("s=") for part in (args.layout or "").split(",")):
         raise ValueError(f"--seq-len {args.seq_len}: --layout states s= already: give the sequence length once")
-    return dataclasses.replace(model, layout=dataclasses.replace(model.layout, s=seq))
+    return model.with_sequence_length(seq)
 
 
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import io
 import json
 import sys
@@ -240,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seq_len is not None:
         # (the layout's s overrides the model file's for every family, as eval's --layout s=N does)
         seq = parse_whole("--seq-len", args.seq_len, minimum=1, maximum=COUNT_MAX)
-        model = dataclasses.replace(model, layout=dataclasses.replace(model.layout, s=seq))
+        model = model.with_sequence_length(seq)
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,

@@ -6,7 +6,7 @@ The type alone: :mod:`codegen.configs.models` reads it from HyperParallel's YAML
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ._layout import Layout
 
@@ -92,6 +92,11 @@ class ModelConfig:
     bytes_p: float = 2.0
     bytes_grad: float = 4.0
     bytes_norm: float = 4.0
+
+    def with_sequence_length(self, s: int) -> "ModelConfig":
+        """This model run at sequence length *s* (a whole number the caller has checked): its layout's ``s``, which
+        every family reads over the model file's, as ``s=N`` in a layout does."""
+        return replace(self, layout=replace(self.layout, s=s))
 
     @property
     def is_moe(self) -> bool:

@@ -60,6 +60,7 @@ from ..runtime import inputs
 from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
 from .families import FamilySpec
+from .memory import zero_level_of
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
            "exposed_time_comm", "exposed_comm", "forward_shares", "stage_layer_counts",
@@ -315,7 +316,7 @@ def compute_family(system: System | str, *, flash_attention: float = 1.0, dropou
              "lowp_peak_flops_per_s": lowp, "lowp_efficiency": lowp_efficiency}
 
     def settings(_model: ModelConfig, batch: LayoutBatch) -> dict[str, float]:
-        level = _zero_level(batch) if zero is None else zero
+        level = zero_level_of(batch) if zero is None else zero
         return {**facts, "flash_attention": float(flash_attention), "dropout": float(dropout),
                 "zero_level": float(level)}
 
@@ -351,14 +352,6 @@ def exposed_time_comm(model: ModelConfig, system: str) -> Callable[[LayoutBatch]
         return exposed_comm(parts, batch.recompute.mode, batch.cp_algo)
 
     return comm
-
-
-def _zero_level(batch: LayoutBatch) -> int:
-    """The ZeRO level of a batch's run settings: 3 with FSDP, 2 with optimizer and gradient sharding, 1 with the
-    optimizer's alone, else 0 (as ``codegen.pricing.memory.zero_level_of``)."""
-    from .memory import zero_level_of
-
-    return zero_level_of(batch)
 
 
 class StepTimePricer:
