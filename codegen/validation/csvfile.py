@@ -24,7 +24,7 @@ from symbolic.vocabulary import RECOMPUTE_MODES
 
 from ..runtime.inputs import COUNT_MAX, parse_real, parse_reals, parse_whole
 
-__all__ = ["DATA_DIR", "RECOMPUTE_WORDS", "Table", "first_error", "mode_cell", "no_cyclic_gc", "read_table",
+__all__ = ["DATA_DIR", "Table", "first_error", "mode_cell", "no_cyclic_gc", "read_table",
            "recompute_mode", "rows_read", "whole_cells"]
 
 #: The measurement tables shipped with the package (package data; provenance in ``data/README.md``),
@@ -197,11 +197,6 @@ def first_error(*steps: Callable[[], Any]) -> tuple[list[Any], ValueError | None
     return results, min(errors, key=lambda exc: getattr(exc, "row", -1)) if errors else None
 
 
-#: The recompute modes a ``recompute`` cell may name (``symbolic.vocabulary``'s; a layout's plan may also list
-#: layers per stage, which no table states).
-RECOMPUTE_WORDS = RECOMPUTE_MODES
-
-
 def recompute_mode(text: str) -> str:
     """The recompute mode a measurement table's cell names, e.g. ``full_recompute_no_seqpar`` → full,
     ``sequence_parallel+selective`` → selective, ``none`` or an empty cell → none.
@@ -210,12 +205,12 @@ def recompute_mode(text: str) -> str:
         ValueError: the cell names no mode, or more than one.
     """
     words = set(re.split(r"[^a-z]+", text.strip().lower()))
-    named = [mode for mode in RECOMPUTE_WORDS if mode in words]
+    named = [mode for mode in RECOMPUTE_MODES if mode in words]
     if len(named) == 1:
         return named[0]
     if not named and not text.strip():
         return "none"
-    raise ValueError(f"cannot read {text!r} as a recompute mode; expected one of {', '.join(RECOMPUTE_WORDS)} "
+    raise ValueError(f"cannot read {text!r} as a recompute mode; expected one of {', '.join(RECOMPUTE_MODES)} "
                      f"(words joined by _ or +, e.g. full_recompute or sequence_parallel+selective)")
 
 
