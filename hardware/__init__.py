@@ -14,6 +14,9 @@ Public API::
     load_file(path) -> System           # any file in the same layout
     time_bindings(system) -> dict       # NCCL constants + the system, for symbolic.collective_time
     TIME_SYMBOLS                        # the names time_bindings gives (a frozenset)
+    transport(system) -> Transport      # what NCCL runs over its network (plugin latency, algorithms, protocols)
+    network_latency(system) -> float    # the latency NCCL's network plugin reports for it, seconds
+    with_network(system, **network) -> System  # the same nodes on another scale-out network
     System, Level, Gpu, UnusedHelperLevel  # frozen dataclasses
     HardwareSpecError                   # a ValueError naming file, key path and value
 
@@ -28,12 +31,21 @@ from ._load import load as load
 from ._load import load_file as load_file
 from ._load import names as names
 from ._nccl import TIME_SYMBOLS as TIME_SYMBOLS
+from ._nccl import ALGORITHMS as ALGORITHMS
+from ._nccl import PROTOCOLS as PROTOCOLS
+from ._nccl import Transport as Transport
+from ._nccl import network_latency as network_latency
 from ._nccl import time_bindings as time_bindings
+from ._nccl import transport as transport
 from ._system import Gpu as Gpu
 from ._system import HardwareSpecError as HardwareSpecError
 from ._system import Level as Level
 from ._system import System as System
+from ._system import NETWORK_KEYS as NETWORK_KEYS
+from ._system import TRANSPORTS as TRANSPORTS
 from ._system import UnusedHelperLevel as UnusedHelperLevel
+from ._system import with_network as with_network
 
-__all__ = ["CATALOG_DIR", "CATALOG_ENV", "Gpu", "HardwareSpecError", "Level", "System", "TIME_SYMBOLS", "UnusedHelperLevel",
-           "add_catalog", "catalog_dirs", "load", "load_file", "names", "time_bindings"]
+__all__ = ["ALGORITHMS", "PROTOCOLS", "Transport", "network_latency", "transport", "CATALOG_DIR", "CATALOG_ENV", "Gpu", "HardwareSpecError", "Level", "NETWORK_KEYS", "System", "TIME_SYMBOLS",
+           "TRANSPORTS", "UnusedHelperLevel", "add_catalog", "catalog_dirs", "load", "load_file", "names",
+           "time_bindings", "with_network"]

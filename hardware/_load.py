@@ -15,6 +15,11 @@ File layout (every key below is checked; any other key is an error)::
     marketed_direction = "bidirectional"    # … and how it counts directions (checked against the peak)
     nics_per_unit = 8                       # optional, scale-out NICs per unit of the level below
     nvls = true                             # optional, the level's switches do NVLink SHARP
+    transport = "ib"                        # optional, network level: ib, roce, efa, tcp (default ib)
+    nic_bandwidth_bytes_per_s = 50e9        # optional, one NIC's peak (default: per device x devices / NICs)
+    nccl_net_latency_s = 75e-6              # optional, what NCCL's network plugin reports (default: transport's)
+    rail_optimized = true                   # optional (default true); shown, not yet priced
+    sharp = false                           # optional (default false); shown, not yet priced
     aliases = ["h100_sxm"]                  # optional, other names the system answers to
     original_stage_cost_scale = 0.5         # optional (default 1), the original's A3 halving
     [gpu]                                   # optional: model, generation, compute_capability,
@@ -29,6 +34,18 @@ File layout (every key below is checked; any other key is an error)::
     efficiency = 0.7
     latency_s = 1e-5
 
+A cluster is a node times a network: a file with ``base`` (another catalog system of two levels) and a
+``[network]`` table instead of ``levels`` and ``gpu``::
+
+    description = "…"
+    base = "dgx_h100"                       # the node: GPU, NVLink domain
+    [network]                               # its scale-out network (keys of ``with_network``)
+    transport = "efa"
+    nics_per_node = 32
+    nic_gbps = 100                          # or nic_bandwidth_bytes_per_s = 12.5e9
+    nccl_net_latency_s = 75e-6              # optional, as above; also name, fabric, efficiency,
+                                            # rail_optimized, sharp
+
 Nothing is read at import time; ``names()`` and ``load()`` look at the catalog
 folders when they are called: the bundled one and a user's (``add_catalog``, ``symcost --catalog DIR``, the
 environment variable ``SYMCOST_CATALOG``).
@@ -42,7 +59,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ._system import Gpu, HardwareSpecError, Level, System, UnusedHelperLevel
+from ._system import NETWORK_KEYS, Gpu, HardwareSpecError, Level, System, UnusedHelperLevel, with_network
 
 __all__ = ["CATALOG_DIR", "CATALOG_ENV", "add_catalog", "catalog_dirs", "load", "load_file", "names"]
 
@@ -57,7 +74,8 @@ _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 # A level has exactly one of "devices" and "unbounded"; both are listed as optional
 # here and the rule is checked on its own so that the message can say so.
 _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", "marketed_bandwidth_bytes_per_s",
-                   "marketed_direction", "nics_per_unit", "nvls")
+                   "marketed_direction", "nics_per_unit", "nvls", "transport", "nic_bandwidth_bytes_per_s",
+                   "nccl_net_latency_s", "rail_optimized", "sharp")
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
 _GPU_OPTIONAL = ("peak_flops_fp8_per_s", "peak_flops_fp4_per_s", "compute_efficiency",
                  "compute_efficiency_fp8", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
@@ -118,6 +136,11 @@ def _level(table: object, where: str) -> Level:
         marketed_direction=table.get("marketed_direction"),
         nics_per_unit=table.get("nics_per_unit"),
         nvls=table.get("nvls", False),
+        transport=table.get("transport"),
+        nic_bandwidth_bytes_per_s=table.get("nic_bandwidth_bytes_per_s"),
+        nccl_net_latency_s=table.get("nccl_net_latency_s"),
+        rail_optimized=table.get("rail_optimized", True),
+        sharp=table.get("sharp", False),
     )
 
 
@@ -126,9 +149,51 @@ def _helper(table: object, where: str) -> UnusedHelperLevel:
     return _relabel(where, UnusedHelperLevel, **table)
 
 
+#: A cluster file: a catalog node (``base``) on the network its ``[network]`` table describes.
+_CLUSTER_REQUIRED = ("description", "base", "network")
+_CLUSTER_OPTIONAL = ("aliases",)
+_NETWORK_GBPS = "nic_gbps"
+
+
+def _cluster(name: str, data: dict[str, Any]) -> System:
+    """A system file that names a base node and describes its scale-out network (``with_network``)."""
+    data = _check_keys(data, "", _CLUSTER_REQUIRED, _CLUSTER_OPTIONAL)
+    base = data["base"]
+    if not isinstance(base, str) or base == name:
+        raise HardwareSpecError(f"base: the name of another catalog system, got {base!r}")
+    network = dict(_check_keys(data["network"], "network", (), (*NETWORK_KEYS, _NETWORK_GBPS)))
+    if _NETWORK_GBPS in network:
+        if "nic_bandwidth_bytes_per_s" in network:
+            raise HardwareSpecError(f"network.{_NETWORK_GBPS}: give it or nic_bandwidth_bytes_per_s, not both")
+        gbps = network.pop(_NETWORK_GBPS)
+        if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not gbps > 0 or gbps == float("inf"):
+            raise HardwareSpecError(f"network.{_NETWORK_GBPS}: must be a finite number > 0, got {gbps!r}")
+        network["nic_bandwidth_bytes_per_s"] = gbps * 1e9 / 8
+    try:
+        node = load(base)
+    except RecursionError:
+        raise HardwareSpecError(f"base: {base!r} leads back to itself through other files' base") from None
+    except HardwareSpecError as exc:
+        raise HardwareSpecError(f"base: {exc}") from None
+    if len(node.levels) != 2:
+        raise HardwareSpecError(f"base: {base!r} has {len(node.levels)} levels; a cluster file needs a node of two "
+                                "(the node and its network)")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list):
+        raise HardwareSpecError(f"aliases: must be an array of strings, got {aliases!r}")
+    try:
+        system = with_network(node, system_name=name, description=data["description"], **network)
+    except HardwareSpecError as exc:
+        raise HardwareSpecError(f"network.{exc}") from None
+    return System(name=system.name, description=system.description, levels=system.levels, aliases=tuple(aliases),
+                  gpu=system.gpu)
+
+
 def _system(name: str, data: dict[str, Any]) -> System:
     if not _NAME.fullmatch(name):
         raise HardwareSpecError(f"file name: the stem {name!r} is not a system name (letters, digits, _ . -)")
+    if isinstance(data, dict) and "base" in data:
+        return _cluster(name, data)
     data = _check_keys(data, "", _SYSTEM_REQUIRED, _SYSTEM_OPTIONAL)
     levels = tuple(_level(t, f"levels[{i}]") for i, t in enumerate(_array_of_tables(data["levels"], "levels")))
     helpers = tuple(_helper(t, f"unused_helper_levels[{i}]")

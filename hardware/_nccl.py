@@ -17,9 +17,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._system import GENERATIONS, HardwareSpecError, System, positive_real
+from ._system import GENERATIONS, TRANSPORTS, HardwareSpecError, System, positive_real
 
-__all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "nccl_tuning", "p2p_channels", "ring_graph", "time_bindings"]
+__all__ = ["ALGORITHMS", "NcclTuning", "PROTOCOLS", "RingGraph", "TIME_SYMBOLS", "Transport", "nccl_tuning",
+           "network_latency", "p2p_channels", "ring_graph", "time_bindings", "transport"]
 
 TUNING_FILE = Path(__file__).resolve().parent / "nccl_tuning.toml"
 
@@ -29,13 +30,22 @@ _LATENCY_KEYS = (
     "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_simple_s",
     "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s",
     "hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s",
-    "hop_net_tree_ll_s", "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s",
+    "hop_net_tree_ll_s", "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s", "hop_net_nvlstree_s",
 )
 _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s",
                         "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s",
-                        "intra_speeds_bytes_per_s")
+                        "intra_speeds_bytes_per_s", "tree_channel_max_bw_n2_bytes_per_s",
+                        "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
+                        "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
+                        "nvlstree_channel_max_bw_n4_bytes_per_s")
 _GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
 _P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes")
+_MULTINODE_KEYS = ("ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s")
+_TRANSPORT_REQUIRED = ("nccl_net_latency_s",)
+_TRANSPORT_OPTIONAL = ("algorithms", "protocols")
+#: NCCL_ALGO / NCCL_PROTO names the transports' tables (and a row's NCCL settings) may restrict to.
+ALGORITHMS = ("tree", "ring", "nvls", "nvlstree")
+PROTOCOLS = ("ll", "ll128", "simple")
 
 #: The names ``time_bindings`` binds: every hardware-side symbol of the collective time forms.
 TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
@@ -43,7 +53,11 @@ TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
     "nvlink_nccl_bw_bytes_per_s",
     "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s", "tree_channel_max_bw_bytes_per_s",
     "tree_ll128_channel_max_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s", "nvls", "nvls_efficiency",
-    "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node"})
+    "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node", "net_latency_s", "net_bw_efficiency",
+    "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "tree_channel_max_bw_n2_bytes_per_s",
+    "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
+    "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
+    "nvlstree_channel_max_bw_n4_bytes_per_s"})
 
 #: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
 RING_MAX_CHANNELS = 32
@@ -69,6 +83,39 @@ class NcclTuning:
     latency: dict[str, float]
     generations: dict[str, dict[str, object]]
     p2p: dict[str, float]
+    multinode: dict[str, float]
+    transports: dict[str, "Transport"]
+
+
+@dataclass(frozen=True)
+class Transport:
+    """What NCCL runs over one scale-out transport (``[transports.<name>]``).
+
+    Attributes:
+        nccl_net_latency_s: the latency its network plugin reports to NCCL (seconds, >= 0).
+        algorithms: the algorithms it runs (NCCL_ALGO names, lower case), all of :data:`ALGORITHMS` if unrestricted.
+        protocols: the protocols it runs, all of :data:`PROTOCOLS` if unrestricted.
+    """
+
+    nccl_net_latency_s: float
+    algorithms: tuple[str, ...] = ALGORITHMS
+    protocols: tuple[str, ...] = PROTOCOLS
+
+
+def _names(where: str, value: object, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or any(v not in known for v in value):
+        raise HardwareSpecError(f"{where}: a non-empty list of {', '.join(known)}, got {value!r}")
+    return tuple(value)
+
+
+def _transport(table: object, where: str) -> Transport:
+    table = _check(table, where, _TRANSPORT_REQUIRED, _TRANSPORT_OPTIONAL)
+    latency = table["nccl_net_latency_s"]
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not 0 <= latency < math.inf:
+        raise HardwareSpecError(f"{where}.nccl_net_latency_s: a finite number >= 0, got {latency!r}")
+    return Transport(float(latency), _names(f"{where}.algorithms", table.get("algorithms", list(ALGORITHMS)),
+                                            ALGORITHMS),
+                     _names(f"{where}.protocols", table.get("protocols", list(PROTOCOLS)), PROTOCOLS))
 
 
 def _check(table: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
@@ -94,7 +141,11 @@ def nccl_tuning() -> NcclTuning:
         data = tomllib.loads(TUNING_FILE.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise HardwareSpecError(f"{TUNING_FILE}: {exc}") from None
-    _check(data, "", ("latency", "p2p", "generations"))
+    _check(data, "", ("latency", "p2p", "generations", "multinode", "transports"))
+    multinode = {k: positive_real(f"multinode.{k}", v)
+                 for k, v in _check(data["multinode"], "multinode", _MULTINODE_KEYS).items()}
+    transports = {name: _transport(table, f"transports.{name}")
+                  for name, table in _check(data["transports"], "transports", TRANSPORTS).items()}
     p2p = {k: positive_real(f"p2p.{k}", v) for k, v in _check(data["p2p"], "p2p", _P2P_KEYS).items()}
     latency = {k: positive_real(f"latency.{k}", v)
                for k, v in _check(data["latency"], "latency", _LATENCY_KEYS).items()}
@@ -113,7 +164,7 @@ def nccl_tuning() -> NcclTuning:
             else:
                 out[key] = positive_real(where, value)
         generations[gen] = out
-    return NcclTuning(latency=latency, generations=generations, p2p=p2p)
+    return NcclTuning(latency=latency, generations=generations, p2p=p2p, multinode=multinode, transports=transports)
 
 
 @dataclass(frozen=True)
@@ -156,6 +207,18 @@ def ring_graph(total_bw: float, speeds: tuple[float, ...], compute_capability: i
     return RingGraph(channels, speed)
 
 
+def transport(system: System) -> Transport:
+    """What NCCL runs over *system*'s scale-out network (its level's ``transport``, InfiniBand when unstated)."""
+    return nccl_tuning().transports[system.network.transport or "ib"]
+
+
+def network_latency(system: System) -> float:
+    """Seconds NCCL's network plugin reports for *system*'s network: the level's ``nccl_net_latency_s``, else its
+    transport's."""
+    stated = system.network.nccl_net_latency_s
+    return transport(system).nccl_net_latency_s if stated is None else stated
+
+
 def time_bindings(system: System) -> dict[str, float]:
     """Values of the hardware-side symbols of ``symbolic/collective_time.py`` for *system*, by symbol name.
 
@@ -193,9 +256,15 @@ def time_bindings(system: System) -> dict[str, float]:
         "nvls": 1.0 if nvls else 0.0,
         # Unused where nvls = 0 (the NVLS candidate is then infinite); 1 keeps the symbol positive.
         "nvls_efficiency": float(gen.get("nvls_efficiency", 1.0)),  # type: ignore[arg-type]
-        "nic_bw_bytes_per_s": system.levels[1].bandwidth_bytes_per_s,
+        "nic_bw_bytes_per_s": system.nic_bandwidth_bytes_per_s,
         "gpus_per_node": system.devices_per_node,
         "nics_per_node": system.nics_per_node,
+        # The network: the plugin's reported latency (the level's, else its transport's; never scaled by the
+        # generation's latency_scale, which measures NCCL's own latencies), the fraction of the NICs' peak.
+        "net_latency_s": network_latency(system),
+        "net_bw_efficiency": system.network.efficiency or 1.0,
+        **tuning.multinode,
     })
+    out.update({k: gen[k] for k in _GENERATION_REQUIRED if k.endswith("_n2_bytes_per_s") or k.endswith("_n4_bytes_per_s")})
     assert set(out) == TIME_SYMBOLS, sorted(set(out) ^ TIME_SYMBOLS)
     return out  # type: ignore[return-value]

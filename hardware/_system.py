@@ -16,13 +16,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["HardwareSpecError", "Gpu", "Level", "UnusedHelperLevel", "System", "positive_real"]
+__all__ = ["HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "TRANSPORTS", "UnusedHelperLevel", "System", "positive_real",
+           "with_network"]
 
 #: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
 BYTES_PER_S_PER_GBPS = 1e9
 
 #: How a marketed bandwidth counts directions: the factor from the per-direction peak to it.
 DIRECTIONS = {"per_direction": 1.0, "bidirectional": 2.0}
+
+#: Scale-out transports a network level may name (``transport``), with what NCCL runs over each: ``ib``
+#: InfiniBand and ``roce`` RoCE (NCCL's own IB verbs plugin), ``efa`` AWS Elastic Fabric Adapter (the
+#: aws-ofi-nccl plugin), ``tcp`` sockets or Google's GPUDirect-TCPX/TCPXO plugins. Their NCCL-side facts are in
+#: ``hardware/nccl_tuning.toml`` (``[transports.<name>]``).
+TRANSPORTS = ("ib", "roce", "efa", "tcp")
 
 #: GPU generations the time model knows (keys of ``hardware/nccl_tuning.toml``), by compute capability.
 GENERATIONS = ("ampere", "hopper", "blackwell")
@@ -89,6 +96,15 @@ class Level:
         efficiency: measured fraction of the peak that transfers reach, in (0, 1];
             ``None`` when no measurement is recorded (the peak is then used as is).
         fabric: free text naming the interconnect.
+        nics_per_unit: scale-out NICs of one unit of the level below (a node's NICs, on the network level).
+        nvls: the level's switches reduce in the network (NVLink SHARP), innermost level only.
+        transport: on the scale-out level, what the network runs (``TRANSPORTS``); ``None`` = ``ib``.
+        nic_bandwidth_bytes_per_s: peak of one NIC per direction; ``None`` = the level's per-device bandwidth
+            times the node's devices over its NICs.
+        nccl_net_latency_s: the latency the NCCL network plugin reports (``ncclNetProperties.latency``), added to
+            every network hop of NCCL's model; ``None`` = the transport's (``hardware/nccl_tuning.toml``).
+        rail_optimized: NIC k of every node on one switch rail (DGX SuperPOD style); shown, not yet priced.
+        sharp: the switches reduce in the network (SHARP, NCCL's CollNet); shown, not yet priced.
     """
 
     name: str
@@ -101,9 +117,28 @@ class Level:
     marketed_direction: str | None = None
     nics_per_unit: int | None = None
     nvls: bool = False
+    transport: str | None = None
+    nic_bandwidth_bytes_per_s: float | None = None
+    nccl_net_latency_s: float | None = None
+    rail_optimized: bool = True
+    sharp: bool = False
 
     def __post_init__(self) -> None:
         _text("name", self.name)
+        if self.transport is not None and self.transport not in TRANSPORTS:
+            raise HardwareSpecError(f"transport: one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if self.nic_bandwidth_bytes_per_s is not None:
+            object.__setattr__(self, "nic_bandwidth_bytes_per_s",
+                               positive_real("nic_bandwidth_bytes_per_s", self.nic_bandwidth_bytes_per_s))
+        if self.nccl_net_latency_s is not None:
+            latency = self.nccl_net_latency_s
+            if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) \
+                    or latency < 0:
+                raise HardwareSpecError(f"nccl_net_latency_s: must be a finite number >= 0, got {latency!r}")
+            object.__setattr__(self, "nccl_net_latency_s", float(latency))
+        for key in ("rail_optimized", "sharp"):
+            if not isinstance(getattr(self, key), bool):
+                raise HardwareSpecError(f"{key}: must be true or false, got {getattr(self, key)!r}")
         if self.devices is not None:
             _positive_int("devices", self.devices)
         if self.nics_per_unit is not None:
@@ -322,6 +357,20 @@ class System:
         return self.levels[1].nics_per_unit or 1
 
     @property
+    def network(self) -> Level:
+        """The scale-out level (level 1): NICs, their bandwidth and transport."""
+        return self.levels[1]
+
+    @property
+    def nic_bandwidth_bytes_per_s(self) -> float:
+        """Peak of one scale-out NIC per direction: stated, or the level's per-device peak times the node's
+        devices over its NICs (equal to it on one-NIC-per-GPU nodes)."""
+        stated = self.network.nic_bandwidth_bytes_per_s
+        if stated is not None:
+            return stated
+        return self.network.bandwidth_bytes_per_s * self.devices_per_node / self.nics_per_node
+
+    @property
     def devices_per_node(self) -> int:
         """Devices under one unit of the innermost level (the original's ``intra_node_num()``)."""
         devices = self.levels[0].devices
@@ -373,3 +422,39 @@ class System:
             if bound is not None:
                 values[f"level_bound_{lvl}"] = bound
         return values
+
+
+#: The keys of a network description (a system file's ``[network]`` table, ``with_network``'s arguments).
+NETWORK_KEYS = ("name", "fabric", "transport", "nics_per_node", "nic_bandwidth_bytes_per_s", "nccl_net_latency_s",
+                "efficiency", "rail_optimized", "sharp")
+
+
+def with_network(system: System, *, system_name: str | None = None, description: str | None = None,
+                 **network: object) -> System:
+    """*system*'s nodes on another scale-out network: a cluster is a node times a network.
+
+    *network* takes the keys of :data:`NETWORK_KEYS`; the ones not given keep *system*'s. The new network level
+    keeps the node's level below it; its per-device bandwidth is ``nics_per_node × nic_bandwidth / devices per
+    node`` (the marketed figures of the old network are dropped).
+
+    Raises:
+        HardwareSpecError: an unknown key, or a value the level refuses (naming the key and the value).
+    """
+    for key in network:
+        if key not in NETWORK_KEYS:
+            raise HardwareSpecError(f"{key}: unknown network key (value {network[key]!r}); allowed keys: "
+                                    f"{', '.join(NETWORK_KEYS)}")
+    old = system.network
+    nics = network.get("nics_per_node", system.nics_per_node)
+    nics = _positive_int("nics_per_node", nics)
+    nic_bw = positive_real("nic_bandwidth_bytes_per_s",
+                           network.get("nic_bandwidth_bytes_per_s", system.nic_bandwidth_bytes_per_s))
+    fields = {"name": old.name, "fabric": old.fabric, "transport": old.transport,
+              "nccl_net_latency_s": old.nccl_net_latency_s, "efficiency": old.efficiency,
+              "rail_optimized": old.rail_optimized, "sharp": old.sharp}
+    fields.update({k: v for k, v in network.items() if k not in ("nics_per_node", "nic_bandwidth_bytes_per_s")})
+    level = Level(devices=None, bandwidth_bytes_per_s=nics * nic_bw / system.devices_per_node, latency_s=None,
+                  nics_per_unit=nics, nic_bandwidth_bytes_per_s=nic_bw, **fields)  # type: ignore[arg-type]
+    levels = (*system.levels[:1], level, *system.levels[2:])
+    return System(name=system_name or system.name, description=description or system.description, levels=levels,
+                  aliases=() if system_name else system.aliases, gpu=system.gpu)

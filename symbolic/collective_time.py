@@ -88,17 +88,37 @@ def _inter_steps(op: str, nodes: sympy.Expr) -> sympy.Expr:
     return 2 * (nodes - 1) if op == "all_reduce" else nodes - 1
 
 
+def _by_nodes(name: str, nodes: sympy.Expr) -> sympy.Expr:
+    """One of tuning.cc's per-node-count tables (``index2 = nNodes <= 2 ? nNodes - 1 : 2``): the column for one
+    node (``<name>_bytes_per_s``), two (``<name>_n2_…``) or more (``<name>_n4_…``)."""
+    base = name.removesuffix("_bytes_per_s")
+    return Piecewise((_sym(name), nodes < 2), (_sym(f"{base}_n2_bytes_per_s"), nodes < 3),
+                     (_sym(f"{base}_n4_bytes_per_s"), True))
+
+
+def _net_bus(nics: sympy.Expr) -> sympy.Expr:
+    """Bytes/s the *nics* NICs a node drives move across the network, per direction (peak × efficiency)."""
+    return nics * _sym("nic_bw_bytes_per_s") * _sym("net_bw_efficiency")
+
+
+def _net_hop(algorithm: str, proto: str) -> sympy.Expr:
+    """tuning.cc ``interLat``: the network hop of *algorithm* plus the latency the network plugin reports
+    (``graphs[a]->latencyInter``), counted twice with Simple ("the flush extra latency")."""
+    return _sym(f"hop_net_{algorithm}_{proto}_s") + _sym("net_latency_s") * (2 if proto == "simple" else 1)
+
+
 def _ring_bus_simple(nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
     """Bus bandwidth of the Simple ring: the channels' NVLink share, bounded by the NICs across nodes."""
     intra = _sym("ring_channels") * _sym("ring_channel_bw_bytes_per_s")
-    return Piecewise((intra, nodes < 2), (Min(intra, nics * _sym("nic_bw_bytes_per_s")), True))
+    return Piecewise((intra, nodes < 2), (Min(intra, _net_bus(nics)), True))
 
 
 def _ring_bus(proto: str, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
-    """tuning.cc "model refinements" of the ring's bus bandwidth per protocol."""
+    """tuning.cc "model refinements" of the ring's bus bandwidth per protocol (perChMaxRingLL128Bws has the same
+    value for one, two and more nodes in every generation, so one symbol holds it)."""
     simple = _ring_bus_simple(nodes, nics)
     if proto == "ll":
-        return Min(_sym("ll_max_bw_bytes_per_s"), simple / 2)
+        return Min(_by_nodes("ll_max_bw_bytes_per_s", nodes), simple / 2)
     if proto == "ll128":
         return Min(sympy.Rational(92, 100) * simple,
                    _sym("ring_channels") * _sym("ll128_channel_max_bw_bytes_per_s"))
@@ -109,7 +129,7 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
     base = _sym(f"alpha_ring_{proto}_s")
     intra = _sym(f"hop_nvlink_ring_{proto}_s")
     # With one rank per node every step is exposed: tuning.cc uses the tree's network latency then.
-    net = Piecewise((_sym(f"hop_net_tree_{proto}_s"), sympy.Eq(q, 1)), (_sym(f"hop_net_ring_{proto}_s"), True))
+    net = Piecewise((_net_hop("tree", proto), sympy.Eq(q, 1)), (_net_hop("ring", proto), True))
     overhead = _sym("net_overhead_s") * (3 if proto == "simple" else 1)
     if op == "broadcast":
         # tuning.cc: broadcast/reduce on a ring with the same channels add one hop to the base.
@@ -212,22 +232,93 @@ def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Ex
     """
     # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
     steps = _nsteps(op, n) + (_loop_fill(op, proto) if fill else 0)
-    return _ring_latency(op, proto, n, q, nodes) + size * steps / (_ring_bus(proto, nodes, nics) * n)
+    latency = _ring_latency(op, proto, n, q, nodes)
+    if op == "all_reduce" and proto == "simple":
+        # tuning.cc ncclTopoGetAlgoTime (lines 647-650), "plateau effect of ring": across nodes, once every
+        # channel's share per rank is 64 bytes or more, the latency is 1.4 times (compute capability 80 and up;
+        # every GPU generation of the catalog).
+        plateau = sympy.And(nodes > 1, size >= 64 * _sym("ring_channels") * n)
+        latency = latency * Piecewise((sympy.Rational(14, 10), plateau), (1, True))
+    return latency + size * steps / (_ring_bus(proto, nodes, nics) * n)
+
+
+def _tree_net_factor(nodes: sympy.Expr) -> sympy.Expr:
+    """What a node's NICs carry in a tree all-reduce, as a multiple of the tree's bus bandwidth they allow.
+
+    Bus bandwidth counts 2S per call (tuning.cc converts with 0.5). In the double binary tree over two nodes each
+    node is the other's child in one tree and parent in the other, so its NICs send S/2 up one tree and S/2 down
+    the other: S in each direction, and the NICs allow twice their bandwidth as bus bandwidth. Over more nodes an
+    inner node of one tree takes S/2 from each of two children and sends S/2 up, then the mirror image: about 2S
+    each way, so the NICs allow their bandwidth (NCCL's tuner applies the same factor 2 to NVLS-tree on two nodes,
+    tuning.cc line 314)."""
+    return Piecewise((2, nodes < 3), (1, True))
+
+
+#: tuning.cc ``treeCorrectionFactor`` (lines 620-627): NCCL's static correction of the tree all-reduce's bandwidth
+#: at medium sizes, per protocol (LL, LL128, Simple), indexed by ``log2i(nBytes >> 6)`` from 0 to 22 (``logSize <
+#: 23``: the 24th entry is never read).
+_TREE_CORRECTION = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
+
+def _tree_correction(proto: str, size: sympy.Expr) -> sympy.Expr:
+    """tuning.cc ``treeCorrectionFactor[proto][log2i(size >> 6)]`` as a step function of *size* (1 below 64 bytes
+    and from 2**29 bytes on, where NCCL applies none)."""
+    steps = [(sympy.Integer(1), size < 64)]
+    steps += [(sympy.nsimplify(f), size < 64 * 2 ** (k + 1)) for k, f in enumerate(_TREE_CORRECTION[proto])]
+    return Piecewise(*steps, (sympy.Integer(1), True))
 
 
 def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
-    """Seconds of an all-reduce on NCCL's double binary tree (chain inside the node)."""
+    """Seconds of an all-reduce on NCCL's double binary tree (chain inside the node).
+
+    Across nodes the bus bandwidth is the ring graph's, bounded by what the NICs carry in a tree
+    (``_tree_net_factor``), then tuning.cc's refinements with the per-channel caps of its column for the node
+    count; each network hop adds the network plugin's latency (``_net_hop``). The bandwidth is corrected at medium
+    sizes by NCCL's ``treeCorrectionFactor`` (``_tree_correction``), in the price and in the time.
+    """
     channels = _sym("ring_channels")  # the tree graph is searched with the ring's channel count
-    bus = Min(sympy.Rational(92, 100) * _ring_bus_simple(nodes, nics),
-              channels * _sym("tree_channel_max_bw_bytes_per_s"))
+    intra = channels * _sym("ring_channel_bw_bytes_per_s")
+    simple = Piecewise((intra, nodes < 2), (Min(intra, _tree_net_factor(nodes) * _net_bus(nics)), True))
+    bus = Min(sympy.Rational(92, 100) * simple, channels * _by_nodes("tree_channel_max_bw_bytes_per_s", nodes))
     if proto == "ll":
-        bus = Min(bus / sympy.Rational(38, 10), _sym("ll_max_bw_bytes_per_s"))
+        bus = Min(bus / sympy.Rational(38, 10), _by_nodes("ll_max_bw_bytes_per_s", nodes))
     elif proto == "ll128":
         factor = Piecewise((sympy.Rational(7, 9), nodes < 2), (sympy.Rational(120, 128), True))
-        bus = Min(bus * factor, channels * _sym("tree_ll128_channel_max_bw_bytes_per_s"))
+        bus = Min(bus * factor, channels * _by_nodes("tree_ll128_channel_max_bw_bytes_per_s", nodes))
     latency = _sym(f"alpha_tree_{proto}_s") + 2 * (
-        (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _sym(f"hop_net_tree_{proto}_s"))
-    return latency + size / (bus / 2)
+        (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _net_hop("tree", proto))
+    return latency + size / (bus / 2 * _tree_correction(proto, size))
+
+
+def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
+                    nics: sympy.Expr) -> sympy.Expr:
+    """Seconds of an all-reduce on NVLS-tree: NVLink SHARP inside each node, a tree across nodes; ``oo`` where it
+    does not run (no NVLS, one node, or fewer than two ranks per node: tuning.cc needs two channels).
+
+    tuning.cc (lines 303-318, 421-422): the NVLS graph has one channel per rank of the node (search.cc), each at the
+    NVLS channel speed ``s`` inside the node; per channel ``intraBw = s · nvlsEfficiency · (ch − 1)/ch · 2`` (the
+    all-reduce pipelines two operations), ``interBw`` the channel's share of the node's NICs (times 2 on two nodes,
+    ``_tree_net_factor``), ``bw = min(intraBw, interBw, perChMaxNVLSTreeBw)``; ``busBw = ch · bw``, converted with
+    ``n / nsteps``. Latency: NVLS's NVLink latency plus ``2 log2(nodes)`` network hops, each with the network
+    plugin's latency twice (Simple).
+    """
+    channels = q
+    speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(q - 1, 1))
+    intra = speed * _sym("nvls_efficiency") * (channels - 1) / channels * 2
+    inter = _tree_net_factor(nodes) * _net_bus(nics) / channels
+    # perChMaxNVLSTreeBws has no one-node column in use (NCCL disables NVLS-tree on one node).
+    cap = Piecewise((_sym("nvlstree_channel_max_bw_n2_bytes_per_s"), nodes < 3),
+                    (_sym("nvlstree_channel_max_bw_n4_bytes_per_s"), True))
+    bus = channels * Min(intra, inter, cap)
+    latency = _sym("hop_nvlink_nvls_s") + 2 * sympy.log(nodes, 2) * (
+        _sym("hop_net_nvlstree_s") + 2 * _sym("net_latency_s"))
+    time = latency + size * _nsteps("all_reduce", n) / (n * bus)
+    available = sympy.And(_sym("nvls") > 0, nodes > 1, q > 1)
+    return Piecewise((time, available), (_MANY, True))
 
 
 def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
@@ -301,6 +392,9 @@ def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
         out[f"ring_{p}"] = _ring_time(op, p, _S, _N, _Q, _NODES, nics, fill)
     if op in ("all_reduce", "all_gather", "reduce_scatter"):
         out["nvls_simple"] = _nvls_time(op, _S, _N, _NODES)
+    if op == "all_reduce":
+        out["nvlstree_simple"] = _nvls_tree_time(_S, _N, _Q, _NODES, nics)
+    if op in ("all_reduce", "all_gather", "reduce_scatter"):
         out["hierarchical"] = _hierarchical(op, fill)
     return out
 
@@ -324,13 +418,13 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
     small = per_peer <= _sym("p2p_ll_threshold_bytes")
     for p in ("ll", "simple"):
         base = _sym(f"alpha_ring_{p}_s")
-        hop = Piecewise((_sym(f"hop_nvlink_ring_{p}_s"), nvlink_only), (_sym(f"hop_net_ring_{p}_s"), True))
+        hop = Piecewise((_sym(f"hop_nvlink_ring_{p}_s"), nvlink_only), (_net_hop("ring", p), True))
         intra = _ring_bus(p, sympy.Integer(1), sympy.Integer(1))
         fill = _P2P_FILL if p == "simple" else sympy.Integer(0)
         if op == "all_to_all":
             # The node's ranks_per_node ranks send off-node at once and share its NICs.
             share = _sym("nics_used") / _Q
-            inter = _ring_bus(p, sympy.Integer(2), share) if p != "simple" else share * _sym("nic_bw_bytes_per_s")
+            inter = _ring_bus(p, sympy.Integer(2), share) if p != "simple" else _net_bus(share)
             if p == "simple":
                 # No NVLink peers (one rank per node): nothing moves inside the node.
                 nvlink = Min(_Q - 1, 1) * _p2p_nvlink(_S / _N, _N, _Q)
@@ -338,7 +432,7 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
                 nvlink = _S * (_Q - 1) / _N / intra
             move = sympy.Max(nvlink, _S * (_N - _Q) / _N / inter)
         else:
-            inter = Min(intra, _sym("nic_bw_bytes_per_s"))
+            inter = Min(intra, _net_bus(sympy.Integer(1)))
             move = Piecewise((_S * (1 + fill) / intra, nvlink_only), (_S * (1 + fill) / inter, True))
         time = base + hop + move
         out[f"p2p_{p}"] = Piecewise((time, small), (_MANY, True)) if p == "ll" else Piecewise((_MANY, small),
@@ -373,6 +467,9 @@ _CANDIDATE_SOURCE = {
             f"reduce_scatter.h, all_reduce.h runRing; prims_ll.h, prims_ll128.h)",
     "tree": f"{_TUNING}: tree bandwidth refinements (lines 330-336), bus-to-algorithm ratio 0.5 (lines 376-382), "
             f"tree latency (lines 414-418)",
+    "nvlstree": f"{_TUNING}: NVLS-tree bandwidth (lines 303-318: intraBw, interBw x 2 on two nodes, "
+                "perChMaxNVLSTreeBws), bus-to-algorithm ratio (lines 376-382), latency (lines 421-422); the network "
+                "plugin's latency (graph latencyInter, lines 391-393)",
     "nvls": f"{_TUNING}: NVLS bandwidth (lines 307-323), nvlsEfficiency (line 139), latency (lines 424-426); "
             "src/graph/search.cc (NVLS channels = ranks, totalBw x n/(n-1), line 1168)",
     "hierarchical": "intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data, "

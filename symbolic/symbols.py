@@ -241,6 +241,20 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("hop_net_tree_ll128_s", "positive", "s", "NCCL hwLat network: one inter-node tree hop, LL128"),
     ("hop_net_tree_simple_s", "positive", "s", "NCCL hwLat network: one inter-node tree hop, Simple"),
     ("net_overhead_s", "positive", "s", "NCCL getNetOverhead: post cost of one network step (x3 for Simple)"),
+    ("hop_net_nvlstree_s", "positive", "s", "NCCL hwLat network: one inter-node NVLS-tree hop, Simple"),
+    ("net_latency_s", "nonnegative", "s",
+     "latency the network plugin reports to NCCL (ncclNetProperties latency, the graph's latencyInter): added to "
+     "every network hop, twice with Simple"),
+    ("net_bw_efficiency", "positive", "1", "fraction of the NICs' peak bandwidth collectives reach across nodes"),
+    ("ll_max_bw_n2_bytes_per_s", "positive", "bytes/s", "NCCL llMaxBws across 2 nodes (x86 Intel row)"),
+    ("ll_max_bw_n4_bytes_per_s", "positive", "bytes/s", "NCCL llMaxBws across more than 2 nodes (x86 Intel row)"),
+    ("tree_channel_max_bw_n2_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxTreeBws, 2 nodes"),
+    ("tree_channel_max_bw_n4_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxTreeBws, more than 2 nodes"),
+    ("tree_ll128_channel_max_bw_n2_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxTreeLL128Bws, 2 nodes"),
+    ("tree_ll128_channel_max_bw_n4_bytes_per_s", "positive", "bytes/s",
+     "NCCL perChMaxTreeLL128Bws, more than 2 nodes"),
+    ("nvlstree_channel_max_bw_n2_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxNVLSTreeBws, 2 nodes"),
+    ("nvlstree_channel_max_bw_n4_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxNVLSTreeBws, more than 2 nodes"),
     # Placement of one parallel group (symbolic.placement): Megatron rank order, stride = product
     # of the degrees before the group's dimension in that order.
     ("group_size", "positive_integer", "ranks", "ranks in the parallel group"),

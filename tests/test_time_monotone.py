@@ -57,7 +57,7 @@ def test_the_chosen_time_falls_only_at_nccls_own_switches(system, op, ranks, a, 
 
 @pytest.mark.parametrize("system, op, ranks", [
     ("hgx_b300", "all_gather", 16), ("hgx_b300", "reduce_scatter", 64), ("selene_a100", "all_gather", 1024),
-    ("gb300_nvl72", "all_reduce", 128), ("gb300_nvl72", "reduce_scatter", 512), ("selene_a100", "reduce_scatter", 32),
+    ("gb300_nvl72", "all_reduce", 512), ("gb300_nvl72", "reduce_scatter", 512), ("selene_a100", "reduce_scatter", 32),
 ])
 def test_no_fall_at_a_switch_to_or_from_the_hierarchical_schedule(system, op, ranks):
     # Groups across nodes, where the hierarchical schedule (which NCCL's tuner does not price) competes. Picked

@@ -21,6 +21,7 @@ Public API::
 
     labels(op) -> tuple[str, ...]                 the candidates of op, NCCL's order
     choose(op, values) -> Choice                  chosen time, index, every candidate's time and price
+    allowed(op, algorithms, protocols)            the candidates NCCL may run under NCCL_ALGO / NCCL_PROTO
     arguments(op) -> frozenset[str]               every symbol the candidate forms of op read
     slopes(op, values, index) -> dict             the chosen candidate's derivatives (a.e.)
     next_fall(pick_at, size, *, top) -> Fall | None   where the chosen time first falls below its value at size
@@ -40,16 +41,17 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 import generated
+import hardware
 from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level parameters of the sensitivity)
 
 from .engine import BOUND_BLOCK, BoundKernel, bound_scratch, bound_term, term_arguments, term_function
 
-__all__ = ["Choice", "Chooser", "Fall", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SLOPE_BY", "arguments", "choose",
+__all__ = ["Choice", "Chooser", "allowed", "enabled_on", "Fall", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SLOPE_BY", "arguments", "choose",
            "labels", "next_fall", "slopes"]
 
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
@@ -155,10 +157,45 @@ def _plan(op: str) -> tuple[tuple[str, Any, tuple[str, ...], Any, tuple[str, ...
     return tuple(out)
 
 
-def choose(op: str, values: Mapping[str, Any]) -> Choice:
+def allowed(op: str, algorithms: Collection[str] | None = None,
+            protocols: Collection[str] | None = None) -> tuple[bool, ...] | None:
+    """Which candidates of *op* (``labels(op)``) NCCL may run with only *algorithms* and *protocols* enabled
+    (``NCCL_ALGO`` / ``NCCL_PROTO`` names in lower case: tree, ring, nvls, nvlstree; ll, ll128, simple);
+    ``None`` = no restriction. The hierarchical schedule, not NCCL's, goes where the algorithms are restricted;
+    the point-to-point candidates (all-to-all, send/recv), which NCCL's tuner does not pick, are never restricted.
+    """
+    if algorithms is None and protocols is None:
+        return None
+    out = []
+    for label in labels(op):
+        algorithm, _, protocol = label.partition("_")
+        if algorithm == "p2p":
+            out.append(True)
+        elif label in OUTSIDE_TUNER:
+            out.append(algorithms is None)
+        else:
+            out.append((algorithms is None or algorithm in algorithms) and (protocols is None or protocol in protocols))
+    return tuple(out)
+
+
+def enabled_on(system: hardware.System, op: str, algorithms: Collection[str] | None = None,
+               protocols: Collection[str] | None = None) -> tuple[bool, ...] | None:
+    """:func:`allowed` for *op* on *system*: what its network's transport runs (``hardware.transport``: a transport
+    whose published NCCL settings restrict the algorithms or protocols), within *algorithms* and *protocols* where a
+    run restricts them further (its ``NCCL_ALGO`` / ``NCCL_PROTO``); ``None`` where nothing is restricted."""
+    runs = hardware.transport(system)
+    if set(runs.algorithms) != set(hardware.ALGORITHMS):
+        algorithms = set(runs.algorithms) & set(algorithms) if algorithms is not None else set(runs.algorithms)
+    if set(runs.protocols) != set(hardware.PROTOCOLS):
+        protocols = set(runs.protocols) & set(protocols) if protocols is not None else set(runs.protocols)
+    return allowed(op, algorithms, protocols)
+
+
+def choose(op: str, values: Mapping[str, Any], enabled: tuple[bool, ...] | None = None) -> Choice:
     """The candidate of *op* NCCL runs (smallest price, first on ties) and the time it takes.
 
-    *values* binds every symbol of :func:`arguments` (numbers or arrays that broadcast together).
+    *values* binds every symbol of :func:`arguments` (numbers or arrays that broadcast together). *enabled*
+    (:func:`allowed`): the candidates NCCL may run, the others priced and timed as unavailable (``inf``).
     """
     times, prices = [], []
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -176,6 +213,9 @@ def choose(op: str, values: Mapping[str, Any]) -> Choice:
     for i, (t, p) in enumerate(zip(times, prices)):
         times_a[i] = t
         prices_a[i] = p
+        if enabled is not None and not enabled[i]:
+            times_a[i] = np.inf
+            prices_a[i] = np.inf
     return _pick(op, times_a, prices_a)
 
 
@@ -218,9 +258,11 @@ class Chooser:
     varying value, a value of *shared* given again, more than ``BOUND_BLOCK`` elements) is :func:`choose`'s.
     """
 
-    def __init__(self, op: str, shared: Mapping[str, Any]) -> None:
+    def __init__(self, op: str, shared: Mapping[str, Any], enabled: tuple[bool, ...] | None = None) -> None:
         self.op = op
         self.shared = dict(shared)
+        #: The candidates NCCL may run (``allowed``; ``None``: all), as ``choose`` takes them.
+        self.enabled = enabled
         forms: list[tuple[str, BoundKernel | None, BoundKernel | None, bool]] = []
         for label in labels(op):
             time_name, price_name = _time_name(op, label), _price_name(op, label)
@@ -243,7 +285,7 @@ class Chooser:
         """NCCL's pick for the varying *values* (numbers or arrays that broadcast together)."""
         prepared = self._prepare(values)
         if prepared is None or math.prod(prepared[2]) > BOUND_BLOCK:
-            return choose(self.op, {**self.shared, **values})
+            return choose(self.op, {**self.shared, **values}, self.enabled)
         arrays, available, shape = prepared
         return _pick(self.op, *self._fill(arrays, shape, available, ()))
 
@@ -292,7 +334,9 @@ class Chooser:
         merged = {**self.shared, **values}
         arrays = {k: v if type(v) is np.ndarray and v.dtype == np.float64 else np.asarray(v, dtype=np.float64)
                   for k, v in values.items()}
-        available = [not (label in _UNAVAILABLE and _UNAVAILABLE[label](merged)) for label, *_ in self._forms]
+        available = [not (label in _UNAVAILABLE and _UNAVAILABLE[label](merged)) and (self.enabled is None
+                                                                                      or self.enabled[k])
+                     for k, (label, *_) in enumerate(self._forms)]
         shapes = {arrays[a].shape for on, reads in zip(available, self._reads) if on for a in reads}
         shape = shapes.pop() if len(shapes) == 1 else np.broadcast_shapes(*shapes)  # most often one, or two
         return arrays, available, shape

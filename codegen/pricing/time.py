@@ -48,7 +48,8 @@ from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts
                        parse_recompute, stage_layers)
 from ..runtime import inputs
 from ..runtime.inputs import flag
-from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, slopes as collective_slopes
+from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, enabled_on, \
+    slopes as collective_slopes
 from .engine import (TIME_BLOCK, TIME_GROUP_FROM, KeyColumns, PipelineShapes, batch_blocks, term_arguments,
                      term_function)
 from .families import FamilySpec
@@ -321,6 +322,10 @@ class TimePricer:
         """
         return self._chooser(op).times(calls)
 
+    def _enabled(self, op: str) -> tuple[bool, ...] | None:
+        """The candidates of *op* NCCL runs over this system's network (``enabled_on``)."""
+        return enabled_on(self.system, op)
+
     def _chooser(self, op: str) -> Chooser:
         """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the
         numbers of ``choose``, without a generated function call's fixed cost per candidate form)."""
@@ -329,12 +334,12 @@ class TimePricer:
             # Shared by the pricers of one system (a search builds one per run setting); keyed by the constants'
             # exact bits (float.hex: 0.0 and -0.0 apart), as the kernels' invariants see them.
             key = (op, tuple((name, type(value), float.hex(value) if isinstance(value, float) else value)
-                             for name, value in sorted(self.hardware.items())))
+                             for name, value in sorted(self.hardware.items())), self._enabled(op))
             chooser = _CHOOSERS.get(key)
             if chooser is None:
                 if len(_CHOOSERS) >= 64:
                     _CHOOSERS.clear()
-                chooser = _CHOOSERS[key] = Chooser(op, self.hardware)
+                chooser = _CHOOSERS[key] = Chooser(op, self.hardware, self._enabled(op))
             self._choosers[op] = chooser
         return chooser
 
@@ -688,7 +693,7 @@ class TimePricer:
                 continue  # off, and stays off nearby (a collective switching on at a degree of 1 is not skipped)
             grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
             call_values = dict(self.hardware, **grp, msg_bytes=size, ranks=ranks)
-            pick = choose(OPS[f"{dim}.{coll}"], call_values)
+            pick = choose(OPS[f"{dim}.{coll}"], call_values, self._enabled(OPS[f"{dim}.{coll}"]))
             on = calls > 0
             # Where the calls are 0 the time of one call still weighs their derivative (the right derivative at
             # a degree of 1: the collective switches on as the group grows).
