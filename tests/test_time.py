@@ -471,10 +471,11 @@ def test_cli_validate_ends_with_one_json_object(capsys, tmp_path):
     assert main(["validate", "collectives", "--data", str(small)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     record = json.loads(last)
-    assert set(record) == {"groups"}
+    assert set(record) == {"groups", "overall"}
     assert {tuple(sorted(g)) for g in record["groups"]} == {
         ("band", "median_rel_err", "n", "op", "system", "worst_rel_err")}
     assert sum(g["n"] for g in record["groups"]) == 39
+    assert record["overall"]["n"] == 39 and 0 <= record["overall"]["median_rel_err"]
 
 
 def test_cli_validate_bad_file_names_row_and_column(capsys, tmp_path):

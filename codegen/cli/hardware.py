@@ -61,6 +61,13 @@ def _as_json(system: System) -> dict[str, Any]:
     record["level_bandwidths_gbps"] = list(system.level_bandwidths_gbps())
     record["bindings"] = system.bindings()
     record["time_bindings"] = _time_bindings(system)
+    if system.gpu is not None:
+        runs = hardware.transport(system)
+        record["network"] = {"transport": system.network.transport or "ib", "nics_per_node": system.nics_per_node,
+                             "nic_bandwidth_bytes_per_s": system.nic_bandwidth_bytes_per_s,
+                             "nccl_net_latency_s": hardware.network_latency(system),
+                             "rail_optimized": system.network.rail_optimized, "sharp": system.network.sharp,
+                             "algorithms": list(runs.algorithms), "protocols": list(runs.protocols)}
     return record
 
 
@@ -113,6 +120,18 @@ def _print_time_bindings(system: System) -> None:
         print(f"  {name} = {described}")
 
 
+def _print_network(system: System) -> None:
+    """The scale-out network as the collective time model reads it (``hardware.transport``)."""
+    runs = hardware.transport(system)
+    net = system.network
+    print(f"      network: {net.transport or 'ib'} (transport), {system.nics_per_node} NICs per node of "
+          f"{system.nic_bandwidth_bytes_per_s * 8 / 1e9:g} Gb/s ({system.nic_bandwidth_bytes_per_s / 1e9:g} GB/s) "
+          f"each, rail-optimised: {'yes' if net.rail_optimized else 'no'}, SHARP: {'yes' if net.sharp else 'no'}")
+    stated = "stated" if net.nccl_net_latency_s is not None else "the transport's"
+    print(f"      NCCL network plugin latency: {hardware.network_latency(system) * 1e6:g} us ({stated})")
+    print(f"      NCCL algorithms: {', '.join(runs.algorithms)}; protocols: {', '.join(runs.protocols)}")
+
+
 def run_show(args: argparse.Namespace) -> int:
     system = hardware.load(args.name)
     if args.json:
@@ -136,6 +155,8 @@ def run_show(args: argparse.Namespace) -> int:
             print(f"      marketed: {level.marketed_bandwidth_bytes_per_s / 1e9:g} GB/s, {direction}")
         if level.nics_per_unit is not None:
             print(f"      NICs: {level.nics_per_unit} per unit")
+        if i == 1 and system.gpu is not None:
+            _print_network(system)
         if i == 0:
             print(f"      NVLink SHARP (NVLS): {'yes' if level.nvls else 'no'}")
         print(f"      latency: {_optional(level.latency_s, 's')}")

@@ -25,8 +25,10 @@ from ..validation import collectives, no_cyclic_gc, rows_read
 
 def _register_collectives(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", default=str(collectives.DEFAULT_DATA),
-                   help="measurements with columns system, op, n_gpus, bytes, time_us (default: the shipped "
-                        "nccl-tests sweeps, codegen/validation/data/nccl_single_node.csv)")
+                   help="measurements with columns system, op, n_gpus, bytes, time_us, or a multi-node table "
+                        "(ranks, nodes, gpus_per_node, nics_per_node, nic_gbps, transport, nccl_env: the format of "
+                        "codegen/validation/data/nccl_multinode.csv) (default: the shipped one-node nccl-tests "
+                        "sweeps, codegen/validation/data/nccl_single_node.csv)")
     p.add_argument("--curves", action="store_true",
                    help="first print every (system, op, ranks) sweep size by size: measured and predicted time "
                         "(us), their bus bandwidths (GB/s) and the algorithm/protocol the model picks")
@@ -35,7 +37,7 @@ def _register_collectives(p: argparse.ArgumentParser) -> None:
 
 def _print_curves(data: collectives.Measurements, rows: tuple) -> None:
     for c in collectives.curves(data, rows):
-        print(f"# {c.system} {c.op} ranks={c.ranks}")
+        print(f"# {c.system} {c.op} ranks={c.ranks}" + (f" ({c.cluster})" if c.cluster else ""))
         print(f"{'bytes':>11} {'measured_us':>12} {'predicted_us':>12} {'rel_err':>8} {'meas_busbw':>10} "
               f"{'pred_busbw':>10}  algorithm")
         bus_m, bus_p = c.busbw_bytes_per_s("measured") / 1e9, c.busbw_bytes_per_s("predicted") / 1e9
@@ -57,11 +59,17 @@ def _collectives(args: argparse.Namespace) -> int:
     if args.curves:
         _print_curves(data, rows)
     groups = collectives.validate(data, rows[0])
-    print(f"{'system':<10} {'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error of "
+    network = data.clusters is not None
+    where = f"{'transport':<9} {'nodes':>5} " if network else ""
+    print(f"{'system':<10} {where}{'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error of "
           f"predicted time; small < 1 MiB <= large)")
     for g in groups:
-        print(f"{g.system:<10} {g.op:<15} {g.band:<6} {g.n:>5} {g.median_rel_err:>8.1%} {g.worst_rel_err:>8.1%}")
-    print(collectives.groups_json(groups))
+        where = f"{g.transport:<9} {g.nodes:>5} " if network else ""
+        print(f"{g.system:<10} {where}{g.op:<15} {g.band:<6} {g.n:>5} {g.median_rel_err:>8.1%} "
+              f"{g.worst_rel_err:>8.1%}")
+    total = collectives.overall(data, rows[0])
+    print(f"overall: {total['n']} rows, median relative error {total['median_rel_err']:.1%}")
+    print(collectives.groups_json(groups, total))
     return 0
 
 

@@ -11,10 +11,16 @@ Measurement tables are CSV files with at least the columns ``system`` (a catalog
 size S) and ``time_us``; an optional ``dtype`` column (nccl-tests' ``-d`` names: ``half``, ``int8``, …)
 decides whether NVLink SHARP can reduce the row's data (``nvls_reduces``); other columns are ignored. All
 GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
+
+Multi-node tables (the format of ``data/nccl_multinode.csv``) name the ranks ``ranks`` and state each row's
+cluster: ``nodes``, ``gpus_per_node``, the network (``nics_per_node``, ``nic_gbps``, ``transport``) and the run's
+NCCL settings (``nccl_env``; ``NCCL_ALGO`` and ``NCCL_PROTO`` are honoured), read by ``codegen.validation.clusters``.
+Their groups are (system, transport, nodes, op, band).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from dataclasses import dataclass, field
@@ -26,11 +32,12 @@ import numpy as np
 import generated
 import hardware
 
-from ..runtime.inputs import DEVICES_MAX, VALUE_MAX
-from ..pricing.collective import choose
+from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real
+from ..pricing.collective import choose, enabled_on
+from .clusters import cluster, nccl_settings
 from .csvfile import DATA_DIR, read_table
 
-__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Curve", "Group", "Measurements", "Prediction", "curves",
+__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "overall", "Prediction", "curves",
            "load_measurements", "predict", "predicted_rows", "predicted_times", "validate", "groups_json"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
@@ -114,9 +121,13 @@ class Prediction:
     placement: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def group_values(system: hardware.System, ranks: object, msg_bytes: object) -> dict[str, object]:
-    """Every input of the collective formulas for a group of *ranks* consecutive ranks on *system*."""
+def group_values(system: hardware.System, ranks: object, msg_bytes: object,
+                 gpus_per_node: int | None = None) -> dict[str, object]:
+    """Every input of the collective formulas for a group of *ranks* consecutive ranks on *system*, its nodes
+    holding *gpus_per_node* of them (``None``: the system's node size)."""
     base = hardware.time_bindings(system)
+    if gpus_per_node is not None:
+        base["gpus_per_node"] = gpus_per_node
     n = np.asarray(ranks, dtype=float)
     values: dict[str, object] = dict(base, msg_bytes=np.asarray(msg_bytes, dtype=float), ranks=n,
                                      group_size=n, group_stride=1.0)
@@ -126,11 +137,15 @@ def group_values(system: hardware.System, ranks: object, msg_bytes: object) -> d
 
 
 def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object,
-            dtype: str | None = None) -> Prediction:
+            dtype: str | None = None, *, algorithms: Iterable[str] | None = None,
+            protocols: Iterable[str] | None = None, gpus_per_node: int | None = None) -> Prediction:
     """Predicted time of *op* over *ranks* consecutive ranks of *system* for nccl-tests size *msg_bytes*.
 
     *dtype* (nccl-tests' ``-d`` name, ``None`` = unknown): an all-reduce or reduce-scatter of a type NVLS
     cannot reduce (``nvls_reduces``: 8-bit types) gets no NVLS candidate, as NCCL's enqueue does.
+    *algorithms*, *protocols*: what ``NCCL_ALGO`` / ``NCCL_PROTO`` enable (``codegen.pricing.collective.allowed``),
+    within what the system's transport runs (``hardware.transport``); ``None`` = NCCL's choice.
+    *gpus_per_node*: ranks per node when the run used fewer GPUs of each node than it has.
 
     Raises:
         ValueError: an unknown op or dtype, a rank count below 2 or above 2**30, a size not > 0 or above 2**53
@@ -146,10 +161,16 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     if np.any(~np.isfinite(size)) or np.any(size <= 0) or np.any(size > VALUE_MAX):
         raise ValueError(f"bytes: must be a size > 0 and at most 2**{_log2(VALUE_MAX)} (whole numbers exact in "
                          f"float64), got {msg_bytes!r}")
-    values = group_values(sys_, n, size)
+    values = group_values(sys_, n, size, gpus_per_node)
     if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
-    pick = choose(op, values)
+    algorithms = None if algorithms is None else set(algorithms)
+    protocols = None if protocols is None else set(protocols)
+    pick = choose(op, values, enabled_on(sys_, op, algorithms, protocols))
+    if np.any(np.isinf(pick.time_s)):
+        raise ValueError(f"nccl_env: NCCL_ALGO {sorted(algorithms or ())} / NCCL_PROTO {sorted(protocols or ())} "
+                         f"leave no candidate of {op} on {sys_.name} ({hardware.transport(sys_)}) that the model "
+                         "prices")
     algbw = values["msg_bytes"] / pick.time_s
     factor = _call(f"collective_{op}_nccl_busbw_factor_ratio", values)
     return Prediction(time_s=pick.time_s, algbw_bytes_per_s=algbw, busbw_bytes_per_s=factor * algbw,
@@ -172,10 +193,33 @@ class Measurements:
     path: str
     dtype: np.ndarray | None = None
     rows_read: int = 0
+    clusters: "Clusters | None" = None
 
     def dtypes(self) -> np.ndarray:
         """The data type of every row (``""`` where unknown)."""
         return self.dtype if self.dtype is not None else np.full(self.system.shape, "", dtype=object)
+
+    def settings(self) -> np.ndarray:
+        """Each row's cluster and NCCL settings as one text (``""`` on a one-node table): rows with the same text are
+        priced on the same system with the same settings."""
+        if self.clusters is None:
+            return np.full(self.system.shape, "", dtype=object)
+        c = self.clusters
+        return np.array([f"{t}|{k}|{g:g}|{q}|{e}" for t, k, g, q, e in zip(c.transport, c.nics_per_node, c.nic_gbps,
+                                                                          c.gpus_per_node, c.nccl_env)], dtype=object)
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """The cluster of every row of a multi-node table (``codegen.validation.clusters``): nodes, GPUs per node,
+    the network's transport, NICs per node and Gb/s per NIC (NaN: the catalog node's), the run's NCCL settings."""
+
+    nodes: np.ndarray
+    gpus_per_node: np.ndarray
+    transport: np.ndarray
+    nics_per_node: np.ndarray
+    nic_gbps: np.ndarray
+    nccl_env: np.ndarray
 
 
 def _system_name(name: str) -> str:
@@ -205,6 +249,8 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
             a file that cannot be read, is not UTF-8 text or lacks a column: one line naming ``--data``.
     """
     path = Path(path)
+    if {"ranks", "nodes"} <= _header(path) and "n_gpus" not in _header(path):
+        return _load_multinode(path)
     table = read_table(path, _REQUIRED)
     systems = table.choice("system", _system_name)
     ops = table.choice("op", _op)
@@ -217,9 +263,65 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
                         dtype=np.asarray(dtypes, dtype=object), rows_read=len(table))
 
 
+def _header(path: Path) -> set[str]:
+    """The column names of *path*'s first line (empty where it cannot be read: ``read_table`` says why)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            return {name.strip() for name in next(csv.reader([f.readline()]), [])}
+    except (OSError, UnicodeError, csv.Error):
+        return set()
+
+
+_MULTINODE_REQUIRED = ("system", "op", "ranks", "nodes", "gpus_per_node", "nics_per_node", "transport", "bytes",
+                       "time_us")
+
+
+def _transport_name(text: str) -> str:
+    name = text.strip().lower()
+    if name not in hardware.TRANSPORTS:
+        raise ValueError(f"transport: unknown transport {text!r}; known: {', '.join(hardware.TRANSPORTS)}")
+    return name
+
+
+def _gbps(text: str) -> float:
+    return parse_real("nic_gbps", text) if text.strip() else float("nan")
+
+
+def _load_multinode(path: Path) -> Measurements:
+    """A multi-node table (module docstring): each cell through the gate, the placement checked row by row."""
+    table = read_table(path, _MULTINODE_REQUIRED)
+    systems = table.choice("system", _system_name)
+    ops = table.choice("op", _op)
+    dtypes = table.choice("dtype", _dtype_name) if table.has("dtype") else [""] * len(table)
+    ranks = table.whole("ranks", minimum=2, maximum=DEVICES_MAX)
+    nodes = table.whole("nodes", minimum=1, maximum=DEVICES_MAX)
+    per_node = table.whole("gpus_per_node", minimum=1, maximum=DEVICES_MAX)
+    nics = table.whole("nics_per_node", minimum=1, maximum=DEVICES_MAX)
+    transports = table.choice("transport", _transport_name)
+    gbps = np.array(table.choice("nic_gbps", _gbps) if table.has("nic_gbps") else [float("nan")] * len(table))
+    envs = table.choice("nccl_env", lambda text: (nccl_settings(text), text)[1]) if table.has("nccl_env") \
+        else [""] * len(table)
+    msg_bytes = table.whole("bytes", minimum=1, maximum=VALUE_MAX)
+    time_us = table.real("time_us")
+    for i in range(len(table)):
+        where = f"{path}: line {table.line(i)}"
+        if ranks[i] != nodes[i] * per_node[i]:
+            raise ValueError(f"{where}: ranks {ranks[i]} is not nodes {nodes[i]} x gpus_per_node {per_node[i]}")
+        node = hardware.load(systems[i])
+        if per_node[i] > node.devices_per_node:
+            raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
+                             f"({node.devices_per_node})")
+    clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
+                        nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object))
+    return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=ranks.astype(float),
+                        msg_bytes=msg_bytes.astype(float), time_s=time_us * 1e-6, path=str(path),
+                        dtype=np.asarray(dtypes, dtype=object), rows_read=len(table), clusters=clusters)
+
+
 @dataclass(frozen=True)
 class Group:
-    """Relative errors |predicted − measured| / measured of one (system, collective, band)."""
+    """Relative errors |predicted − measured| / measured of one (system, collective, band); on a multi-node table
+    also by transport and nodes."""
 
     system: str
     op: str
@@ -227,6 +329,8 @@ class Group:
     n: int
     median_rel_err: float
     worst_rel_err: float
+    transport: str = ""
+    nodes: int = 0
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -253,13 +357,24 @@ def predicted_rows(data: Measurements) -> tuple[np.ndarray, np.ndarray]:
     systems, system = _codes(data.system)
     ops, op = _codes(data.op)
     dtypes, dtype = _codes(data.dtypes().astype(str))
+    settings, setting = _codes(data.settings().astype(str))
     loaded: dict[int, hardware.System] = {}
-    for rows in _runs((system * len(ops) + op) * len(dtypes) + dtype):
+    key = ((system * len(settings) + setting) * len(ops) + op) * len(dtypes) + dtype
+    for rows in _runs(key):
         first = rows[0]
-        if system[first] not in loaded:
-            loaded[system[first]] = hardware.load(str(systems[system[first]]))
-        p = predict(loaded[system[first]], str(ops[op[first]]), data.ranks[rows], data.msg_bytes[rows],
-                    str(dtypes[dtype[first]]) or None)
+        options: dict[str, object] = {}
+        if data.clusters is not None:
+            c = data.clusters
+            sys_ = cluster(str(systems[system[first]]), str(c.transport[first]), int(c.nics_per_node[first]),
+                           float(c.nic_gbps[first]))
+            options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
+            options["gpus_per_node"] = int(c.gpus_per_node[first])
+        else:
+            if system[first] not in loaded:
+                loaded[system[first]] = hardware.load(str(systems[system[first]]))
+            sys_ = loaded[system[first]]
+        p = predict(sys_, str(ops[op[first]]), data.ranks[rows], data.msg_bytes[rows],
+                    str(dtypes[dtype[first]]) or None, **options)  # type: ignore[arg-type]
         out[rows] = p.time_s
         algorithm[rows] = p.algorithm
     return out, algorithm
@@ -279,19 +394,37 @@ def validate(data: Measurements, predicted: np.ndarray | None = None) -> list[Gr
     systems, system = _codes(data.system)
     ops, op = _codes(data.op)
     large = (data.msg_bytes >= BAND_EDGE_BYTES).astype(np.int64)  # "small" sorts before "large", as printed
+    c = data.clusters
+    transports, transport = _codes(c.transport.astype(str) if c is not None else np.full(error.shape, ""))
+    nodes = c.nodes if c is not None else np.zeros(error.shape, dtype=np.int64)
+    counts, node = _codes(nodes)
+    key = (((system * len(transports) + transport) * len(counts) + node) * len(ops) + op) * 2 + large
     groups: list[Group] = []
-    for rows in _runs((system * len(ops) + op) * 2 + large):
+    for rows in _runs(key):
         first = rows[0]
         groups.append(Group(str(systems[system[first]]), str(ops[op[first]]), "large" if large[first] else "small",
-                            len(rows), float(np.median(error[rows])), float(error[rows].max())))
+                            len(rows), float(np.median(error[rows])), float(error[rows].max()),
+                            str(transports[transport[first]]), int(counts[node[first]])))
     return groups
 
 
-def groups_json(groups: Iterable[Group]) -> str:
-    """The one-line JSON object ``{"groups": [...]}`` that ``symcost validate collectives`` ends with."""
-    return json.dumps({"groups": [{"system": g.system, "op": g.op, "band": g.band, "n": g.n,
-                                   "median_rel_err": round(g.median_rel_err, 6),
-                                   "worst_rel_err": round(g.worst_rel_err, 6)} for g in groups]})
+def overall(data: Measurements, predicted: np.ndarray) -> dict[str, float]:
+    """Every row's relative error at once: ``{"n", "median_rel_err"}``."""
+    error = np.abs(predicted - data.time_s) / data.time_s
+    return {"n": int(error.size), "median_rel_err": round(float(np.median(error)), 6) if error.size else 0.0}
+
+
+def groups_json(groups: Iterable[Group], total: dict[str, float] | None = None) -> str:
+    """The one-line JSON object ``{"groups": [...]}`` that ``symcost validate collectives`` ends with; groups of a
+    multi-node table carry their ``transport`` and ``nodes``, and *total* (:func:`overall`) is its ``"overall"``."""
+    out: dict[str, object] = {"groups": [{"system": g.system, **({"transport": g.transport, "nodes": g.nodes}
+                                                                 if g.nodes else {}),
+                                          "op": g.op, "band": g.band, "n": g.n,
+                                          "median_rel_err": round(g.median_rel_err, 6),
+                                          "worst_rel_err": round(g.worst_rel_err, 6)} for g in groups]}
+    if total is not None:
+        out["overall"] = total
+    return json.dumps(out)
 
 
 @dataclass(frozen=True)
@@ -305,6 +438,7 @@ class Curve:
             its data type).
         algorithm: the candidate NCCL's tuner would pick at each size ("ring_ll", "nvls_simple", …); where the
             rows' data types lead to different picks, all of them joined by "/".
+        cluster: on a multi-node table, the rows' network and NCCL settings (``Measurements.settings``), else "".
     """
 
     system: str
@@ -314,6 +448,7 @@ class Curve:
     measured_s: np.ndarray
     predicted_s: np.ndarray
     algorithm: np.ndarray
+    cluster: str = ""
 
     def busbw_bytes_per_s(self, which: str = "measured") -> np.ndarray:
         """nccl-tests' bus bandwidth of the measured (or ``"predicted"``) times, bytes/s."""
@@ -349,7 +484,8 @@ def _medians(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def curves(data: Measurements, rows: tuple[np.ndarray, np.ndarray] | None = None) -> list[Curve]:
-    """Every (system, op, ranks) sweep of *data*: median measured and predicted time per size.
+    """Every (system, op, ranks) sweep of *data* (and cluster, on a multi-node table): median measured and predicted
+    time per size.
 
     *rows*: :func:`predicted_rows` of *data* when already at hand, else computed.
 
@@ -361,7 +497,8 @@ def curves(data: Measurements, rows: tuple[np.ndarray, np.ndarray] | None = None
         return out
     system_codes = np.unique(data.system, return_inverse=True)[1].ravel()
     op_codes = np.unique(data.op, return_inverse=True)[1].ravel()
-    order, starts = _group_starts(system_codes, op_codes, data.ranks, data.msg_bytes)
+    settings, setting_codes = _codes(data.settings().astype(str))
+    order, starts = _group_starts(system_codes, setting_codes, op_codes, data.ranks, data.msg_bytes)
     measured = _medians(data.time_s[order], starts)
     median = _medians(predicted[order], starts)
     sizes = data.msg_bytes[order][starts]
@@ -371,10 +508,11 @@ def curves(data: Measurements, rows: tuple[np.ndarray, np.ndarray] | None = None
     first = order[starts]
     sweep = np.ones(len(starts), dtype=bool)
     sweep[1:] = ((system_codes[first][1:] != system_codes[first][:-1]) | (op_codes[first][1:] != op_codes[first][:-1])
-                 | (data.ranks[first][1:] != data.ranks[first][:-1]))
+                 | (data.ranks[first][1:] != data.ranks[first][:-1])
+                 | (setting_codes[first][1:] != setting_codes[first][:-1]))
     bounds = np.append(np.flatnonzero(sweep), len(starts))
     for a, b in zip(bounds[:-1], bounds[1:]):
         row = first[a]
         out.append(Curve(str(data.system[row]), str(data.op[row]), int(data.ranks[row]), sizes[a:b], measured[a:b],
-                         median[a:b], labels[a:b]))
+                         median[a:b], labels[a:b], str(settings[setting_codes[row]])))
     return out

@@ -1,0 +1,84 @@
+"""The cluster a measured collective ran on: the catalog node, the row's network, and NCCL's settings.
+
+Multi-node nccl-tests tables (the format of ``data/nccl_multinode.csv``) state, per row, the node (``system``, a
+catalog name), its scale-out network (``nics_per_node``, ``nic_gbps`` per NIC, blank = the catalog node's,
+``transport``: ib, roce, efa, tcp), the placement (``nodes``, ``gpus_per_node``, ``ranks``) and the NCCL
+settings of the run (``nccl_env``: ``NAME=VALUE`` pairs joined by ``;``). :func:`cluster` makes the system the
+time model prices (``hardware.with_network``) and :func:`nccl_settings` reads the settings the model honours:
+``NCCL_ALGO`` and ``NCCL_PROTO`` (NCCL's list syntax, a leading ``^`` excluding what follows); every other
+variable is kept as text and not priced.
+
+Public API::
+
+    cluster(system, transport, nics_per_node, nic_gbps=None) -> hardware.System
+    nccl_settings(env) -> tuple[algorithms | None, protocols | None]
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import hardware
+
+__all__ = ["ALGORITHM_NAMES", "PROTOCOL_NAMES", "cluster", "nccl_settings"]
+
+#: NCCL_ALGO names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) → the time model's, ``None`` for NCCL's
+#: algorithms the model does not price (CollNet needs SHARP switches; PAT runs at one rank per node).
+ALGORITHM_NAMES = {"tree": "tree", "ring": "ring", "nvls": "nvls", "nvlstree": "nvlstree", "collnetdirect": None,
+                   "collnetchain": None, "collnet": None, "pat": None}
+#: NCCL_PROTO names (ncclProtoStr) → the time model's.
+PROTOCOL_NAMES = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
+
+
+@functools.cache
+def cluster(system: str, transport: str, nics_per_node: int, nic_gbps: float | None = None) -> hardware.System:
+    """The catalog node *system* on a network of *nics_per_node* NICs of *nic_gbps* Gb/s (``None``: the node's
+    own NIC speed) running *transport*.
+
+    Raises:
+        hardware.HardwareSpecError: an unknown system or transport, or a value the network level refuses.
+    """
+    node = hardware.load(system)
+    if transport not in hardware.TRANSPORTS:
+        raise hardware.HardwareSpecError(f"transport: one of {', '.join(hardware.TRANSPORTS)}, got {transport!r}")
+    network: dict[str, object] = {"transport": transport, "nics_per_node": nics_per_node, "name": transport}
+    if nic_gbps is not None and not math.isnan(nic_gbps):
+        network["nic_bandwidth_bytes_per_s"] = nic_gbps * 1e9 / 8
+    return hardware.with_network(node, **network)
+
+
+def _list(name: str, value: str, known: dict[str, str | None], env: str) -> frozenset[str]:
+    items = [v.strip().lower() for v in value.split(",") if v.strip()]
+    exclude = bool(items) and items[0].startswith("^")
+    if exclude:
+        items[0] = items[0][1:]
+    unknown = [v for v in items if v not in known]
+    if not items or unknown:
+        raise ValueError(f"nccl_env: {name}={value!r} names {', '.join(unknown) or 'nothing'}; known: "
+                         f"{', '.join(sorted(known))} (in {env!r})")
+    chosen = {known[v] for v in items} - {None}
+    every = {v for v in known.values() if v is not None}
+    return frozenset(every - chosen if exclude else chosen)
+
+
+def nccl_settings(env: str) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    """The algorithms and protocols a run's NCCL settings (*env*: ``NAME=VALUE`` pairs joined by ``;``) enable;
+    ``None`` where the run leaves NCCL's choice open.
+
+    Raises:
+        ValueError: an ``NCCL_ALGO`` / ``NCCL_PROTO`` value NCCL does not know, or one that leaves no algorithm
+            the model prices (naming the setting and its value).
+    """
+    algorithms = protocols = None
+    for part in env.split(";"):
+        name, _, value = part.partition("=")
+        name = name.strip().upper()
+        if name == "NCCL_ALGO":
+            algorithms = _list(name, value, ALGORITHM_NAMES, env)
+            if not algorithms:
+                raise ValueError(f"nccl_env: NCCL_ALGO={value!r} leaves only algorithms the model does not price "
+                                 "(CollNet, PAT)")
+        elif name == "NCCL_PROTO":
+            protocols = _list(name, value, PROTOCOL_NAMES, env)
+    return algorithms, protocols
