@@ -39,11 +39,13 @@ class ModelConfig:
             prices every layer as the model's kind (no per-layer stack).
         n_linrec: >0 for linear-attention layers (no YAML key; set it in Python).
         qkv_bias, o_bias, mlp_bias, norm_bias, attn_output_gate, shared_expert_gate: layer
-            structure switches (unstated reads false, as the original's config reads 0).
+            structure switches (unstated reads false, as the original's config reads 0); ``norm_bias``
+            is true for LayerNorm (a bias beside the gain), false for RMSNorm.
         n_qknorm: QK-norms per layer (1 with ``qk_norm`` / ``use_qk_norm``).
         tie_emb_out: embedding and output share a table (``tie_word_embeddings``).
         n_attMM, n_ffMM, n_normOp, n_gather, layer_norms: op counts per layer: 4 attention
-            matmuls, 3 FFN matmuls (gated MLP), 2 norm ops, 4 TP gathers, 2 norms.
+            matmuls, 3 FFN matmuls (gated MLP; 2 with ``gated_linear_unit: false``, a GeLU or
+            squared-ReLU MLP), 2 norm ops, 4 TP gathers, 2 norms.
         bytes_compute, bytes_p, bytes_grad, bytes_norm: bytes per activation (``compute_dtype``),
             parameter (``train.mixed_precision.param_dtype`` when mixed precision is enabled,
             else ``param_init_type``), gradient (``reduce_dtype``, default float32) and norm

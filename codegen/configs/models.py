@@ -5,7 +5,7 @@ Hugging Face-style names, ``data.max_seq_len``, ``train.accelerator`` with the p
 layout, ``train.gradient_checkpointing``, ``train.mixed_precision``); the mapping to the
 original's field names follows HyperParallel's own parser (published
 ``framework_parsers/cost_model_parser_hyper.py``). Bundled models live in
-``codegen/models/<name>.yaml``.
+``codegen/configs/bundled/<name>.yaml``.
 
 Public API::
 
@@ -299,9 +299,12 @@ class _Reader:
             qkv_bias=self.flag(over, "qkv_bias", where, attention_bias),
             o_bias=self.flag(over, "o_bias", where, attention_bias),
             mlp_bias=self.flag(over, "mlp_bias", where, False),
+            norm_bias=self.flag(over, "norm_bias", where, False),
             attn_output_gate=self.flag(over, "attn_output_gate", where, False),
             n_qknorm=1 if qk_norm else 0,
             tie_emb_out=self.flag(over, "tie_word_embeddings", where, False),
+            # Megatron's name: a gated MLP (SwiGLU: gate, up and down projections) or two matrices (GeLU, squared ReLU).
+            n_ffMM=3 if self.flag(over, "gated_linear_unit", where, True) else 2,
             bytes_compute=self.dtype(model, "compute_dtype", "model", "bfloat16"),
             bytes_p=bytes_p, bytes_grad=bytes_grad,
         )
