@@ -141,8 +141,9 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _count(where: str, option: str, text: str) -> int | None:
-    """A launcher's whole-number option; ``None`` for a shell variable (``$DSTACK_GPUS_NUM``) the log does not expand."""
-    return None if "$" in text else parse_whole(f"{where}, {option}", text, maximum=DEVICES_MAX)
+    """A launcher's whole-number option; ``None`` for a word (a shell variable such as ``$DSTACK_GPUS_NUM``, or prose's
+    ``-np N``) the log does not expand."""
+    return parse_whole(f"{where}, {option}", text, maximum=DEVICES_MAX) if re.match(r"[+-]?[0-9]", text) else None
 
 
 def _command(sweep: _Sweep, words: list[str], where: str) -> None:
@@ -209,15 +210,17 @@ def _row(sweep: _Sweep, words: list[str], where: str) -> tuple:
         times = [k for k, word in enumerate(sweep.header) if word in ("time", "cputime")]
         at, in_place = times[0], (times[1] if len(times) > 1 else None)
         after = sweep.header[at + 3] if at + 3 < len(sweep.header) else ""
+        has_root = "root" in sweep.header[:at]
     else:
-        at = 5 if _ROOT.fullmatch(words[4]) else 4
+        has_root = bool(_ROOT.fullmatch(words[4]))
+        at = 5 if has_root else 4
         in_place, after = at + 4, "#wrong" if _WHOLE.fullmatch(words[at + 3] if at + 3 < len(words) else "") else ""
-    if len(words) < at + 3:
+    if len(words) < max(at, 4 + has_root) + 3:
         raise InputError(f"{where}: {len(words)} columns, but the table needs size, count, type, redop"
-                         f"{', root' if at == 5 else ''}, time, algbw and busbw")
+                         f"{', root' if has_root else ''}, time, algbw and busbw")
     size = parse_whole(f"{where}, column size", words[0], maximum=VALUE_MAX)
     count = parse_whole(f"{where}, column count", words[1], minimum=0, maximum=VALUE_MAX)
-    root = parse_whole(f"{where}, column root", words[4], minimum=-1, maximum=DEVICES_MAX) if at == 5 else -1
+    root = parse_whole(f"{where}, column root", words[4], minimum=-1, maximum=DEVICES_MAX) if has_root else -1
     time = parse_real(f"{where}, column time", words[at])
     algbw, busbw = (_bandwidth(f"{where}, column {name}", words[at + k]) for k, name in ((1, "algbw"), (2, "busbw")))
     inplace = (parse_real(f"{where}, column time (in-place)", words[in_place])
@@ -226,7 +229,8 @@ def _row(sweep: _Sweep, words: list[str], where: str) -> tuple:
     if after == "#wrong" and at + 3 < len(words) and words[at + 3] != "N/A":
         text = words[at + 3]  # nccl-tests prints the count with %g: 1e+06 is a million wrong elements
         wrong = (parse_whole(f"{where}, column #wrong", text, minimum=0, maximum=VALUE_MAX) if _WHOLE.fullmatch(text)
-                 else int(parse_real(f"{where}, column #wrong", text)))
+                 else whole(f"{where}, column #wrong", parse_real(f"{where}, column #wrong", text), minimum=0,
+                            floats=True))
     return words[2], words[3].lower(), root, size, count, time, algbw, busbw, inplace, wrong
 
 
@@ -320,7 +324,9 @@ def _table_ranks(op: str, rows: list[tuple]) -> int | None:
         r_low, r_high = max(busbw - db, 0.0) / (algbw + da), (busbw + db) / (algbw - da)
         low = max(low, c / (c - r_low) if r_low < c else math.inf)
         high = min(high, c / (c - r_high) if r_high < c else math.inf)
-    candidates = range(max(2, math.ceil(low - 1e-9)), math.floor(high + 1e-9) + 1) if high < math.inf else range(0)
+    if not low <= high < math.inf:
+        return None
+    candidates = range(max(2, math.ceil(low - 1e-9)), math.floor(high + 1e-9) + 1)
     return candidates[0] if len(candidates) == 1 else None
 
 
