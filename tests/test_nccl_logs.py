@@ -260,6 +260,16 @@ def test_an_older_table_without_root_or_wrong_columns():
     assert [r.wrong for r in na] == [None, None] and na[0].time_us == 100.0
 
 
+def test_wrong_counts_are_read_for_the_caller_to_judge():
+    rows = _rows(16, sizes=(1048576, 2097152, 4194304))
+    rows[1] = rows[1].replace("      0  ", "      3  ", 1)
+    rows[2] = rows[2].replace("      0  ", "  1e+06  ", 1)
+    read = parse_log("\n".join(["mpirun -np 16 -N 8 ./all_reduce_perf", HEADER] + rows))
+    assert [r.wrong for r in read] == [0, 3, 1000000]
+    with pytest.raises(InputError, match=r"<text> line 4, column #wrong: must be a whole number, got 2.5"):
+        parse_log("\n".join([HEADER] + rows[:2] + [rows[2].replace("1e+06", "  2.5")]), gpus_per_node=8)
+
+
 def test_ops_from_the_binary_name_or_the_table():
     def op_of(command: str, redop: str = "sum", sizes=(1048576,), op=None, count_div=4) -> str:
         row = _rows(16, sizes)[0].replace("   sum", f"{redop:>6s}")
@@ -286,11 +296,17 @@ def test_ops_from_the_binary_name_or_the_table():
 
 def test_sources_that_disagree_on_ranks_are_an_error():
     text = "\n".join(_run("mpirun -np 8 -N 8 ./all_reduce_perf", ranks=16, body=_ranks(2, 8)))
-    with pytest.raises(InputError, match=r"disagrees on its ranks: the '# Rank' lines say 16; mpirun's process count 8"):
+    with pytest.raises(InputError, match=r"disagrees on its ranks: 16 by the '# Rank' lines, 8 by mpirun's 8 processes"):
         parse_log(text)
     lying = "\n".join(_run("", ranks=16, body=_ranks(1, 8)))  # 8 rank lines, a table of 16 ranks
-    with pytest.raises(InputError, match=r"busbw/algbw says 16"):
+    with pytest.raises(InputError, match=r"ranks: 8 by the '# Rank' lines, 16 by the all_reduce table"):
         parse_log(lying)
+
+
+def test_ranks_spread_unevenly_over_the_hosts_are_an_error():
+    body = [RANK.format(r=r, p=100 + r, host=f"node{min(r // 6, 2)}", d=r % 8) for r in range(16)]  # 6 + 6 + 4
+    with pytest.raises(InputError, match=r"uneven.log line \d+ \(sweep 1\): 16 ranks cannot be spread evenly over 3 nodes"):
+        parse_log("\n".join(_run("", ranks=16, body=body)), "uneven.log")
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -36,9 +36,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
-from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, InputError, one_of, parse_real, parse_whole, whole
+from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, InputError, instance, one_of, parse_real, parse_whole, whole
 from .collectives import OPS
 
 __all__ = ["LogRow", "parse_log", "read_logs"]
@@ -81,7 +81,7 @@ class LogRow:
 
 
 #: nccl-tests' type names (``src/common.cu`` test_typenames, and older spellings) → bytes per element.
-TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2, "int32": 4,
+_TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2, "int32": 4,
               "uint32": 4, "int": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8}
 _REDOPS = frozenset({"sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none"})
 _REDUCING, _GATHERING = ("all_reduce", "reduce_scatter"), ("all_gather", "all_to_all", "broadcast")
@@ -101,14 +101,30 @@ _WHOLE = re.compile(r"[0-9]+")
 _ROOT = re.compile(r"-?[0-9]{1,4}")  # nccl-tests prints a root rank or -1; a time without a fraction is >= 10,000
 
 
+class _Cells(NamedTuple):
+    """One table row as read; a bandwidth is (value, half the unit of its last printed digit)."""
+
+    line: int
+    dtype: str
+    redop: str
+    root: int
+    size: int
+    count: int
+    time: float
+    algbw: tuple[float, float]
+    busbw: tuple[float, float]
+    in_place: float | None
+    wrong: int | None
+
+
 @dataclass
 class _Sweep:
     """What one run's text says, gathered line by line."""
 
     start: int
     launcher: str = ""
-    processes: tuple[int | None, str] | None = None  # (-np value or None if a shell variable, where)
-    per_node: tuple[int | None, str] | None = None
+    processes: int | None = None  # -np (None: not given, or a shell variable the log does not expand)
+    per_node: tuple[int, str] | None = None  # (-N value, the option's name)
     srun_nodes: int | None = None
     host_slots: list[tuple[str, int | None]] = field(default_factory=list)
     threads: int = 1
@@ -120,7 +136,7 @@ class _Sweep:
     gpu_names: dict[str, None] = field(default_factory=dict)
     version: str = ""
     header: list[str] | None = None
-    rows: list[tuple] = field(default_factory=list)
+    rows: list[_Cells] = field(default_factory=list)
     closed: bool = False
 
 
@@ -175,13 +191,12 @@ def _command(sweep: _Sweep, words: list[str], where: str) -> None:
         elif option in ("-x", "-genv"):
             _setting(sweep.run_env, value)
         elif option in ("-np", "--np", "-n", "--n", "--ntasks"):
-            sweep.processes = (_count(where, option, value), option)
+            sweep.processes = _count(where, option, value)
         elif option in ("-N", "--nodes") and sweep.launcher == "srun":
             sweep.srun_nodes = _count(where, option, value)
-        elif option in ("-N", "-npernode", "--npernode", "-ppn", "--ppn", "--ntasks-per-node"):
-            sweep.per_node = (_count(where, option, value), option)
-        elif option in ("--map-by", "-map-by") and re.fullmatch(r"ppr:[^:]+:node", value):
-            sweep.per_node = (_count(where, option, value.split(":")[1]), option)
+        elif option in ("-N", "-npernode", "--npernode", "-ppn", "--ppn", "--ntasks-per-node", "--map-by", "-map-by"):
+            number = _count(where, option, value.split(":")[1] if re.fullmatch(r"ppr:[^:]+:node", value) else value)
+            sweep.per_node = (number, option) if number else sweep.per_node
         elif option in ("-H", "--host", "-host", "-hosts", "--hosts"):
             for entry in value.split(","):
                 host, _, slots = entry.partition(":")
@@ -204,8 +219,8 @@ def _setting(env: dict[str, str], text: str) -> None:
         env[found.group(1)] = value
 
 
-def _row(sweep: _Sweep, words: list[str], where: str) -> tuple:
-    """(dtype, redop, root, size, count, time, algbw, busbw, in-place time, wrong) of a table row, each through the gate."""
+def _row(sweep: _Sweep, words: list[str], number: int, where: str) -> _Cells:
+    """The cells of a table row at line *number*, each number through the gate."""
     if sweep.header is not None:
         times = [k for k, word in enumerate(sweep.header) if word in ("time", "cputime")]
         at, in_place = times[0], (times[1] if len(times) > 1 else None)
@@ -231,17 +246,14 @@ def _row(sweep: _Sweep, words: list[str], where: str) -> tuple:
         wrong = (parse_whole(f"{where}, column #wrong", text, minimum=0, maximum=VALUE_MAX) if _WHOLE.fullmatch(text)
                  else whole(f"{where}, column #wrong", parse_real(f"{where}, column #wrong", text), minimum=0,
                             floats=True))
-    return words[2], words[3].lower(), root, size, count, time, algbw, busbw, inplace, wrong
+    return _Cells(number, words[2], words[3].lower(), root, size, count, time, algbw, busbw, inplace, wrong)
 
 
 def _bandwidth(field_name: str, text: str) -> tuple[float, float]:
     """A printed GB/s figure and half the unit of its last digit (nccl-tests rounds to 2, 1 or 0 decimals)."""
-    if re.fullmatch(r"0*\.?0*", text) and text not in ("", "."):
-        value = 0.0
-    else:
-        value = parse_real(field_name, text)
-    digits = len(text.partition(".")[2]) if "e" not in text.lower() else 0
-    return value, 0.5 * 10.0 ** -digits if "e" not in text.lower() else abs(value) * 0.05
+    value = 0.0 if re.fullmatch(r"0+\.?0*", text) else parse_real(field_name, text)
+    mantissa, _, exponent = text.lower().partition("e")  # (%6.0e past 999,999.5)
+    return value, 0.5 * 10.0 ** (int(exponent or 0) - len(mantissa.partition(".")[2]))
 
 
 def _sweeps(text: str, path: str) -> list[_Sweep]:
@@ -253,7 +265,8 @@ def _sweeps(text: str, path: str) -> list[_Sweep]:
     def preamble(number: int) -> _Sweep:
         nonlocal current
         if current.rows or current.closed:
-            sweeps.append(current) if current.rows else None
+            if current.rows:
+                sweeps.append(current)
             current = _Sweep(number)
         return current
 
@@ -294,7 +307,7 @@ def _sweeps(text: str, path: str) -> list[_Sweep]:
                 preamble(number)
             if not current.rows:
                 current.start, current.env = number, {**shell_env, **current.run_env}
-            current.rows.append((number, _row(current, words, where)))
+            current.rows.append(_row(current, words, number, where))
         elif not content.startswith("#"):
             try:
                 tokens = shlex.split(content)
@@ -312,13 +325,14 @@ def _table_ranks(op: str, rows: list[tuple]) -> int | None:
     """The ranks nccl-tests' table implies: size = count × type size × ranks for the gathering ops, else the one
     whole *n* whose busbw/algbw factor fits every row's printed (rounded) figures; ``None`` where it cannot tell."""
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        dtype, _, _, size, count, *_ = rows[-1][1]
-        if dtype in TYPE_BYTES and count and size % (count * TYPE_BYTES[dtype]) == 0:
-            return size // (count * TYPE_BYTES[dtype])
+        last = rows[-1]
+        per_rank = last.count * _TYPE_BYTES.get(last.dtype, 0)
+        if per_rank and last.size % per_rank == 0:
+            return last.size // per_rank
     if op not in _BUS_FACTOR:
         return None
     c, low, high = _BUS_FACTOR[op], 1.0, math.inf
-    for _, (*_, (algbw, da), (busbw, db), _, _) in rows:
+    for (algbw, da), (busbw, db) in ((row.algbw, row.busbw) for row in rows):
         if algbw - da <= 0:
             continue
         r_low, r_high = max(busbw - db, 0.0) / (algbw + da), (busbw + db) / (algbw - da)
@@ -332,8 +346,8 @@ def _table_ranks(op: str, rows: list[tuple]) -> int | None:
 
 def _op(sweep: _Sweep, where: str, forced: str | None) -> str:
     """The sweep's op: the binary's name, else the table's shape, else *forced*; checked against the redop column."""
-    first = sweep.rows[0][1]
-    dtype, redop, root, size, count, _, (algbw, _), (busbw, _), *_ = first
+    first = sweep.rows[0]
+    redop, root = first.redop, first.root
     if sweep.binary:
         if sweep.binary not in OPS:
             raise InputError(f"{where}: {sweep.binary}_perf is not a collective the time model prices "
@@ -341,11 +355,11 @@ def _op(sweep: _Sweep, where: str, forced: str | None) -> str:
         op = OPS[sweep.binary]
     elif redop != "none" and root >= 0:
         raise InputError(f"{where}: a reduce to root {root} (reduce_perf) is not a collective the time model prices")
-    elif redop != "none" and dtype in TYPE_BYTES and size > count * TYPE_BYTES[dtype]:
+    elif redop != "none" and first.dtype in _TYPE_BYTES and first.size > first.count * _TYPE_BYTES[first.dtype]:
         op = "reduce_scatter"
     elif redop == "none" and root >= 0:
         op = "broadcast"
-    elif redop != "none" and any(b[0] - b[1] > a[0] + a[1] for *_, a, b, _, _ in (r for _, r in sweep.rows)):
+    elif redop != "none" and any(r.busbw[0] - r.busbw[1] > r.algbw[0] + r.algbw[1] for r in sweep.rows):
         op = "all_reduce"  # busbw above algbw: 2(n-1)/n > 1; send_recv prints busbw = algbw
     elif forced is None:
         could = "all_gather or all_to_all" if redop == "none" else "all_reduce (2 ranks) or send_recv"
@@ -360,35 +374,28 @@ def _op(sweep: _Sweep, where: str, forced: str | None) -> str:
 
 def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) -> tuple[int, int]:
     """(ranks, nodes) from every source the text offers, which must agree; *gpus_per_node* only where none says."""
-    per_process = sweep.threads * sweep.gpus
-    processes = sweep.processes[0] if sweep.processes else None
-    if processes is None and sweep.host_slots and all(slots for _, slots in sweep.host_slots):
-        processes = sum(slots for _, slots in sweep.host_slots)  # type: ignore[misc]
-    said = []
-    if sweep.ranks:
-        said.append((max(sweep.ranks) + 1, "the '# Rank' lines"))
-    if processes is not None:
-        said.append((processes * per_process, f"{sweep.launcher or 'the launcher'}'s process count {processes} "
-                     f"× nThread {sweep.threads} × nGpus {sweep.gpus}"))
-    table = _table_ranks(op, sweep.rows)
-    if table is not None:
-        said.append((table, f"the {op} table's size/count or busbw/algbw"))
+    per_process, slots = sweep.threads * sweep.gpus, [n for _, n in sweep.host_slots]
+    processes = sweep.processes or (sum(slots) if slots and all(slots) else None)  # type: ignore[arg-type]
+    threads = f"nThread {sweep.threads} × nGpus {sweep.gpus}"
+    said = [(max(sweep.ranks) + 1, "the '# Rank' lines")] if sweep.ranks else []
+    if processes:
+        said.append((processes * per_process, f"{sweep.launcher or 'the launcher'}'s {processes} processes × {threads}"))
+    if (table := _table_ranks(op, sweep.rows)) is not None:
+        said.append((table, f"the {op} table (size/count, busbw/algbw)"))
     if not said:
         raise InputError(f"{where}: the log does not say how many ranks ran it (no '# Rank' lines, no -np on an "
                          f"mpirun line, and its table cannot tell)")
     ranks = _agree(said, "ranks", where)
-    nodes_said = []
-    if sweep.ranks:
-        nodes_said.append((len(set(sweep.ranks.values())), "the host names on the '# Rank' lines"))
+    nodes_said = [(len(set(sweep.ranks.values())), "the host names on the '# Rank' lines")] if sweep.ranks else []
     if sweep.host_slots:
-        nodes_said.append((len(sweep.host_slots), f"{sweep.launcher or 'the launcher'} -H"))
-    if sweep.srun_nodes is not None:
+        nodes_said.append((len(dict.fromkeys(host for host, _ in sweep.host_slots)), f"{sweep.launcher or 'the launcher'} -H"))
+    if sweep.srun_nodes:
         nodes_said.append((sweep.srun_nodes, "srun -N"))
-    if sweep.per_node and sweep.per_node[0] is not None:
+    if sweep.per_node:
         per_node = sweep.per_node[0] * per_process
         if ranks % per_node:
             raise InputError(f"{where}: {ranks} ranks do not fill nodes of {per_node} ({sweep.per_node[1]} "
-                             f"{sweep.per_node[0]} × nThread {sweep.threads} × nGpus {sweep.gpus})")
+                             f"{sweep.per_node[0]} × {threads})")
         nodes_said.append((ranks // per_node, f"{sweep.per_node[1]} {sweep.per_node[0]}"))
     if nodes_said:
         nodes = _agree(nodes_said, "nodes", where)
@@ -407,8 +414,7 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
 def _agree(said: list[tuple[int, str]], what: str, where: str) -> int:
     if len({value for value, _ in said}) > 1:
         raise InputError(f"{where}: the log disagrees on its {what}: "
-                         + "; ".join(f"{source} say{'s' if not source.endswith('lines') else ''} {value}"
-                                     for value, source in said))
+                         + ", ".join(f"{value} by {source}" for value, source in said))
     return said[0][0]
 
 
@@ -437,14 +443,13 @@ def parse_log(text: str, path: str = "<text>", gpus_per_node: int | None = None,
         where = f"{path} line {sweep.start} (sweep {k})"
         name = _op(sweep, where, forced)
         ranks, nodes = _placement(sweep, name, where, gpn)
-        hosts = tuple(dict.fromkeys(sweep.ranks[i] for i in sorted(sweep.ranks))) or tuple(
-            host for host, _ in sweep.host_slots)
+        hosts = tuple(dict.fromkeys([sweep.ranks[i] for i in sorted(sweep.ranks)]
+                                    or [host for host, _ in sweep.host_slots]))
         env = ";".join(f"{key}={value}" for key, value in sorted(sweep.env.items()))
-        for number, (dtype, _, _, size, _, time, _, _, inplace, wrong) in sweep.rows:
-            out.append(LogRow(op=name, dtype=dtype, bytes=size, time_us=time, in_place_time_us=inplace, nodes=nodes,
-                              gpus_per_node=ranks // nodes, ranks=ranks, nccl_version=sweep.version, nccl_env=env,
-                              gpu=", ".join(sweep.gpu_names), hosts=hosts, path=path, line=number,
-                              sweep=f"{stem}#{k}", wrong=wrong))
+        out += [LogRow(op=name, dtype=row.dtype, bytes=row.size, time_us=row.time, in_place_time_us=row.in_place,
+                       nodes=nodes, gpus_per_node=ranks // nodes, ranks=ranks, nccl_version=sweep.version,
+                       nccl_env=env, gpu=", ".join(sweep.gpu_names), hosts=hosts, path=path, line=row.line,
+                       sweep=f"{stem}#{k}", wrong=row.wrong) for row in sweep.rows]
     return out
 
 
@@ -455,12 +460,13 @@ def read_logs(paths: Iterable[str | os.PathLike[str]], gpus_per_node: int | None
     Raises:
         InputError: naming the file that cannot be read or is not UTF-8 text, or as :func:`parse_log` does.
     """
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        paths = [paths]  # type: ignore[list-item]
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
     rows: list[LogRow] = []
     for path in paths:
+        instance("paths", path, (str, os.PathLike), "a file name")
         try:
-            text = Path(path).read_bytes().decode("utf-8")
+            text = Path(path).read_bytes().decode("utf-8-sig")
         except OSError as exc:
             raise InputError(f"--logs {path}: cannot read: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
