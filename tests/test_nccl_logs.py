@@ -141,7 +141,8 @@ def test_nodes_and_ranks_from_the_text_match_the_annotations(path):
 
 # Small made-up logs ---------------------------------------------------------------------------------------------
 
-HEADER = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+HEADER = ("#      size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw"
+          " #wrong")
 RANK = "#  Rank {r:2d} Group  0 Pid {p:6d} on {host} device {d:2d} [0x{d:02x}] NVIDIA H100 80GB HBM3"
 
 
@@ -150,19 +151,20 @@ def _rows(ranks: int, sizes=(1048576, 2097152), time=100.0, op="all_reduce") -> 
     factor, redop, per = (2 * (ranks - 1) / ranks, "sum", 4) if op == "all_reduce" else ((ranks - 1) / ranks, "none",
                                                                                          4 * ranks)
     return [f"{s:12d}  {s // per:12d}     float  {redop:>6s}      -1  {time * (1 + i):7.1f}  {s / time / 1e3:6.2f}  "
-            f"{s / time / 1e3 * factor:6.2f}      0  {time:7.1f}  {s / time / 1e3:6.2f}  {s / time / 1e3 * factor:6.2f}      0"
-            for i, s in enumerate(sizes)]
+            f"{s / time / 1e3 * factor:6.2f}      0  {time:7.1f}  {s / time / 1e3:6.2f}  "
+            f"{s / time / 1e3 * factor:6.2f}      0" for i, s in enumerate(sizes)]
 
 
 def _ranks(nodes: int, per_node: int) -> list[str]:
-    return [RANK.format(r=n * per_node + d, p=100 + d, host=f"node{n}", d=d) for n in range(nodes) for d in range(per_node)]
+    return [RANK.format(r=n * per_node + d, p=100 + d, host=f"node{n}", d=d)
+            for n in range(nodes) for d in range(per_node)]
 
 
 def _run(command: str, *, ranks: int, body: list[str] | None = None, op: str = "all_reduce") -> list[str]:
     preamble = [command] if command else []
-    return preamble + ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20",
-                       "#", "# Using devices"] + (body or []) + ["NCCL version 2.21.5+cuda12.4", HEADER] + _rows(ranks, op=op) + [
-                       "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 20.1"]
+    return (preamble + ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5",
+                        "#", "# Using devices"] + (body or []) + ["NCCL version 2.21.5+cuda12.4", HEADER]
+            + _rows(ranks, op=op) + ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 20.1"])
 
 
 def test_several_runs_in_one_file():
@@ -296,7 +298,7 @@ def test_ops_from_the_binary_name_or_the_table():
 
 def test_sources_that_disagree_on_ranks_are_an_error():
     text = "\n".join(_run("mpirun -np 8 -N 8 ./all_reduce_perf", ranks=16, body=_ranks(2, 8)))
-    with pytest.raises(InputError, match=r"disagrees on its ranks: 16 by the '# Rank' lines, 8 by mpirun's 8 processes"):
+    with pytest.raises(InputError, match=r"disagrees on its ranks: 16 by the '# Rank' lines, 8 by mpirun's 8 proc"):
         parse_log(text)
     lying = "\n".join(_run("", ranks=16, body=_ranks(1, 8)))  # 8 rank lines, a table of 16 ranks
     with pytest.raises(InputError, match=r"ranks: 8 by the '# Rank' lines, 16 by the all_reduce table"):
@@ -305,7 +307,7 @@ def test_sources_that_disagree_on_ranks_are_an_error():
 
 def test_ranks_spread_unevenly_over_the_hosts_are_an_error():
     body = [RANK.format(r=r, p=100 + r, host=f"node{min(r // 6, 2)}", d=r % 8) for r in range(16)]  # 6 + 6 + 4
-    with pytest.raises(InputError, match=r"uneven.log line \d+ \(sweep 1\): 16 ranks cannot be spread evenly over 3 nodes"):
+    with pytest.raises(InputError, match=r"uneven.log line \d+ \(sweep 1\): 16 ranks cannot be spread evenly over 3"):
         parse_log("\n".join(_run("", ranks=16, body=body)), "uneven.log")
 
 

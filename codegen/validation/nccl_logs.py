@@ -207,7 +207,8 @@ def _command(sweep: _Sweep, words: list[str], where: str) -> None:
 
 
 def _setting(env: dict[str, str], text: str) -> None:
-    """Record ``NCCL_NAME=VALUE`` of *text* (quotes removed) in *env*; other variables and ``$`` values are not facts."""
+    """Record ``NCCL_NAME=VALUE`` of *text* (quotes removed) in *env*; other variables and ``$`` values are not
+    facts of the log."""
     found = _ENV.fullmatch(text.strip())
     if not found:
         return
@@ -376,10 +377,10 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
     """(ranks, nodes) from every source the text offers, which must agree; *gpus_per_node* only where none says."""
     per_process, slots = sweep.threads * sweep.gpus, [n for _, n in sweep.host_slots]
     processes = sweep.processes or (sum(slots) if slots and all(slots) else None)  # type: ignore[arg-type]
-    threads = f"nThread {sweep.threads} × nGpus {sweep.gpus}"
+    threads, launcher = f"nThread {sweep.threads} × nGpus {sweep.gpus}", sweep.launcher or "the launcher"
     said = [(max(sweep.ranks) + 1, "the '# Rank' lines")] if sweep.ranks else []
     if processes:
-        said.append((processes * per_process, f"{sweep.launcher or 'the launcher'}'s {processes} processes × {threads}"))
+        said.append((processes * per_process, f"{launcher}'s {processes} processes × {threads}"))
     if (table := _table_ranks(op, sweep.rows)) is not None:
         said.append((table, f"the {op} table (size/count, busbw/algbw)"))
     if not said:
@@ -388,7 +389,7 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
     ranks = _agree(said, "ranks", where)
     nodes_said = [(len(set(sweep.ranks.values())), "the host names on the '# Rank' lines")] if sweep.ranks else []
     if sweep.host_slots:
-        nodes_said.append((len(dict.fromkeys(host for host, _ in sweep.host_slots)), f"{sweep.launcher or 'the launcher'} -H"))
+        nodes_said.append((len(dict.fromkeys(host for host, _ in sweep.host_slots)), f"{launcher} -H"))
     if sweep.srun_nodes:
         nodes_said.append((sweep.srun_nodes, "srun -N"))
     if sweep.per_node:
