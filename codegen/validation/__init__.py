@@ -10,6 +10,7 @@ Public API::
     step_time.run_step_time_validation(data=None, system=None) -> exit status
     step_rows.step_rows(table, system=None), step_rows.sweep_stats(rows)
     step_rows.spearman(x, y), step_rows.regret(predicted, measured)
+    nccl_logs.read_logs(paths, gpus_per_node=None, op=None) -> list[LogRow]   (raw nccl-tests output)
 
     rows_read(path, n) -> the line each validation prints first
     no_cyclic_gc() -> a context that pauses the cyclic garbage collector over a large table
