@@ -1,7 +1,7 @@
 """Reading raw nccl-tests output (codegen/validation/nccl_logs.py): real published logs and small made-up ones.
 
 The real logs (tests/data/nccl_logs/, provenance in tests/data/README.md) are compared with the rows transcribed
-from them (tests/data/nccl_multinode.csv) and with the facts their sources state (the ``##META`` annotations,
+from them (the shipped codegen/validation/data/nccl_multinode.csv) and with the facts their sources state (the ``##META`` annotations,
 which the reader itself skips).
 """
 
@@ -17,9 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codegen.runtime.inputs import InputError
+from codegen.validation.csvfile import DATA_DIR
 from codegen.validation.nccl_logs import LogRow, parse_log, read_logs
 
 DATA = Path(__file__).resolve().parent / "data"
+MULTINODE = DATA_DIR / "nccl_multinode.csv"
 LOGS = sorted((DATA / "nccl_logs").glob("*.txt"))
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "measurements"
 
@@ -62,7 +64,7 @@ def test_the_copies_are_the_16_shared_logs():
         pytest.skip("the shared measurements folder is not beside this clone")
     for path in LOGS:
         assert path.read_bytes() == (SHARED / "nccl_logs" / path.name).read_bytes(), path.name
-    assert (DATA / "nccl_multinode.csv").read_bytes() == (SHARED / "nccl_multinode.csv").read_bytes()
+    assert MULTINODE.read_bytes() == (SHARED / "nccl_multinode.csv").read_bytes()
 
 
 @pytest.mark.parametrize("path", LOGS, ids=lambda p: p.stem)
@@ -83,7 +85,7 @@ def test_rows_agree_with_the_transcribed_table(path):
     """Each sweep of the CSV (in the order of its numbers) is the log's sweep of the same order; each CSV row is
     a parsed row of the same size with the same time, op, ranks, nodes and GPUs per node."""
     table: dict[str, list[dict[str, str]]] = defaultdict(list)
-    with (DATA / "nccl_multinode.csv").open(newline="", encoding="utf-8") as handle:
+    with MULTINODE.open(newline="", encoding="utf-8") as handle:
         for record in csv.DictReader(handle):
             stem, _, k = record["sweep_id"].partition("#")
             if stem == path.stem:
@@ -108,7 +110,7 @@ def test_settings_on_the_mpirun_line_are_the_transcribed_ones():
     """Where the transcription took NCCL settings from the log's own mpirun line, the reader finds the same."""
     rows = _sweeps(read_logs(LOGS, gpus_per_node=8, op="all_gather"))  # (op only where the log cannot tell)
     table = {}
-    with (DATA / "nccl_multinode.csv").open(newline="", encoding="utf-8") as handle:
+    with MULTINODE.open(newline="", encoding="utf-8") as handle:
         for record in csv.DictReader(handle):
             table.setdefault(record["sweep_id"], record["nccl_env"])
     for parsed, transcribed in [("nccltests_i309_h100_ib400#1", "#1"), ("nccltests_i309_h100_ib400#2", "#2"),
