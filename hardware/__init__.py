@@ -16,6 +16,7 @@ Public API::
     TIME_SYMBOLS                        # the names time_bindings gives (a frozenset)
     transport(system) -> Transport      # what NCCL runs over its network (plugin latency, algorithms, protocols)
     network_latency(system) -> float    # the latency NCCL's network plugin reports for it, seconds
+    hop_latencies(system) -> dict       # what one network hop adds per protocol (net_latency_<proto>_s)
     with_network(system, **network) -> System  # the same nodes on another scale-out network
     System, Level, Gpu, UnusedHelperLevel  # frozen dataclasses
     HardwareSpecError                   # a ValueError naming file, key path and value
@@ -34,6 +35,7 @@ from ._nccl import TIME_SYMBOLS as TIME_SYMBOLS
 from ._nccl import ALGORITHMS as ALGORITHMS
 from ._nccl import PROTOCOLS as PROTOCOLS
 from ._nccl import Transport as Transport
+from ._nccl import hop_latencies as hop_latencies
 from ._nccl import network_latency as network_latency
 from ._nccl import time_bindings as time_bindings
 from ._nccl import transport as transport
@@ -46,6 +48,7 @@ from ._system import TRANSPORTS as TRANSPORTS
 from ._system import UnusedHelperLevel as UnusedHelperLevel
 from ._system import with_network as with_network
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "Transport", "network_latency", "transport", "CATALOG_DIR", "CATALOG_ENV", "Gpu", "HardwareSpecError", "Level", "NETWORK_KEYS", "System", "TIME_SYMBOLS",
-           "TRANSPORTS", "UnusedHelperLevel", "add_catalog", "catalog_dirs", "load", "load_file", "names",
-           "time_bindings", "with_network"]
+__all__ = ["add_catalog", "ALGORITHMS", "CATALOG_DIR", "catalog_dirs", "CATALOG_ENV", "Gpu", "HardwareSpecError",
+           "hop_latencies", "Level", "load", "load_file", "names", "NETWORK_KEYS", "network_latency", "PROTOCOLS",
+           "System", "time_bindings", "TIME_SYMBOLS", "Transport", "transport", "TRANSPORTS", "UnusedHelperLevel",
+           "with_network"]

@@ -18,6 +18,8 @@ File layout (every key below is checked; any other key is an error)::
     transport = "ib"                        # optional, network level: ib, roce, efa, tcp (default ib)
     nic_bandwidth_bytes_per_s = 50e9        # optional, one NIC's peak (default: per device x devices / NICs)
     nccl_net_latency_s = 75e-6              # optional, what NCCL's network plugin reports (default: transport's)
+    net_latency_ll128_s = 2e-5              # optional, per protocol (ll, ll128, simple): what one hop adds
+                                            # (default: the plugin's, twice with simple; symcost calibrate writes them)
     rail_optimized = true                   # optional (default true); shown, not yet priced
     sharp = false                           # optional (default false); shown, not yet priced
     aliases = ["h100_sxm"]                  # optional, other names the system answers to
@@ -75,7 +77,8 @@ _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 # here and the rule is checked on its own so that the message can say so.
 _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", "marketed_bandwidth_bytes_per_s",
                    "marketed_direction", "nics_per_unit", "nvls", "transport", "nic_bandwidth_bytes_per_s",
-                   "nccl_net_latency_s", "rail_optimized", "sharp")
+                   "nccl_net_latency_s", "net_latency_ll_s", "net_latency_ll128_s", "net_latency_simple_s",
+                   "rail_optimized", "sharp")
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
 _GPU_OPTIONAL = ("peak_flops_fp8_per_s", "peak_flops_fp4_per_s", "compute_efficiency",
                  "compute_efficiency_fp8", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
@@ -139,6 +142,9 @@ def _level(table: object, where: str) -> Level:
         transport=table.get("transport"),
         nic_bandwidth_bytes_per_s=table.get("nic_bandwidth_bytes_per_s"),
         nccl_net_latency_s=table.get("nccl_net_latency_s"),
+        net_latency_ll_s=table.get("net_latency_ll_s"),
+        net_latency_ll128_s=table.get("net_latency_ll128_s"),
+        net_latency_simple_s=table.get("net_latency_simple_s"),
         rail_optimized=table.get("rail_optimized", True),
         sharp=table.get("sharp", False),
     )

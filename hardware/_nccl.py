@@ -20,7 +20,7 @@ from pathlib import Path
 from ._system import GENERATIONS, TRANSPORTS, HardwareSpecError, System, positive_real
 
 __all__ = ["ALGORITHMS", "NcclTuning", "PROTOCOLS", "RingGraph", "TIME_SYMBOLS", "Transport", "nccl_tuning",
-           "network_latency", "p2p_channels", "ring_graph", "time_bindings", "transport"]
+           "hop_latencies", "network_latency", "p2p_channels", "ring_graph", "time_bindings", "transport"]
 
 TUNING_FILE = Path(__file__).resolve().parent / "nccl_tuning.toml"
 
@@ -53,7 +53,8 @@ TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
     "nvlink_nccl_bw_bytes_per_s",
     "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s", "tree_channel_max_bw_bytes_per_s",
     "tree_ll128_channel_max_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s", "nvls", "nvls_efficiency",
-    "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node", "net_latency_s", "net_bw_efficiency",
+    "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node", "net_latency_ll_s", "net_latency_ll128_s",
+    "net_latency_simple_s", "net_bw_efficiency",
     "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "tree_channel_max_bw_n2_bytes_per_s",
     "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
     "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
@@ -219,6 +220,16 @@ def network_latency(system: System) -> float:
     return transport(system).nccl_net_latency_s if stated is None else stated
 
 
+def hop_latencies(system: System) -> dict[str, float]:
+    """Seconds one network hop adds to NCCL's hwLat per protocol (``net_latency_<proto>_s``): the network level's
+    ``net_latency_<proto>_s`` where it states one (a calibration), else the plugin's latency (``network_latency``),
+    counted twice with Simple as tuning.cc does (lines 391-393)."""
+    plugin = network_latency(system)
+    stated = system.network.net_latency_s
+    default = {"ll": plugin, "ll128": plugin, "simple": 2 * plugin}
+    return {f"net_latency_{p}_s": stated.get(p, default[p]) for p in PROTOCOLS}
+
+
 def time_bindings(system: System) -> dict[str, float]:
     """Values of the hardware-side symbols of ``symbolic/collective_time.py`` for *system*, by symbol name.
 
@@ -259,12 +270,13 @@ def time_bindings(system: System) -> dict[str, float]:
         "nic_bw_bytes_per_s": system.nic_bandwidth_bytes_per_s,
         "gpus_per_node": system.devices_per_node,
         "nics_per_node": system.nics_per_node,
-        # The network: the plugin's reported latency (the level's, else its transport's; never scaled by the
-        # generation's latency_scale, which measures NCCL's own latencies), the fraction of the NICs' peak.
-        "net_latency_s": network_latency(system),
+        # The network: what a hop adds per protocol (stated, else the plugin's latency, twice with Simple; never
+        # scaled by the generation's latency_scale, which measures NCCL's own latencies), the fraction of the
+        # NICs' peak.
+        **hop_latencies(system),
         "net_bw_efficiency": system.network.efficiency or 1.0,
         **tuning.multinode,
     })
-    out.update({k: gen[k] for k in _GENERATION_REQUIRED if k.endswith("_n2_bytes_per_s") or k.endswith("_n4_bytes_per_s")})
+    out.update({k: gen[k] for k in _GENERATION_REQUIRED if k.endswith(("_n2_bytes_per_s", "_n4_bytes_per_s"))})
     assert set(out) == TIME_SYMBOLS, sorted(set(out) ^ TIME_SYMBOLS)
     return out  # type: ignore[return-value]

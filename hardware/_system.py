@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "TRANSPORTS", "UnusedHelperLevel", "System", "positive_real",
-           "with_network"]
+__all__ = ["HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "TRANSPORTS", "UnusedHelperLevel", "System",
+           "positive_real", "with_network"]
 
 #: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
 BYTES_PER_S_PER_GBPS = 1e9
@@ -30,6 +30,9 @@ DIRECTIONS = {"per_direction": 1.0, "bidirectional": 2.0}
 #: aws-ofi-nccl plugin), ``tcp`` sockets or Google's GPUDirect-TCPX/TCPXO plugins. Their NCCL-side facts are in
 #: ``hardware/nccl_tuning.toml`` (``[transports.<name>]``).
 TRANSPORTS = ("ib", "roce", "efa", "tcp")
+
+#: NCCL's protocols, as the per-protocol network latencies name them.
+_PROTOCOLS = ("ll", "ll128", "simple")
 
 #: GPU generations the time model knows (keys of ``hardware/nccl_tuning.toml``), by compute capability.
 GENERATIONS = ("ampere", "hopper", "blackwell")
@@ -103,6 +106,8 @@ class Level:
             times the node's devices over its NICs.
         nccl_net_latency_s: the latency the NCCL network plugin reports (``ncclNetProperties.latency``), added to
             every network hop of NCCL's model; ``None`` = the transport's (``hardware/nccl_tuning.toml``).
+        net_latency_ll_s, net_latency_ll128_s, net_latency_simple_s: what one network hop adds per protocol where
+            stated (a calibration, ``symcost calibrate``); ``None`` = the plugin's latency (twice with Simple).
         rail_optimized: NIC k of every node on one switch rail (DGX SuperPOD style); shown, not yet priced.
         sharp: the switches reduce in the network (SHARP, NCCL's CollNet); shown, not yet priced.
     """
@@ -120,6 +125,9 @@ class Level:
     transport: str | None = None
     nic_bandwidth_bytes_per_s: float | None = None
     nccl_net_latency_s: float | None = None
+    net_latency_ll_s: float | None = None
+    net_latency_ll128_s: float | None = None
+    net_latency_simple_s: float | None = None
     rail_optimized: bool = True
     sharp: bool = False
 
@@ -130,12 +138,14 @@ class Level:
         if self.nic_bandwidth_bytes_per_s is not None:
             object.__setattr__(self, "nic_bandwidth_bytes_per_s",
                                positive_real("nic_bandwidth_bytes_per_s", self.nic_bandwidth_bytes_per_s))
-        if self.nccl_net_latency_s is not None:
-            latency = self.nccl_net_latency_s
+        for key in ("nccl_net_latency_s", *(f"net_latency_{p}_s" for p in _PROTOCOLS)):
+            latency = getattr(self, key)
+            if latency is None:
+                continue
             if isinstance(latency, bool) or not isinstance(latency, (int, float)) or not math.isfinite(latency) \
                     or latency < 0:
-                raise HardwareSpecError(f"nccl_net_latency_s: must be a finite number >= 0, got {latency!r}")
-            object.__setattr__(self, "nccl_net_latency_s", float(latency))
+                raise HardwareSpecError(f"{key}: must be a finite number >= 0, got {latency!r}")
+            object.__setattr__(self, key, float(latency))
         for key in ("rail_optimized", "sharp"):
             if not isinstance(getattr(self, key), bool):
                 raise HardwareSpecError(f"{key}: must be true or false, got {getattr(self, key)!r}")
@@ -167,6 +177,11 @@ class Level:
         if self.efficiency is not None:
             object.__setattr__(self, "efficiency", _fraction("efficiency", self.efficiency))
         _text("fabric", self.fabric, empty_ok=True)
+
+    @property
+    def net_latency_s(self) -> dict[str, float]:
+        """The per-protocol hop latencies this level states, by protocol (``ll``, ``ll128``, ``simple``)."""
+        return {p: v for p in _PROTOCOLS if (v := getattr(self, f"net_latency_{p}_s")) is not None}
 
     @property
     def unbounded(self) -> bool:
@@ -426,7 +441,8 @@ class System:
 
 #: The keys of a network description (a system file's ``[network]`` table, ``with_network``'s arguments).
 NETWORK_KEYS = ("name", "fabric", "transport", "nics_per_node", "nic_bandwidth_bytes_per_s", "nccl_net_latency_s",
-                "efficiency", "rail_optimized", "sharp")
+                "net_latency_ll_s", "net_latency_ll128_s", "net_latency_simple_s", "efficiency", "rail_optimized",
+                "sharp")
 
 
 def with_network(system: System, *, system_name: str | None = None, description: str | None = None,
@@ -449,9 +465,8 @@ def with_network(system: System, *, system_name: str | None = None, description:
     nics = _positive_int("nics_per_node", nics)
     nic_bw = positive_real("nic_bandwidth_bytes_per_s",
                            network.get("nic_bandwidth_bytes_per_s", system.nic_bandwidth_bytes_per_s))
-    fields = {"name": old.name, "fabric": old.fabric, "transport": old.transport,
-              "nccl_net_latency_s": old.nccl_net_latency_s, "efficiency": old.efficiency,
-              "rail_optimized": old.rail_optimized, "sharp": old.sharp}
+    fields = {key: getattr(old, key) for key in NETWORK_KEYS
+              if key not in ("nics_per_node", "nic_bandwidth_bytes_per_s")}
     fields.update({k: v for k, v in network.items() if k not in ("nics_per_node", "nic_bandwidth_bytes_per_s")})
     level = Level(devices=None, bandwidth_bytes_per_s=nics * nic_bw / system.devices_per_node, latency_s=None,
                   nics_per_unit=nics, nic_bandwidth_bytes_per_s=nic_bw, **fields)  # type: ignore[arg-type]

@@ -37,9 +37,13 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   nvls.cc``: NVLS needs multicast-capable NVSwitches). The NVLS graph has one channel per rank at
   ``min(nvls_channel_max_bw, nvlink_nccl_bw / (n − 1))`` — the search's upper bound (search.cc raises
   the total by n/(n − 1) for non-ring patterns); its speed-array rounding is dropped.
-* Not modelled: the tree's size-dependent ``treeCorrectionFactor``, the ring's multi-node plateau
-  factor, CollNet, PAT, NVLS-tree. All-to-all and send/recv, which NCCL runs as grouped point-to-point
-  operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold; the
+* Across nodes (docs/time.md, "Across nodes"): tuning.cc's per-channel caps of the column for the node count
+  (N1, N2, more), the network plugin's latency on every network hop (twice with Simple), the NICs' bound on the
+  ring, the tree's network share (S per node on two nodes, 2S beyond), NVLS-tree (NVLS inside the node, a tree
+  across), the size-dependent ``treeCorrectionFactor`` and the ring's plateau latency factor.
+* Not modelled: CollNet/SHARP (in-network reduction), PAT (all-gather / reduce-scatter at one rank per node),
+  PXN routing of all-to-all on rail-optimised networks. All-to-all and send/recv, which NCCL runs as grouped
+  point-to-point operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold; the
   all-to-all's Simple path inside a node moves each peer's bytes on NCCL's point-to-point blocks (stated at
   ``_p2p_nvlink``).
 * Added to tuning.cc's model (what nccl-tests measures and the tuner leaves out): the ring loop's pipeline
@@ -102,9 +106,10 @@ def _net_bus(nics: sympy.Expr) -> sympy.Expr:
 
 
 def _net_hop(algorithm: str, proto: str) -> sympy.Expr:
-    """tuning.cc ``interLat``: the network hop of *algorithm* plus the latency the network plugin reports
-    (``graphs[a]->latencyInter``), counted twice with Simple ("the flush extra latency")."""
-    return _sym(f"hop_net_{algorithm}_{proto}_s") + _sym("net_latency_s") * (2 if proto == "simple" else 1)
+    """tuning.cc ``interLat``: the network hop of *algorithm* plus what the network adds per hop with *proto*
+    (``net_latency_<proto>_s``: the plugin's reported latency ``graphs[a]->latencyInter``, twice with Simple, "the
+    flush extra latency"; or a cluster's calibrated value)."""
+    return _sym(f"hop_net_{algorithm}_{proto}_s") + _sym(f"net_latency_{proto}_s")
 
 
 def _ring_bus_simple(nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
@@ -195,9 +200,10 @@ def _p2p_nvlink(per_peer: sympy.Expr, n: sympy.Expr, q: sympy.Expr) -> sympy.Exp
     then read out by the receiver (NCCL_STEPS = 8 steps in flight, so the copies overlap after the first). The last
     step's trailing copy is the fill: ``_P2P_FILL`` of one step, or of the block's share when that is smaller.
     """
-    blocks = _p2p_blocks_per_peer(n)
     rate = _p2p_block_bw(n, q)
-    share = per_peer / blocks
+    # per_peer / _p2p_blocks_per_peer(n), written as one Max of n (per_peer is S/n): S / max(n, p2pnChannels), so
+    # that its derivative in n is exactly 0 where every peer has several blocks (no cancellation of two terms).
+    share = per_peer * n / sympy.Max(n, _sym("p2p_channels"))
     return share / rate + _P2P_FILL * Min(share, _sym("p2p_chunk_bytes")) / rate
 
 
@@ -303,8 +309,8 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     NVLS channel speed ``s`` inside the node; per channel ``intraBw = s · nvlsEfficiency · (ch − 1)/ch · 2`` (the
     all-reduce pipelines two operations), ``interBw`` the channel's share of the node's NICs (times 2 on two nodes,
     ``_tree_net_factor``), ``bw = min(intraBw, interBw, perChMaxNVLSTreeBw)``; ``busBw = ch · bw``, converted with
-    ``n / nsteps``. Latency: NVLS's NVLink latency plus ``2 log2(nodes)`` network hops, each with the network
-    plugin's latency twice (Simple).
+    ``n / nsteps``. Latency: NVLS's NVLink latency plus ``2 log2(nodes)`` network hops, each with the network's
+    Simple latency (``net_latency_simple_s``).
     """
     channels = q
     speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(q - 1, 1))
@@ -315,7 +321,7 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
                     (_sym("nvlstree_channel_max_bw_n4_bytes_per_s"), True))
     bus = channels * Min(intra, inter, cap)
     latency = _sym("hop_nvlink_nvls_s") + 2 * sympy.log(nodes, 2) * (
-        _sym("hop_net_nvlstree_s") + 2 * _sym("net_latency_s"))
+        _sym("hop_net_nvlstree_s") + _sym("net_latency_simple_s"))
     time = latency + size * _nsteps("all_reduce", n) / (n * bus)
     available = sympy.And(_sym("nvls") > 0, nodes > 1, q > 1)
     return Piecewise((time, available), (_MANY, True))

@@ -7,10 +7,10 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from . import check, collective, compile, derive, eval, hardware, models, search, sensitivity, validate
+from . import calibrate, check, collective, compile, derive, eval, hardware, models, search, sensitivity, validate
 
 #: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective, models, search)
+COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective, calibrate, models, search)
 
 
 def version() -> str:

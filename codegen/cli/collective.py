@@ -79,13 +79,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default=None,
                    help="data type (nccl-tests -d name: half, bfloat16, float, int8, ...); 8-bit types rule out "
                         "NVLS for all_reduce and reduce_scatter; default: any type NVLS reduces")
+    p.add_argument("--algo", metavar="LIST", default=None,
+                   help="NCCL_ALGO: the algorithms NCCL may run (Ring, Tree, NVLS, NVLSTree; comma-separated, a "
+                        "leading ^ excludes them), as the environment variable restricts them")
+    p.add_argument("--proto", metavar="LIST", default=None,
+                   help="NCCL_PROTO: the protocols NCCL may run (LL, LL128, Simple; same syntax)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
+def _settings(args: argparse.Namespace) -> dict[str, object]:
+    """--algo / --proto as ``predict``'s algorithms and protocols (NCCL_ALGO / NCCL_PROTO's syntax)."""
+    from ..validation.clusters import algorithms, protocols
+
+    out: dict[str, object] = {"algorithms": None, "protocols": None}
+    for flag, key, read in (("--algo", "algorithms", algorithms), ("--proto", "protocols", protocols)):
+        value = getattr(args, flag[2:])
+        if value is not None:
+            try:
+                out[key] = read(value)
+            except ValueError as exc:
+                raise ValueError(f"{flag}: {exc}") from None
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
-    result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype)
+    result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype, **_settings(args))
     placement = {k: int(v) for k, v in result.placement.items()}
     # Every candidate NCCL's tuner weighs, cheapest price first; None (JSON null) where it cannot run here.
     candidates = {label: {"price_s": _finite(result.prices[label]), "time_s": _finite(result.candidates[label])}
@@ -127,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
 def _fall(args: argparse.Namespace, size: float) -> Fall | None:
     """Where the time of NCCL's pick first falls below its time at *size* as the size grows, if it does."""
     def pick_at(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        result = collectives.predict(args.system, args.op, args.ranks, sizes, args.dtype)
+        result = collectives.predict(args.system, args.op, args.ranks, sizes, args.dtype, **_settings(args))
         return np.broadcast_to(result.time_s, sizes.shape), np.broadcast_to(result.algorithm, sizes.shape)
     return next_fall(pick_at, size, top=VALUE_MAX)
 

@@ -4,11 +4,13 @@ One sub-choice per model, in ``CHOICES`` (name → (help, register function)); `
 time model of one collective call against nccl-tests sweeps, ``memory`` the memory per rank against
 ZeRO's Table 1 and Megatron-LM's measured memory. Another (``step-time``) is one more entry.
 
-``symcost validate collectives [--data FILE.csv] [--curves]`` prints how many rows it read, then (with
+``symcost validate collectives [--data FILE.csv | --logs LOG… --system NAME] [--curves]`` prints how many rows
+it read, then (with
 ``--curves``, first every sweep size by size: measured and predicted µs, bus bandwidths, the algorithm picked) one
 line per (system, collective, size band) with the count, median and worst relative error of the predicted time,
-then, as its last line, one JSON object ``{"groups": [{"system", "op", "band", "n", "median_rel_err",
-"worst_rel_err"}, …]}``.
+then the overall median, and as its last line one JSON object ``{"groups": [{"system", "op", "band", "n",
+"median_rel_err", "worst_rel_err"}, …], "overall": {"n", "median_rel_err"}}`` (a multi-node table's groups also
+carry ``transport`` and ``nodes``).
 
 Every validation first says how many rows it read; a bad cell or row of its table is one error line naming the
 file, line, column and value (exit status 2; ``codegen.validation.csvfile``).
@@ -24,11 +26,24 @@ from ..validation import collectives, no_cyclic_gc, rows_read
 
 
 def _register_collectives(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", metavar="FILE.csv", default=str(collectives.DEFAULT_DATA),
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--data", metavar="FILE.csv", default=str(collectives.DEFAULT_DATA),
                    help="measurements with columns system, op, n_gpus, bytes, time_us, or a multi-node table "
                         "(ranks, nodes, gpus_per_node, nics_per_node, nic_gbps, transport, nccl_env: the format of "
                         "codegen/validation/data/nccl_multinode.csv) (default: the shipped one-node nccl-tests "
                         "sweeps, codegen/validation/data/nccl_single_node.csv)")
+    source.add_argument("--logs", metavar="LOG", nargs="+",
+                        help="raw nccl-tests output (what all_reduce_perf and friends print, one or more runs a file) "
+                             "of the cluster --system names; nodes from host names, mpirun -H/-N or --gpus-per-node; "
+                             "NCCL_ALGO / NCCL_PROTO on the mpirun line (-x) apply to that run")
+    p.add_argument("--system", metavar="NAME",
+                   help="with --logs: the catalog system the logs ran on (a node and its network; a user's cluster "
+                        "file through --catalog)")
+    p.add_argument("--gpus-per-node", metavar="N", dest="gpus_per_node",
+                   help="with --logs: GPUs per node where a log names no hosts")
+    p.add_argument("--op", metavar="OP",
+                   help="with --logs: the collective where a log names no nccl-tests binary and its table could be "
+                        "several (all_gather, all_to_all)")
     p.add_argument("--curves", action="store_true",
                    help="first print every (system, op, ranks) sweep size by size: measured and predicted time "
                         "(us), their bus bandwidths (GB/s) and the algorithm/protocol the model picks")
@@ -52,8 +67,29 @@ def run_collectives(args: argparse.Namespace) -> int:
         return _collectives(args)
 
 
+def _logs(args: argparse.Namespace) -> collectives.Measurements:
+    """The --logs rows as a multi-node table of --system."""
+    from ..runtime.inputs import InputError, parse_whole
+    from ..validation import nccl_logs
+
+    if args.system is None:
+        raise InputError("--system: --logs needs the catalog system the logs ran on (a node and its network)")
+    per_node = None if args.gpus_per_node is None else parse_whole("--gpus-per-node", args.gpus_per_node)
+    op = None if args.op is None else collectives.OPS.get(args.op)
+    if args.op is not None and op is None:
+        raise InputError(f"--op: unknown collective {args.op!r}; known: {', '.join(sorted(collectives.OPS))}")
+    return nccl_logs.measurements(nccl_logs.read_logs(args.logs, per_node, op), args.system)
+
+
 def _collectives(args: argparse.Namespace) -> int:
-    data = collectives.load_measurements(args.data)
+    if args.logs is None:
+        for name in ("system", "gpus_per_node", "op"):
+            if getattr(args, name) is not None:
+                from ..runtime.inputs import InputError
+                raise InputError(f"--{name.replace('_', '-')}: applies to --logs only (a table states it per row)")
+        data = collectives.load_measurements(args.data)
+    else:
+        data = _logs(args)
     print(rows_read(data.path, data.rows_read))
     rows = collectives.predicted_rows(data)
     if args.curves:

@@ -51,8 +51,8 @@ from symbolic.vocabulary import LEVEL_PARAMETERS  # (re-exported: the level para
 
 from .engine import BOUND_BLOCK, BoundKernel, bound_scratch, bound_term, term_arguments, term_function
 
-__all__ = ["Choice", "Chooser", "allowed", "enabled_on", "Fall", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SLOPE_BY", "arguments", "choose",
-           "labels", "next_fall", "slopes"]
+__all__ = ["Choice", "Chooser", "Fall", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SLOPE_BY", "allowed", "arguments",
+           "choose", "enabled_on", "labels", "next_fall", "slopes"]
 
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
 SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)

@@ -25,7 +25,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -34,10 +34,11 @@ import hardware
 
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real
 from ..pricing.collective import choose, enabled_on
-from .clusters import cluster, nccl_settings
+from .clusters import cluster, cluster_of, nccl_settings
 from .csvfile import DATA_DIR, read_table
 
-__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "overall", "Prediction", "curves",
+__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "overall",
+           "Prediction", "curves",
            "load_measurements", "predict", "predicted_rows", "predicted_times", "validate", "groups_json"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
@@ -168,9 +169,11 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     protocols = None if protocols is None else set(protocols)
     pick = choose(op, values, enabled_on(sys_, op, algorithms, protocols))
     if np.any(np.isinf(pick.time_s)):
-        raise ValueError(f"nccl_env: NCCL_ALGO {sorted(algorithms or ())} / NCCL_PROTO {sorted(protocols or ())} "
-                         f"leave no candidate of {op} on {sys_.name} ({hardware.transport(sys_)}) that the model "
-                         "prices")
+        runs = hardware.transport(sys_)
+        raise ValueError(f"algorithms: {', '.join(sorted(algorithms)) if algorithms else 'any'} with protocols "
+                         f"{', '.join(sorted(protocols)) if protocols else 'any'} leave no candidate of {op} on "
+                         f"{sys_.name} (whose network runs {', '.join(runs.algorithms)} with "
+                         f"{', '.join(runs.protocols)}) that the model prices")
     algbw = values["msg_bytes"] / pick.time_s
     factor = _call(f"collective_{op}_nccl_busbw_factor_ratio", values)
     return Prediction(time_s=pick.time_s, algbw_bytes_per_s=algbw, busbw_bytes_per_s=factor * algbw,
@@ -347,8 +350,11 @@ def _runs(key: np.ndarray) -> Iterable[np.ndarray]:
     return np.split(order, cuts) if len(order) else []
 
 
-def predicted_rows(data: Measurements) -> tuple[np.ndarray, np.ndarray]:
+def predicted_rows(data: Measurements, nodes: Mapping[str, hardware.System] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """The predicted seconds and the chosen candidate of every row, per (system, op, dtype) over its rows at once.
+
+    *nodes*: systems at hand to price rows naming them with, instead of the catalog's (a calibration's trials).
 
     Rows are grouped by one sort of their (system, op, dtype) codes, so the time is linear in the rows.
     """
@@ -365,13 +371,15 @@ def predicted_rows(data: Measurements) -> tuple[np.ndarray, np.ndarray]:
         options: dict[str, object] = {}
         if data.clusters is not None:
             c = data.clusters
-            sys_ = cluster(str(systems[system[first]]), str(c.transport[first]), int(c.nics_per_node[first]),
-                           float(c.nic_gbps[first]))
+            name = str(systems[system[first]])
+            args = (str(c.transport[first]), int(c.nics_per_node[first]), float(c.nic_gbps[first]))
+            sys_ = cluster_of(nodes[name], *args) if nodes and name in nodes else cluster(name, *args)
             options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
             options["gpus_per_node"] = int(c.gpus_per_node[first])
         else:
             if system[first] not in loaded:
-                loaded[system[first]] = hardware.load(str(systems[system[first]]))
+                name = str(systems[system[first]])
+                loaded[system[first]] = nodes[name] if nodes and name in nodes else hardware.load(name)
             sys_ = loaded[system[first]]
         p = predict(sys_, str(ops[op[first]]), data.ranks[rows], data.msg_bytes[rows],
                     str(dtypes[dtype[first]]) or None, **options)  # type: ignore[arg-type]

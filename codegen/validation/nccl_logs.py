@@ -39,9 +39,14 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, InputError, instance, one_of, parse_real, parse_whole, whole
-from .collectives import OPS
+import numpy as np
 
-__all__ = ["LogRow", "parse_log", "read_logs"]
+import hardware
+
+from .clusters import nccl_settings
+from .collectives import OPS, Clusters, Measurements
+
+__all__ = ["LogRow", "measurements", "parse_log", "read_logs"]
 
 
 @dataclass(frozen=True)
@@ -475,3 +480,39 @@ def read_logs(paths: Iterable[str | os.PathLike[str]], gpus_per_node: int | None
                              f"{exc.start})") from None
         rows += parse_log(text, str(path), gpus_per_node, op)
     return rows
+
+
+def measurements(rows: list[LogRow], system: str) -> Measurements:
+    """*rows* as a multi-node table (``codegen.validation.collectives``) of the catalog system *system*: every row's
+    placement and NCCL settings its own, the network *system*'s (its transport, NICs, NIC speed, stated plugin
+    latency and efficiency).
+
+    Raises:
+        hardware.HardwareSpecError: *system* is not a catalog system (or an alias) with GPU facts.
+        InputError: a row's ``nccl_env`` sets NCCL_ALGO / NCCL_PROTO to a value NCCL does not know, or a row ran
+            more GPUs per node than a node of *system* holds (naming the file and line).
+    """
+    node = hardware.load(system)
+    if node.gpu is None:
+        raise hardware.HardwareSpecError(f"--system {system}: system {node.name!r} has no GPU facts for the time model")
+    for row in rows:
+        if row.gpus_per_node > node.devices_per_node:
+            raise InputError(f"{row.path} line {row.line}: {row.gpus_per_node} GPUs per node, more than a {system} "
+                             f"node holds ({node.devices_per_node})")
+        try:
+            nccl_settings(row.nccl_env)
+        except ValueError as exc:
+            raise InputError(f"{row.path} line {row.line}: {exc}") from None
+    n = len(rows)
+    gbps = node.nic_bandwidth_bytes_per_s * 8 / 1e9
+    clusters = Clusters(nodes=np.array([r.nodes for r in rows], dtype=np.int64),
+                        gpus_per_node=np.array([r.gpus_per_node for r in rows], dtype=np.int64),
+                        transport=np.full(n, node.network.transport or "ib", dtype=object),
+                        nics_per_node=np.full(n, node.nics_per_node, dtype=np.int64), nic_gbps=np.full(n, gbps),
+                        nccl_env=np.array([r.nccl_env for r in rows], dtype=object))
+    return Measurements(system=np.full(n, system, dtype=object), op=np.array([r.op for r in rows], dtype=object),
+                        ranks=np.array([r.ranks for r in rows], dtype=float),
+                        msg_bytes=np.array([r.bytes for r in rows], dtype=float),
+                        time_s=np.array([r.time_us for r in rows], dtype=float) * 1e-6,
+                        path=", ".join(dict.fromkeys(r.path for r in rows)),
+                        dtype=np.array([r.dtype for r in rows], dtype=object), rows_read=n, clusters=clusters)

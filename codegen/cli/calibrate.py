@@ -1,0 +1,79 @@
+"""``symcost calibrate LOG… --system BASE --name NAME --out FILE.toml``: a cluster's network fitted to its own
+nccl-tests logs.
+
+Reads the logs (``codegen.validation.nccl_logs``), fits the network level's bandwidth efficiency and per-protocol hop
+latencies of *BASE* to them (``codegen.validation.calibration``: least squares on log time, nothing else fitted),
+prints what it fitted, the fit's median relative error on the logs against *BASE*'s, and each constant's change,
+and writes a system file (``base = BASE`` with a ``[network]`` table) for ``symcost --catalog``. An existing file is
+never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..runtime.inputs import InputError, parse_whole
+from ..validation import nccl_logs
+from ..validation.calibration import calibrate
+from ..validation.collectives import OPS
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="fit a cluster's network constants to its own nccl-tests logs",
+                       description="Fit the network level's bandwidth efficiency and per-protocol hop latencies of a "
+                                   "catalog system to raw nccl-tests output of the user's cluster (least squares on "
+                                   "log time) and write a system file for --catalog.")
+    p.add_argument("logs", metavar="LOG", nargs="+", help="raw nccl-tests output files (all_reduce_perf and friends)")
+    p.add_argument("--system", required=True, metavar="BASE",
+                   help="the catalog system the logs ran on: its node and network (a cluster file of --catalog too)")
+    p.add_argument("--name", required=True, help="the calibrated system's name (the written file's stem)")
+    p.add_argument("--out", required=True, metavar="FILE.toml", help="where to write the system file (must not exist)")
+    p.add_argument("--gpus-per-node", dest="gpus_per_node", metavar="N",
+                   help="GPUs per node where a log names no hosts")
+    p.add_argument("--op", metavar="OP", help="the collective where a log names no nccl-tests binary")
+    p.set_defaults(func=run)
+
+
+def _out(args: argparse.Namespace) -> Path:
+    if not args.name or not set(args.name) <= _NAME_CHARS or args.name[0] in ".-":
+        raise InputError(f"--name: a system name (letters, digits, _ . -), got {args.name!r}")
+    out = Path(args.out)
+    if out.suffix != ".toml" or out.stem != args.name:
+        raise InputError(f"--out: a file named {args.name}.toml (a system's name is its file's stem), got {args.out!r}")
+    if out.exists():
+        raise InputError(f"--out: {args.out} exists; symcost does not overwrite a file (remove it or name another)")
+    if not out.parent.is_dir():
+        raise InputError(f"--out: {out.parent} is not a folder")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    out = _out(args)
+    per_node = None if args.gpus_per_node is None else parse_whole("--gpus-per-node", args.gpus_per_node)
+    op = None if args.op is None else OPS.get(args.op)
+    if args.op is not None and op is None:
+        raise InputError(f"--op: unknown collective {args.op!r}; known: {', '.join(sorted(OPS))}")
+    rows = nccl_logs.read_logs(args.logs, per_node, op)
+    data = nccl_logs.measurements(rows, args.system)
+    print(f"{len(rows)} rows read from {len(args.logs)} log file(s)")
+    fit = calibrate(data, args.system)
+    print(f"fitted on {fit.rows} rows of {args.system}: least squares on ln(time)")
+    print(f"  network bandwidth efficiency: {fit.efficiency:.3f}  (base {fit.base_efficiency:.3f}, "
+          f"{fit.efficiency / fit.base_efficiency - 1:+.1%})")
+    for protocol, value in fit.latency_s.items():
+        base = fit.base_latency_s[protocol] * 1e6
+        print(f"  network hop latency, {protocol:<6}: {value * 1e6:8.2f} us  (base {base:.2f} us)")
+    print(f"median relative error on these logs: {fit.median_rel_err:.1%} calibrated, {fit.base_median_rel_err:.1%} "
+          f"with {args.system} as the catalog has it")
+    text = fit.system_file(args.name, [os.fspath(path) for path in args.logs])
+    try:
+        with open(out, "x", encoding="utf-8") as handle:  # "x": never overwrite a file written meanwhile
+            handle.write(text)
+    except FileExistsError:
+        raise InputError(f"--out: {args.out} exists; symcost does not overwrite a file") from None
+    print(f"wrote {out} (use it with: symcost --catalog {out.parent} … --system {args.name})")
+    return 0

@@ -1,0 +1,168 @@
+"""Calibrating a cluster's network to its own nccl-tests logs (``symcost calibrate``).
+
+The collective time model prices a cluster with NCCL's tuning constants and the datasheet peaks of its system file.
+Two kinds of facts of a real network are in no datasheet: the fraction of the NICs' peak its collectives reach, and
+the latency one network hop adds per protocol (what NCCL's network plugin would report: tuning.cc adds it to every
+hop, lines 391-393, twice with Simple). :func:`calibrate` fits these four — the network level's ``efficiency`` and
+``net_latency_ll_s``, ``net_latency_ll128_s``, ``net_latency_simple_s`` — and nothing else, to the logs a user
+hands it, by least squares on the logarithm of the time (every size weighs alike, small or large):
+
+    minimise  Σ_rows (ln t_predicted − ln t_measured)²
+    over      efficiency ∈ [0.05, 1], each latency ∈ [0, 1 ms]
+
+A grid over the efficiency and one latency shared by the three protocols finds the basin; a coordinate search
+(golden-section on each constant in turn, around the grid's best, three rounds) refines it. The constants are
+bounded and no gradient is used, because the model is not smooth in them (NCCL's pick switches). The result is
+never worse on the logs than the grid's best.
+
+Only the user's logs are read: the bundled catalog and the project's validations stay unfitted. The result is a
+system file (a ``base`` node with a ``[network]`` table) for ``symcost --catalog``.
+
+Public API::
+
+    calibrate(data, base) -> Calibration;  Calibration.system_file(name, sources) -> str
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import hardware
+
+from .collectives import Measurements, predicted_rows
+
+__all__ = ["Calibration", "EFFICIENCY_BOUNDS", "LATENCY_BOUNDS_S", "PROTOCOLS", "calibrate"]
+
+#: The bounds of the fitted constants.
+EFFICIENCY_BOUNDS = (0.05, 1.0)
+LATENCY_BOUNDS_S = (0.0, 1e-3)
+
+
+#: The protocols whose per-hop network latency is fitted.
+PROTOCOLS = ("ll", "ll128", "simple")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What :func:`calibrate` fitted, and how well.
+
+    Attributes:
+        base: the catalog system the logs ran on, as given.
+        efficiency: the fitted fraction of the NICs' peak (``efficiency`` of the network level).
+        latency_s: the fitted seconds one network hop adds, per protocol (``net_latency_<protocol>_s``).
+        base_efficiency, base_latency_s: the same constants as *base* states them (or their defaults).
+        rows: the rows fitted.
+        median_rel_err, base_median_rel_err: median |predicted − measured| / measured with the fitted constants and
+            with *base*'s.
+        system: *base* with the fitted constants.
+    """
+
+    base: str
+    efficiency: float
+    latency_s: dict[str, float]
+    base_efficiency: float
+    base_latency_s: dict[str, float]
+    rows: int
+    median_rel_err: float
+    base_median_rel_err: float
+    system: hardware.System
+
+    def system_file(self, name: str, sources: list[str]) -> str:
+        """The TOML system file of the calibrated cluster, with where its constants came from."""
+        node = self.system
+        return "\n".join([
+            f"# {name}: {self.base} nodes on their network, calibrated by `symcost calibrate` on {self.rows} rows of "
+            "nccl-tests logs:",
+            *(f"#   {source}" for source in sources),
+            f"# Fit: least squares on ln(time); median relative error {self.median_rel_err:.1%} (the {self.base} "
+            f"catalog system: {self.base_median_rel_err:.1%}).",
+            f'description = "{self.base} nodes on a network calibrated to its own nccl-tests logs"',
+            f'base = "{self.base}"',
+            "",
+            "[network]",
+            f'transport = "{node.network.transport or "ib"}"',
+            f"nics_per_node = {node.nics_per_node}",
+            f"nic_bandwidth_bytes_per_s = {node.nic_bandwidth_bytes_per_s!r}",
+            f"efficiency = {self.efficiency!r}  # fitted (the base: {self.base_efficiency!r})",
+            *(f"net_latency_{p}_s = {self.latency_s[p]!r}  # fitted (the base: {self.base_latency_s[p]!r})"
+              for p in PROTOCOLS),
+            "",
+        ])
+
+
+def _trial(node: hardware.System, efficiency: float, latency: dict[str, float]) -> hardware.System:
+    return hardware.with_network(node, efficiency=efficiency, **{f"net_latency_{p}_s": latency[p] for p in PROTOCOLS})
+
+
+def _golden(f: Callable[[float], float], low: float, high: float, iterations: int = 20) -> float:
+    """The minimiser of *f* on [low, high] by golden-section search (the lower end of a tie)."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = low, high
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iterations):
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    return c if fc <= fd else d
+
+
+def _median_error(data: Measurements, name: str, node: hardware.System) -> float:
+    predicted = predicted_rows(data, {name: node})[0]
+    return float(np.median(np.abs(predicted - data.time_s) / data.time_s))
+
+
+def calibrate(data: Measurements, base: str) -> Calibration:
+    """Fit the network efficiency and per-protocol hop latencies of *base* to *data* (its rows:
+    ``nccl_logs.measurements``).
+
+    Raises:
+        ValueError: *data* has no rows, or rows of another system than *base*.
+    """
+    if not len(data.time_s):
+        raise ValueError("logs: no rows to calibrate on")
+    names = set(np.asarray(data.system).tolist())
+    if names != {base}:
+        raise ValueError(f"--system: the rows are of {', '.join(sorted(names))}, not of {base!r}")
+    node = hardware.load(base)
+    measured = np.log(data.time_s)
+    seen: dict[tuple[float, ...], float] = {}
+
+    def loss(efficiency: float, latency: dict[str, float]) -> float:
+        key = (efficiency, *(latency[p] for p in PROTOCOLS))
+        if key not in seen:
+            predicted = predicted_rows(data, {base: _trial(node, efficiency, latency)})[0]
+            residual = np.log(predicted) - measured
+            seen[key] = float(np.sum(residual ** 2)) if np.all(np.isfinite(residual)) else math.inf
+        return seen[key]
+
+    efficiencies = np.round(np.arange(EFFICIENCY_BOUNDS[0], EFFICIENCY_BOUNDS[1] + 1e-9, 0.05), 4)
+    latencies = np.concatenate([[0.0], np.geomspace(1e-6, LATENCY_BOUNDS_S[1], 16)])
+    grid = min(((float(e), float(t)) for e in efficiencies for t in latencies),
+               key=lambda p: loss(p[0], dict.fromkeys(PROTOCOLS, p[1])))
+    eff, lat = grid[0], dict.fromkeys(PROTOCOLS, grid[1])
+    start = (eff, dict(lat))
+    index = int(np.searchsorted(latencies, grid[1]))
+    span = (float(latencies[max(index - 2, 0)]), float(latencies[min(index + 2, len(latencies) - 1)]))
+    for _ in range(3):
+        eff = _golden(lambda e: loss(e, lat), max(EFFICIENCY_BOUNDS[0], eff - 0.1), min(EFFICIENCY_BOUNDS[1],
+                                                                                       eff + 0.1))
+        for p in PROTOCOLS:
+            lat[p] = _golden(lambda t: loss(eff, {**lat, p: t}), LATENCY_BOUNDS_S[0], max(span[1], 2 * lat[p]))
+    if loss(*start) < loss(eff, lat):  # the refinement never ends worse than the grid
+        eff, lat = start
+    fitted = _trial(node, eff, lat)
+    return Calibration(base=base, efficiency=eff, latency_s=dict(lat), base_efficiency=node.network.efficiency or 1.0,
+                       base_latency_s={p: v for p, v in ((k.removeprefix("net_latency_").removesuffix("_s"), v)
+                                                         for k, v in hardware.hop_latencies(node).items())},
+                       rows=len(data.time_s), median_rel_err=_median_error(data, base, fitted),
+                       base_median_rel_err=_median_error(data, base, node), system=fitted)

@@ -1,0 +1,244 @@
+"""Collectives across nodes: NCCL's multi-node forms, networks as data, multi-node tables, raw logs, calibration.
+
+Numbers here come from NCCL's source (src/graph/tuning.cc, master 5067397), the network plugins' sources named in
+hardware/nccl_tuning.toml, hand derivations written out beside each test, and the shipped multi-node measurements
+(codegen/validation/data/nccl_multinode.csv, provenance in its README).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hardware
+from codegen.cli import main
+from codegen.configs import LayoutBatch, parse_layout
+from codegen.pricing.time import TimePricer
+from codegen.validation import collectives, nccl_logs
+from codegen.validation.calibration import calibrate
+from codegen.validation.clusters import cluster, nccl_settings
+from codegen.validation.csvfile import DATA_DIR
+
+MULTINODE = DATA_DIR / "nccl_multinode.csv"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "measurements" / "nccl_multinode.csv"
+LOGS = Path(__file__).resolve().parent / "data" / "nccl_logs"
+
+
+def test_shipped_multinode_table_equals_the_shared_copy():
+    if not SHARED.exists():
+        pytest.skip("the shared measurements folder is not beside this clone")
+    assert MULTINODE.read_bytes() == SHARED.read_bytes()
+
+
+# ------------------------------------------------------------------ NCCL's multi-node forms, by hand
+
+
+def test_nvls_tree_on_two_h100_nodes_is_tuning_cc_by_hand():
+    # 16 ranks on two DGX H100 (8 GPUs, 18 NVLinks of 20.6 GB/s, 8 NICs of 50 GB/s), 16 GiB.
+    # NVLS channel speed: min(top intra speed <= 370.8 GB/s = 60, 370.8 / 7) = 52.97 GB/s;
+    # intraBw = 52.97 * 0.85 * 7/8 * 2 = 78.8; interBw = 2 (two nodes) * 8 * 50 / 8 = 100; perChMaxNVLSTreeBw N2 = 57.7:
+    # bw = 57.7 GB/s, busBw = 8 * 57.7 = 461.6 GB/s; time = 25 us + 2 * log2(2) * 20.9 us + S * 30 / (16 * busBw).
+    size = float(1 << 34)
+    p = collectives.predict("dgx_h100", "all_reduce", 16, size)
+    expected = 25e-6 + 2 * 20.9e-6 + size * 30 / (16 * 8 * 57.7e9)
+    assert float(p.candidates["nvlstree_simple"]) == pytest.approx(expected, rel=1e-12)
+    assert str(p.algorithm) == "nvlstree_simple"
+    # Measured (NVIDIA/nccl-tests thread 309, the shipped table): 68,652 us; the maintainer: NVLS-tree on 2 nodes.
+    assert abs(float(p.time_s) / 68652e-6 - 1) < 0.05
+
+
+def test_nvls_tree_needs_nvls_and_two_nodes():
+    assert math.isinf(float(collectives.predict("dgx_a100", "all_reduce", 16, 1e9).candidates["nvlstree_simple"]))
+    assert math.isinf(float(collectives.predict("dgx_h100", "all_reduce", 8, 1e9).candidates["nvlstree_simple"]))
+
+
+def test_tree_correction_factor_at_one_mib():
+    # tuning.cc treeCorrectionFactor[Simple][log2i(2**20 >> 6) = 14] = 0.5: the tree's bandwidth halves at 1 MiB
+    # (time beyond the latency doubles) against a size where the factor is 1 (2**30: logSize 24, not corrected).
+    node = hardware.load("dgx_h100")
+    values = collectives.group_values(node, 16.0, np.array([2.0 ** 20, 2.0 ** 30]))
+    from codegen.pricing.collective import choose
+    times = dict(zip(choose("all_reduce", values).labels, choose("all_reduce", values).times))["tree_simple"]
+    latency = 8.4e-6 + 2 * (7 * 4.0e-6 + 1 * 14e-6)
+    move_small, move_large = times[0] - latency, times[1] - latency
+    assert move_small / move_large == pytest.approx((2.0 ** 20 / 0.5) / 2.0 ** 30, rel=1e-9)
+
+
+def test_the_plugins_latency_is_part_of_every_network_hop():
+    # aws-ofi-nccl reports 75 us on p4d/p4de/p5 (hardware/nccl_tuning.toml): tree LL on 2 nodes of 8 GPUs adds
+    # 2 * log2(2) * 75 us to InfiniBand's (whose plugin reports 0).
+    ib = collectives.predict(cluster("dgx_a100", "ib", 4, 100.0), "all_reduce", 16, 8.0).candidates["tree_ll"]
+    efa = collectives.predict(cluster("dgx_a100", "efa", 4, 100.0), "all_reduce", 16, 8.0).candidates["tree_ll"]
+    assert float(efa) - float(ib) == pytest.approx(2 * 75e-6, rel=1e-9)
+    assert hardware.hop_latencies(cluster("dgx_a100", "efa", 4, 100.0)) == {
+        "net_latency_ll_s": 75e-6, "net_latency_ll128_s": 75e-6, "net_latency_simple_s": 150e-6}
+
+
+def test_tcp_runs_ring_and_tree_with_simple_only():
+    # Google's published TCPX/TCPXO settings (NCCL_ALGO=Ring,Tree; NCCL_PROTO=Simple), in predict and the time family.
+    tcp = cluster("dgx_h100", "tcp", 8, 200.0)
+    picks = set(collectives.predict(tcp, "all_reduce", 16, np.geomspace(8, 2 ** 34, 40)).algorithm)
+    assert picks <= {"ring_simple", "tree_simple"}
+    assert "nvlstree_simple" in set(collectives.predict(cluster("dgx_h100", "ib", 8, 200.0), "all_reduce", 16,
+                                                        np.geomspace(8, 2 ** 34, 40)).algorithm)
+
+
+def test_nccl_env_restricts_the_pick():
+    assert nccl_settings("NCCL_ALGO=Ring;NCCL_IB_HCA=mlx5") == (frozenset({"ring"}), None)
+    assert nccl_settings("NCCL_ALGO=^NVLS,NVLSTree;NCCL_PROTO=Simple") == (frozenset({"ring", "tree"}),
+                                                                           frozenset({"simple"}))
+    p = collectives.predict("dgx_h100", "all_reduce", 16, 2.0 ** 30, algorithms={"ring"})
+    assert str(p.algorithm).startswith("ring_")
+    with pytest.raises(ValueError, match="NCCL_ALGO='Foo'"):
+        nccl_settings("NCCL_ALGO=Foo")
+
+
+# ------------------------------------------------------------------ networks as data
+
+
+def test_a_cluster_file_names_a_base_node_and_its_network(tmp_path, capsys, monkeypatch):
+    (tmp_path / "p5_efa.toml").write_text(
+        'description = "DGX H100-like nodes on 32 x 100 Gb/s EFA"\nbase = "dgx_h100"\n[network]\n'
+        'transport = "efa"\nnics_per_node = 32\nnic_gbps = 100\n', encoding="utf-8")
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    system = hardware.load("p5_efa")
+    assert system.gpu == hardware.load("dgx_h100").gpu
+    assert system.nics_per_node == 32 and system.nic_bandwidth_bytes_per_s == 12.5e9
+    assert system.network.bandwidth_bytes_per_s == 32 * 12.5e9 / 8 and system.network.transport == "efa"
+    assert main(["hardware", "show", "p5_efa"]) == 0
+    out = capsys.readouterr().out
+    assert "network: efa (transport), 32 NICs per node of 100 Gb/s" in out and "75 us (the transport's)" in out
+    assert main(["hardware", "show", "p5_efa", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["network"]["nics_per_node"] == 32
+
+
+@pytest.mark.parametrize("network, message", [
+    ('transport = "carrier-pigeon"', "transport: one of ib, roce, efa, tcp"),
+    ("nics_per_node = 0", "nics_per_node: must be an integer > 0"),
+    ('nic_gbps = "fast"', "nic_gbps: must be a finite number > 0"),
+    ("speed = 1", "network.speed: unknown key"),
+    ("nccl_net_latency_s = -1.0", "nccl_net_latency_s: must be a finite number >= 0"),
+])
+def test_a_bad_cluster_file_is_one_line(tmp_path, capsys, monkeypatch, network, message):
+    (tmp_path / "bad.toml").write_text(f'description = "x"\nbase = "dgx_h100"\n[network]\n{network}\n',
+                                       encoding="utf-8")
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    assert main(["hardware", "show", "bad"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_nics_and_their_speed_are_the_networks_not_the_nodes():
+    # 32 NICs of 100 Gb/s move as much as 8 of 400 Gb/s: large all-reduces over two nodes take the same time.
+    size = 2.0 ** 33
+    a = collectives.predict(cluster("dgx_h100", "ib", 32, 100.0), "all_reduce", 16, size, algorithms={"ring"})
+    b = collectives.predict(cluster("dgx_h100", "ib", 8, 400.0), "all_reduce", 16, size, algorithms={"ring"})
+    assert float(a.time_s) == pytest.approx(float(b.time_s), rel=1e-12)
+    slow = collectives.predict(cluster("dgx_h100", "ib", 8, 100.0), "all_reduce", 16, size, algorithms={"ring"})
+    assert float(slow.time_s) > 3 * float(b.time_s)
+
+
+def test_the_time_family_prices_a_cluster_files_network(tmp_path, monkeypatch):
+    # The same layout on DGX H100 with the network of GPUDirect-TCPXO: only ring/tree Simple across nodes.
+    (tmp_path / "a3mega.toml").write_text(
+        'description = "H100 on TCPXO"\nbase = "dgx_h100"\n[network]\ntransport = "tcp"\nnics_per_node = 8\n'
+        'nic_gbps = 200\n', encoding="utf-8")
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    ib_pricer, tcp_pricer = TimePricer("llama2-7b", system="dgx_h100"), TimePricer("llama2-7b", system="a3mega")
+    batch = LayoutBatch.from_layouts([parse_layout("d=16,t=1,p=1", ib_pricer.model.layout)])
+    ib, tcp = ib_pricer.price_batch(batch), tcp_pricer.price_batch(batch)
+    # Data-parallel gradients over two nodes: NVLS-tree on InfiniBand, ring or tree Simple over TCPXO's slower NICs.
+    assert float(tcp.by_dimension["dp"][0]) > float(ib.by_dimension["dp"][0]) > 0
+
+
+# ------------------------------------------------------------------ multi-node tables and logs
+
+
+def test_validate_multinode_table_groups_and_overall(capsys):
+    assert main(["validate", "collectives", "--data", str(MULTINODE)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0] == "nccl_multinode.csv: 377 rows read"
+    record = json.loads(out[-1])
+    assert record["overall"]["n"] == 377
+    assert {(g["system"], g["transport"], g["nodes"], g["op"]) for g in record["groups"]} >= {
+        ("dgx_h100", "ib", 2, "all_reduce"), ("dgx_a100", "efa", 2, "all_reduce"), ("dgx_h100", "tcp", 2, "all_gather")}
+    # What docs/time.md reports (constants from NCCL's source and datasheets, none fitted to these rows).
+    assert record["overall"]["median_rel_err"] <= 0.16
+    ib = [g for g in record["groups"] if g["transport"] == "ib" and g["system"] == "dgx_h100" and g["n"] >= 20]
+    assert ib and all(g["median_rel_err"] <= 0.20 for g in ib)
+
+
+def test_a_bad_multinode_row_is_one_line(tmp_path, capsys):
+    lines = MULTINODE.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    row[header.index("ranks")] = "24"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([lines[0], ",".join(row)]) + "\n", encoding="utf-8")
+    assert main(["validate", "collectives", "--data", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv: line 2: ranks 24 is not nodes 2 x gpus_per_node 8" in err and len(err.strip().splitlines()) == 1
+
+
+def test_validate_logs_needs_the_system_and_reads_raw_output(capsys):
+    log = str(LOGS / "nccltests_i309_h100_ib400.txt")
+    assert main(["validate", "collectives", "--logs", log]) == 2
+    assert "--system" in capsys.readouterr().err
+    assert main(["validate", "collectives", "--logs", log, "--system", "dgx_h100", "--gpus-per-node", "8"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # The log holds the rows the table transcribed for this source (its five sweeps).
+    table = collectives.load_measurements(MULTINODE)
+    assert record["overall"]["n"] == 106
+    assert {(g["nodes"], g["band"]) for g in record["groups"]} == {(2, "small"), (2, "large"), (4, "small"),
+                                                                    (4, "large")}
+    assert table.rows_read == 377
+
+
+# ------------------------------------------------------------------ calibration
+
+
+def test_calibration_on_two_nodes_predicts_four_better_than_the_catalog():
+    rows = nccl_logs.read_logs([LOGS / "nccltests_i309_h100_ib400.txt"], gpus_per_node=8)
+    two = nccl_logs.measurements([r for r in rows if r.nodes == 2], "dgx_h100")
+    four = nccl_logs.measurements([r for r in rows if r.nodes == 4], "dgx_h100")
+    fit = calibrate(two, "dgx_h100")
+    assert 0.05 <= fit.efficiency <= 1 and all(0 <= v <= 1e-3 for v in fit.latency_s.values())
+    assert fit.median_rel_err <= fit.base_median_rel_err
+
+    def median(system):
+        predicted = collectives.predicted_rows(four, None if system is None else {"dgx_h100": system})[0]
+        return float(np.median(np.abs(predicted - four.time_s) / four.time_s))
+
+    assert median(fit.system) < median(None)  # held out: the 4-node sweeps were not fitted
+
+
+def test_calibrate_writes_a_system_file_and_never_overwrites(tmp_path, capsys, monkeypatch):
+    log = str(LOGS / "nccltests_i309_h100_ib400.txt")
+    out = tmp_path / "mine.toml"
+    args = ["calibrate", log, "--system", "dgx_h100", "--name", "mine", "--out", str(out), "--gpus-per-node", "8"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "network bandwidth efficiency" in printed and "median relative error on these logs" in printed
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    mine = hardware.load("mine")
+    assert mine.gpu == hardware.load("dgx_h100").gpu and mine.network.efficiency is not None
+    before = out.read_bytes()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "exists" in err and len(err.strip().splitlines()) == 1
+    assert out.read_bytes() == before
+    assert main(["calibrate", log, "--system", "dgx_h100", "--name", "x", "--out", str(tmp_path / "y.toml")]) == 2
+    assert "--out" in capsys.readouterr().err
+
+
+def test_collective_algo_and_proto_flags(capsys):
+    base = ["collective", "all_reduce", "--system", "dgx_h100", "--ranks", "16", "--bytes", "1GiB", "--json"]
+    assert main([*base, "--algo", "Ring", "--proto", "Simple"]) == 0
+    assert json.loads(capsys.readouterr().out)["algorithm"] == "ring_simple"
+    assert main([*base, "--algo", "Foo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("symcost collective: error: --algo: NCCL_ALGO='Foo'") and len(err.strip().splitlines()) == 1
