@@ -242,3 +242,12 @@ def test_collective_algo_and_proto_flags(capsys):
     assert main([*base, "--algo", "Foo"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("symcost collective: error: --algo: NCCL_ALGO='Foo'") and len(err.strip().splitlines()) == 1
+
+
+def test_an_expert_all_to_all_inside_an_nvl72_rack_stays_on_nvlink():
+    # GB200 NVL72: 72 GPUs in one NVLink domain (the innermost level), spanning 18 trays; 64 ranks are one "node".
+    inside = collectives.predict("gb200_nvl72", "all_to_all", 64, 2.0 ** 28)
+    assert float(inside.placement["nodes"]) == 1 and float(inside.placement["ranks_per_node"]) == 64
+    # On 8-GPU DGX B200 nodes the same group crosses 8 nodes and the network.
+    across = collectives.predict("dgx_b200", "all_to_all", 64, 2.0 ** 28)
+    assert float(across.placement["nodes"]) == 8 and float(across.time_s) > 2 * float(inside.time_s)
