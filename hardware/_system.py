@@ -471,5 +471,6 @@ def with_network(system: System, *, system_name: str | None = None, description:
     level = Level(devices=None, bandwidth_bytes_per_s=nics * nic_bw / system.devices_per_node, latency_s=None,
                   nics_per_unit=nics, nic_bandwidth_bytes_per_s=nic_bw, **fields)  # type: ignore[arg-type]
     levels = (*system.levels[:1], level, *system.levels[2:])
-    return System(name=system_name or system.name, description=description or system.description, levels=levels,
-                  aliases=() if system_name else system.aliases, gpu=system.gpu)
+    return System(name=system.name if system_name is None else system_name,
+                  description=system.description if description is None else description, levels=levels,
+                  aliases=system.aliases if system_name is None else (), gpu=system.gpu)

@@ -251,3 +251,38 @@ def test_an_expert_all_to_all_inside_an_nvl72_rack_stays_on_nvlink():
     # On 8-GPU DGX B200 nodes the same group crosses 8 nodes and the network.
     across = collectives.predict("dgx_b200", "all_to_all", 64, 2.0 ** 28)
     assert float(across.placement["nodes"]) == 8 and float(across.time_s) > 2 * float(inside.time_s)
+
+
+_CLUSTER = ('description = "nodes on EFA"\nbase = "dgx_h100"\n\n[network]\ntransport = "efa"\nnics_per_node = 32\n'
+            'nic_gbps = 100\n')
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda t: t.replace('description = "nodes on EFA"\n', ""), "description: missing required key"),
+    (lambda t: t.replace('base = "dgx_h100"', 'base = "dgx_h999"'), "base: unknown hardware system 'dgx_h999'"),
+    (lambda t: t.replace('base = "dgx_h100"', "base = 3"), "base: the name of another catalog system"),
+    (lambda t: t.replace("[network]", "[networks]"), "networks: unknown key"),
+    (lambda t: t.replace('description = "nodes on EFA"', "description = []"), "description: must be a string"),
+    (lambda t: t.replace("nics_per_node = 32", "nics_per_node = 2.5"), "nics_per_node: must be an integer"),
+    (lambda t: t.replace("nic_gbps = 100", "nic_gbps = nan"), "nic_gbps: must be a finite number > 0"),
+    (lambda t: t.replace("nic_gbps = 100", "nic_gbps = 100\nnic_bandwidth_bytes_per_s = 1e9"), "not both"),
+    (lambda t: t + "efficiency = 1.5\n", "efficiency: an efficiency is a fraction"),
+    (lambda t: t + "sharp = 1\n", "sharp: must be true or false"),
+    (lambda t: t + "bogus = 1\n", "network.bogus: unknown key"),
+    (lambda t: t.replace("[network]", "[network"), "not valid TOML"),
+])
+def test_a_bad_cluster_file_names_the_file_and_key(tmp_path, mutate, where):
+    path = tmp_path / "mine.toml"
+    path.write_text(mutate(_CLUSTER), encoding="utf-8")
+    with pytest.raises(hardware.HardwareSpecError) as error:
+        hardware.load_file(path)
+    assert type(error.value) is hardware.HardwareSpecError
+    assert str(error.value).startswith(f"{path}: ") and where in str(error.value), str(error.value)
+
+
+def test_a_cluster_file_that_is_its_own_base_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "loop_a.toml").write_text(_CLUSTER.replace("dgx_h100", "loop_b"), encoding="utf-8")
+    (tmp_path / "loop_b.toml").write_text(_CLUSTER.replace("dgx_h100", "loop_a"), encoding="utf-8")
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    with pytest.raises(hardware.HardwareSpecError, match="base"):
+        hardware.load("loop_a")
