@@ -37,9 +37,9 @@ from ..pricing.collective import choose, enabled_on
 from .clusters import cluster, cluster_of, nccl_settings
 from .csvfile import DATA_DIR, read_table
 
-__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "overall",
-           "Prediction", "curves",
-           "load_measurements", "predict", "predicted_rows", "predicted_times", "validate", "groups_json"]
+__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "Prediction",
+           "curves", "groups_json", "load_measurements", "overall", "predict", "predicted_rows", "predicted_times",
+           "validate"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
 BAND_EDGE_BYTES = 1 << 20
@@ -162,6 +162,11 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     if np.any(~np.isfinite(size)) or np.any(size <= 0) or np.any(size > VALUE_MAX):
         raise ValueError(f"bytes: must be a size > 0 and at most 2**{_log2(VALUE_MAX)} (whole numbers exact in "
                          f"float64), got {msg_bytes!r}")
+    if gpus_per_node is not None and (isinstance(gpus_per_node, bool)
+                                      or not isinstance(gpus_per_node, (int, np.integer))
+                                      or not 1 <= gpus_per_node <= sys_.devices_per_node):
+        raise ValueError(f"gpus_per_node: a whole number from 1 to {sys_.devices_per_node} (a {sys_.name} node), "
+                         f"got {gpus_per_node!r}")
     values = group_values(sys_, n, size, gpus_per_node)
     if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
@@ -252,7 +257,8 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
             a file that cannot be read, is not UTF-8 text or lacks a column: one line naming ``--data``.
     """
     path = Path(path)
-    if {"ranks", "nodes"} <= _header(path) and "n_gpus" not in _header(path):
+    header = _header(path)
+    if {"ranks", "nodes"} <= header and "n_gpus" not in header:
         return _load_multinode(path)
     table = read_table(path, _REQUIRED)
     systems = table.choice("system", _system_name)
@@ -306,14 +312,14 @@ def _load_multinode(path: Path) -> Measurements:
         else [""] * len(table)
     msg_bytes = table.whole("bytes", minimum=1, maximum=VALUE_MAX)
     time_us = table.real("time_us")
+    node_size = {name: hardware.load(name).devices_per_node for name in set(systems)}
     for i in range(len(table)):
         where = f"{path}: line {table.line(i)}"
         if ranks[i] != nodes[i] * per_node[i]:
             raise ValueError(f"{where}: ranks {ranks[i]} is not nodes {nodes[i]} x gpus_per_node {per_node[i]}")
-        node = hardware.load(systems[i])
-        if per_node[i] > node.devices_per_node:
+        if per_node[i] > node_size[systems[i]]:
             raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
-                             f"({node.devices_per_node})")
+                             f"({node_size[systems[i]]})")
     clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
                         nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object))
     return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=ranks.astype(float),
