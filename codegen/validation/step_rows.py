@@ -22,6 +22,12 @@ on 32 and 64 A100, 90 layouts). One row is one run:
   ``fsdp`` shards over the whole data-parallel group;
 * the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to.
 
+Memory (:func:`memory_rows`): each row's memory per rank with the memory settings of NVIDIA's performance
+recipes that no column states (:data:`RECIPE_MEMORY`: BF16 gradients; the distributed optimizer over the
+data- and context-parallel ranks) and the recipe's recompute where the row leaves it out
+(:data:`RECIPE_RECOMPUTE`), against the GPU's HBM less the default reserve; the rows ran, so each should fit
+(docs/memory.md, "Published layouts"). The step time is priced with ``DEFAULTS`` as before.
+
 A cell the reader does not know (a word, a number out of its bounds, an unknown family or system) is one
 error naming the file, line, column and value (``codegen.validation.csvfile``, through the input gate
 ``codegen.runtime.inputs``). A row the model cannot price — a family the project does not model yet, a
@@ -34,9 +40,12 @@ model ranks first (its measured time over the fastest measured, minus 1).
 
 Public API::
 
-    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED
+    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE
     is_step_rows_table(table) -> bool
     step_rows(table, system=None) -> list[dict]
+    recipe_recompute(row, p) -> (RecomputePlan, source)
+    row_memory(row, name, source, settings=DEFAULT_SETTINGS) -> dict   # memory per rank with the recipe's settings
+    memory_rows(table, system=None, settings=DEFAULT_SETTINGS) -> list[dict]
     spearman(x, y) -> float;  regret(predicted, measured) -> float
     sweep_stats(rows) -> list[dict];  group_stats(rows) -> list[dict]
     print_report(path, rows) -> None   # the table, the groups, the sweeps, then one JSON line
@@ -65,7 +74,8 @@ from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, Inp
 from .csvfile import Table, recompute_mode, rows_read
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "Family",
-           "is_step_rows_table", "step_rows", "recipe_recompute", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats", "group_stats", "summary_json", "print_report"]
+           "is_step_rows_table", "step_rows", "recipe_recompute", "row_memory", "memory_rows", "spearman", "regret",
+           "sweep_stats", "group_stats", "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
 REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
