@@ -111,9 +111,11 @@ RECIPE_MEMORY = {"bytes_grad": 2.0, "source": "Megatron-Bridge@fa55da5f scripts/
 #: The model key is the ``model`` cell in lower case with ``-`` and ``.`` read as ``_``. Megatron's
 #: ``recompute_granularity = "full"``, ``recompute_method = "block"``, ``recompute_num_layers = N`` recomputes
 #: the first N layers of each pipeline stage in full: the project's per-stage plan (``RecomputePlan`` with
-#: ``full_per_stage``). Every other row's recipe recomputes nothing: Megatron-Bridge's Llama 3 / 3.1 and Qwen3
-#: performance recipes at fa55da5f and later set ``recompute_granularity = None`` or leave the recipe's none
-#: (``DEFAULTS``). Selective recompute of chosen modules (``recompute_modules = ["moe_act", "layernorm"]``, as
+#: ``full_per_stage``). Every other row's recipe recomputes nothing (``DEFAULTS``): NeMo 2.0's recommended
+#: pretraining configs list ``recompute_layers`` 0 and no ``recompute_modules`` for GPT-3, Llama 3 / 3.1,
+#: Mixtral and Nemotron-4 on H100 and B200 (NVIDIA/NeMo ``scripts/performance/recommended_model_configs/
+#: model_configs_{h100,b200}.csv``), and Megatron-Bridge's Llama 3 / 3.1 and Qwen3 performance recipes at
+#: fa55da5f and later set ``recompute_granularity = None`` or leave the recipe's none. Selective recompute of chosen modules (``recompute_modules = ["moe_act", "layernorm"]``, as
 #: Megatron-Bridge's Qwen3-235B launcher script ``scripts/moe_model_zoo/examples/qwen3/launch_qwen235b.sh`` sets
 #: for its own benchmark) has no row here; the project's ``selective`` mode drops the attention scores alone
 #: (Korthikanti et al. 2022, §5), not the MoE activation or the norms, so it could not state it exactly.
