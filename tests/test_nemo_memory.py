@@ -18,8 +18,10 @@ from codegen.pricing.memory import DEFAULT_RESERVE_BYTES, DEFAULT_SETTINGS, Memo
 from codegen.runtime.inputs import InputError
 from codegen.validation.csvfile import DATA_DIR, read_table
 from codegen.validation.step_rows import RECIPE_MEMORY, memory_rows, recipe_recompute
+from conftest import read_csv, write_csv
 
 NEMO = DATA_DIR / "nemo_step_times.csv"
+SWEEPS = DATA_DIR / "layout_sweeps.csv"
 GIB = 2 ** 30
 
 #: FP8 runs whose activations the model counts at 2 bytes each where Transformer Engine keeps the quantized
@@ -116,3 +118,21 @@ def test_default_reserve_is_stated():
 def test_settings_of_another_kind_are_one_error():
     with pytest.raises(InputError, match="^settings: expected a MemorySettings, got dict"):
         memory_rows(read_table(NEMO), settings={})
+
+
+def test_a_row_without_flash_attention_keeps_its_scores(tmp_path):
+    # One layout of the LLaMA 13B sweeps (Hagemann et al. 2023) with FlashAttention and without: the scores
+    # the unfused kernel keeps (a·s/t per query token, 2 bytes each) are the difference, layer by layer.
+    header, rows = read_csv(SWEEPS)
+    row = next(r for r in rows if r["recompute_mode"] == "none" and r["pp"] == "1" and r["tp"] == "1")
+    on, off = dict(row, flash_attention="true"), dict(row, flash_attention="false")
+    got = memory_rows(read_table(write_csv(tmp_path / "two.csv", header, [on, off])), nvidia_recipe=False)
+    s, b, a, layers = int(row["seq_len"]), int(row["micro_batch"]), int(row["heads"]), int(row["layers"])
+    scores = layers * s * b * (a * s * 2 - 4 * a)  # bf16 scores instead of the fp32 log-sum-exp
+    assert got[1]["parts"]["activations"] - got[0]["parts"]["activations"] == pytest.approx(scores, rel=1e-9)
+    assert got[0]["parts"]["gradients"] == 2 * got[0]["parts"]["weights"]  # the model's fp32 gradients
+
+
+def test_nvidia_recipe_is_a_real_flag():
+    with pytest.raises(InputError, match="^nvidia_recipe: "):
+        memory_rows(read_table(NEMO), nvidia_recipe="no")

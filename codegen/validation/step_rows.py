@@ -69,7 +69,7 @@ from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.step_time import StepTimePricer, time_family_comm
-from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, parse_flag, \
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, parse_flag, \
     parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
@@ -334,12 +334,14 @@ def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
 
 
 def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
-               settings: MemorySettings = DEFAULT_SETTINGS) -> dict[str, Any]:
+               settings: MemorySettings = DEFAULT_SETTINGS, *, nvidia_recipe: bool = True) -> dict[str, Any]:
     """Memory per rank of a row read by :func:`_row` with its recipe's settings, at its peak pipeline stage.
 
-    The recipe's settings are :data:`RECIPE_MEMORY` (BF16 gradients, the distributed optimizer over the
-    data- and context-parallel ranks, or ZeRO 3 where ``fsdp`` is set) and :func:`recipe_recompute`, on top of
-    *settings* (its reserve: ``DEFAULT_RESERVE_BYTES`` unless given). Returns ``peak_bytes``, ``capacity_bytes``,
+    The recipe's settings are the row's flash attention, the distributed optimizer over the data- and
+    context-parallel ranks (or ZeRO 3 where ``fsdp`` is set), :func:`recipe_recompute` and, with
+    *nvidia_recipe* (a row of NVIDIA's NeMo / Megatron-Bridge table), :data:`RECIPE_MEMORY`'s BF16 gradients,
+    on top of *settings* (its reserve: ``DEFAULT_RESERVE_BYTES`` unless given; without *nvidia_recipe*, its
+    gradient width: the model's fp32 unless given). Returns ``peak_bytes``, ``capacity_bytes``,
     ``reserve_bytes``, ``headroom_bytes`` (capacity − reserve − peak), ``fits``, ``peak_stage``, the peak stage's
     parts (bytes), ``recompute`` (the plan, as text) and ``recompute_from``.
 
@@ -351,7 +353,9 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     model, layout, zero = _model_and_layout(r, name, source)
     plan, origin = recipe_recompute(r, layout.p)
     layout = dataclasses.replace(layout, recompute=plan)
-    used = dataclasses.replace(settings, bytes_grad=RECIPE_MEMORY["bytes_grad"], zero_level=zero)
+    used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]))
+    if nvidia_recipe:
+        used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"])
     got = stage_memory(model, layout, system=r["system"], settings=used)
     peak = max(got["stages"], key=lambda stage: stage["total"])  # the first largest, as MemoryPricer picks it
     return {"peak_bytes": peak["total"], "capacity_bytes": got["capacity_bytes"], "reserve_bytes": got["reserve_bytes"],
@@ -360,10 +364,11 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
             "recompute": str(plan), "recompute_from": origin}
 
 
-def memory_rows(table: Table, system: str | None = None,
-                settings: MemorySettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
-    """Each row's memory per rank with its recipe's settings (:func:`row_memory`), keyed by ``line``, ``model``,
-    ``system``; ``fits`` is ``None`` with a ``reason`` where the row cannot be priced.
+def memory_rows(table: Table, system: str | None = None, settings: MemorySettings = DEFAULT_SETTINGS, *,
+                nvidia_recipe: bool = True) -> list[dict[str, Any]]:
+    """Each row's memory per rank with its recipe's settings (:func:`row_memory`; *nvidia_recipe*: the table is
+    NVIDIA's, whose recipes reduce gradients in BF16), keyed by ``line``, ``model``, ``system``; ``fits`` is
+    ``None`` with a ``reason`` where the row cannot be priced.
 
     Raises:
         ValueError: naming the file, line, column and value of the first cell the reader does not know.
@@ -373,6 +378,7 @@ def memory_rows(table: Table, system: str | None = None,
         raise InputError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
     if not isinstance(settings, MemorySettings):
         raise InputError(f"settings: expected a MemorySettings, got {type(settings).__name__}")
+    nvidia_recipe = flag("nvidia_recipe", nvidia_recipe)
     if system is not None:
         try:
             system = hardware.load(system).name
@@ -384,7 +390,7 @@ def memory_rows(table: Table, system: str | None = None,
         row: dict[str, Any] = {"line": r["line"], "model": r["model"], "system": r["system"],
                                "precision": r["precision"], "fits": None}
         try:
-            row.update(row_memory(r, r["model"], str(table.path), settings))
+            row.update(row_memory(r, r["model"], str(table.path), settings, nvidia_recipe=nvidia_recipe))
         except ValueError as exc:
             row["reason"] = str(exc)
         out.append(row)
