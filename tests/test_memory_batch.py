@@ -86,7 +86,7 @@ def test_both_outcomes_of_fits_occur_and_agree_with_headroom():
     prices = MemoryPricer(model, system=SYSTEM).price_batch(batch)
     assert prices.fits.dtype == bool and prices.fits.any() and (~prices.fits).any()
     assert np.array_equal(prices.fits, prices.headroom >= 0)
-    assert np.array_equal(prices.headroom, (prices.capacity - 0.0) - prices.peak_total)
+    assert np.array_equal(prices.headroom, (prices.capacity - DEFAULT_SETTINGS.reserve_bytes) - prices.peak_total)
     assert_close(sum(prices.parts()[part] for part in PARTS), prices.peak_total)
     assert prices.peak_stage.dtype == np.int64 and np.all(prices.peak_stage < batch.p)
 
@@ -305,7 +305,10 @@ def test_memory_options_reach_the_settings(capsys):
     reserved = _eval_memory(capsys, "--reserve", "6.5")
     for a, b in zip(base["stages"], reserved["stages"]):
         assert a["total"] == b["total"]
-        assert_close(a["headroom"] - b["headroom"], 6.5 * 2 ** 30, rtol=1e-6, atol=1e-12)
+        # (--reserve replaces the default reserve, DEFAULT_SETTINGS.reserve_bytes, which base keeps back)
+        assert_close(a["headroom"] - b["headroom"], 6.5 * 2 ** 30 - DEFAULT_SETTINGS.reserve_bytes, rtol=1e-6,
+                     atol=1e-12)
+    assert base["reserve_bytes"] == DEFAULT_SETTINGS.reserve_bytes
     assert reserved["reserve_bytes"] == 6.5 * 2 ** 30
     halved = _eval_memory(capsys, "--bytes-optimizer", "6")
     assert_close([r["optimizer"] * 2 for r in halved["stages"]], [r["optimizer"] for r in base["stages"]],

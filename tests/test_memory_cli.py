@@ -62,7 +62,8 @@ def test_reserve_comes_off_the_headroom():
     model = load_model("llama2-7b")
     layout = parse_layout("d=8,t=1,p=1,m=8", model.layout)
     base = stage_memory(model, layout, system="dgx_h100")["stages"][0]
-    reserve = dataclasses.replace(DEFAULT_SETTINGS, reserve_bytes=base["headroom"] + 1.0)
+    # (the default reserve is already off the base headroom: one byte more than both leaves -1)
+    reserve = dataclasses.replace(DEFAULT_SETTINGS, reserve_bytes=DEFAULT_SETTINGS.reserve_bytes + base["headroom"] + 1.0)
     kept = stage_memory(model, layout, system="dgx_h100", settings=reserve)["stages"][0]
     assert base["fits"] and not kept["fits"]
     assert_close(kept["headroom"], -1.0, rtol=0.0, atol=1e-3)

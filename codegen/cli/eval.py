@@ -87,7 +87,8 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
     d = DEFAULT_SETTINGS
     group = p.add_argument_group(f"memory settings (with {needs})")
     group.add_argument("--reserve", metavar="GIB", help="device memory per GPU kept back from the model (CUDA "
-                                                        "context, NCCL buffers, fragmentation), GiB; default 0")
+                                                        "context, NCCL buffers, fragmentation), GiB; default "
+                                                        f"{d.reserve_bytes / 2 ** 30:g} (docs/memory.md)")
     group.add_argument("--bytes-param", metavar="B", help="bytes per weight (default: the model file's, "
                                                           "train.mixed_precision.param_dtype or model.param_init_type)")
     group.add_argument("--bytes-grad", metavar="B", help="bytes per gradient (default: the model file's, "

@@ -2,11 +2,12 @@
 
 ``symcost search --model M --devices N --system S --global-batch B [--objective step-time|original]
 [--top K] [--fix t=8] [--max p=16] [--recompute none,selective,full] [--zero 1] [--cp-algo NAME,…]
-[--tp-cross-node] [--keep-infeasible] [--no-memory] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
+[--tp-cross-node] [--keep-infeasible] [--no-memory] [--reserve GIB] [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
 [--scheduler-timeout S] [--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
 and its parts, memory per rank and headroom of the slowest stage from ``codegen.pricing.memory``),
 then a summary line. Layouts whose memory per rank (at each layout's peak stage, ``codegen.pricing.memory.MemoryPricer``)
-exceeds the GPU's HBM are dropped unless ``--keep-infeasible``. ``--out`` streams every feasible layout with its figures (CSV always; Parquet
+exceeds the GPU's HBM less the reserve (``--reserve GIB``, default 2) are dropped unless
+``--keep-infeasible``. ``--out`` streams every feasible layout with its figures (CSV always; Parquet
 with the optional ``pyarrow``); an existing file is never overwritten. ``--plot`` draws step time
 against peak memory of the top layouts and their Pareto front (optional ``matplotlib``). A progress
 bar (``tqdm``, optional) appears on searches longer than a second; Ctrl-C prints the best so far.
@@ -34,7 +35,7 @@ import numpy as np
 from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS
 
 from ..configs import LayoutError, load_model, model_names
-from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_whole
+from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
 OUT_COLUMNS = ("rank", *SEARCH_KEYS, *SEARCH_SETTINGS)
@@ -76,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
     p.add_argument("--no-memory", action="store_true", help="do not price memory (no feasibility filter)")
+    p.add_argument("--reserve", metavar="GIB", default=None,
+                   help="device memory per GPU kept back from the model (CUDA context, NCCL buffers, "
+                        "fragmentation), GiB; default 2 (docs/memory.md)")
     p.add_argument("--out", metavar="FILE.csv|FILE.parquet",
                    help="write every valid layout with the figures the search prices (a new file)")
     p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts into FILE "
@@ -235,6 +239,11 @@ def run(args: argparse.Namespace) -> int:
     if args.precision != "bf16" and args.objective != "step-time":
         raise ValueError(f"--precision {args.precision}: prices the compute of --objective step-time; "
                          f"--objective {args.objective} has none")
+    reserve = None
+    if args.reserve is not None:
+        if args.no_memory:
+            raise ValueError(f"--reserve {args.reserve}: a memory setting; drop --no-memory to use it")
+        reserve = parse_number("--reserve", args.reserve, minimum=0.0, maximum=COUNT_MAX) * 2.0 ** 30
     model = load_model(args.model)
     if args.seq_len is not None:
         # (the layout's s overrides the model file's for every family, as eval's --layout s=N does)
@@ -243,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
-                      keep_infeasible=args.keep_infeasible, precision=args.precision)
+                      keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve)
     if args.scheduler is not None:
         check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)

@@ -16,7 +16,7 @@ stage holding them is estimated with expert layers in their place.
 
 Public API::
 
-    MemorySettings, MODEL_WIDTHS, DEFAULT_SETTINGS, PARTS, NoCapacityError
+    MemorySettings, MODEL_WIDTHS, DEFAULT_SETTINGS, DEFAULT_RESERVE_BYTES, PARTS, NoCapacityError
     MemorySettings.for_model(model) -> MemorySettings  (the model's byte widths where left to it)
     width_sources(settings) -> dict[str, str]  ("model" or "given" per model width)
     zero_level_of(layout) -> int
@@ -54,7 +54,7 @@ from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit,
 from .families import FamilySpec
 from .stages import batch_argument, degrees_argument, layout_argument, model_argument, stage_counts
 
-__all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "width_sources", "PARTS", "OUTPUTS",
+__all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "DEFAULT_RESERVE_BYTES", "width_sources", "PARTS", "OUTPUTS",
            "NoCapacityError", "zero_level_of", "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages",
            "stage_memory", "stage_totals", "stage_slopes", "slope_name", "MemoryPricer", "MemoryPrices"]
 
@@ -94,7 +94,8 @@ class MemorySettings:
         zero_level: ZeRO stage of the optimizer (0: states replicated over the DP group);
             ``None`` takes it from the layout (:func:`zero_level_of`).
         reserve_bytes: device memory per GPU kept back from the model (framework, CUDA context,
-            communication buffers, fragmentation); headroom is capacity − reserve − total.
+            communication buffers, fragmentation); headroom is capacity − reserve − total. 0 unless given;
+            :data:`DEFAULT_SETTINGS` keeps :data:`DEFAULT_RESERVE_BYTES`.
     """
 
     bytes_compute: float | None = None
@@ -141,17 +142,32 @@ def width_sources(settings: MemorySettings) -> dict[str, str]:
     return {name: "model" if getattr(settings, name) is None else "given" for name in MODEL_WIDTHS}
 
 
+#: Device memory per GPU a training process holds beside the model's states and activations, kept back from
+#: the capacity by default (``MemorySettings.reserve_bytes``): 2 GiB, stated, never fitted to a measurement.
+#: Its parts, each from a published figure (docs/memory.md, "The reserve"):
+#:
+#: * the CUDA context with the kernels PyTorch, cuBLAS, cuDNN and Transformer Engine load: 1-2 GB when a model is
+#:   put on a GPU (Hugging Face Transformers, "Model training anatomy", huggingface.co/docs/transformers/
+#:   model_memory_anatomy); the upper end, 1.5 GiB, is taken here;
+#: * NCCL's communication buffers: ``NCCL_BUFFSIZE`` is 4 MiB per channel and peer by default (NCCL user guide,
+#:   "Environment Variables"), so a ring communicator of 32 channels and two peers holds 256 MiB; the tensor- and
+#:   data-parallel communicators of one rank, 0.5 GiB.
+#:
+#: Not in it: the caching allocator's fragmentation, which NVIDIA's recipes keep small with
+#: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (Megatron-Bridge perf_recipes); a run that needs more
+#: states it (``--reserve``, or ``reserve_bytes``).
+DEFAULT_RESERVE_BYTES = 2.0 * 2 ** 30
+
 #: Today's large-model training as ``symcost eval --memory`` assumes it: the model file's byte widths
 #: (its ``compute_dtype``, ``param_dtype`` and ``reduce_dtype``: every bundled model states BF16
 #: activations and weights and fp32 gradient reduction, Megatron-LM's main_grad), no dropout
 #: (DeepSeek-V3, Qwen3 and Llama 2 pretrain without it), fused (flash) attention, fp32 logits for the
 #: loss, and K = 12 bytes of Adam's optimizer state (fp32 master weights and two moments), which no
-#: model file states. The ZeRO stage follows the layout. The reserve is 0: the catalog has no measured
-#: figure for the framework's share, and a guessed fraction would hide in ``fits``; headroom then says
-#: how much a run may keep back (CUDA context, NCCL buffers, allocator fragmentation) and still fit.
+#: model file states. The ZeRO stage follows the layout. The reserve is :data:`DEFAULT_RESERVE_BYTES` (CUDA
+#: context and kernels, NCCL buffers); headroom is what is left after it.
 DEFAULT_SETTINGS = MemorySettings(bytes_compute=None, dropout=0.0, flash_attention=1.0, bytes_logits=4.0,
                                   bytes_p=None, bytes_grad=None, bytes_optimizer=12.0, zero_level=None,
-                                  reserve_bytes=0.0)
+                                  reserve_bytes=DEFAULT_RESERVE_BYTES)
 
 
 class NoCapacityError(ValueError):

@@ -8,6 +8,7 @@ or with the keys it has.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
@@ -18,7 +19,7 @@ from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
-from ..runtime.inputs import DEVICES_MAX, InputError, flag, whole
+from ..runtime.inputs import DEVICES_MAX, InputError, flag, nonnegative, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, recompute_modes, restrictions, system_name, zero_levels
 from .space import SearchSpace
 from .top import COLUMNS
@@ -45,6 +46,8 @@ class SearchSpec:
     as the system's own name); *original_device* the catalog device of the original's cost (``--objective
     original``; default *system*). *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``)
     and drop the layouts that do not fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
+    *reserve_bytes*: device memory per GPU kept back from the capacity; ``None``, the memory family's default
+    (``codegen.pricing.memory.DEFAULT_RESERVE_BYTES``, docs/memory.md "The reserve").
 
     Every argument is checked when the spec is made, before any search or cache sees it
     (``codegen.search.options``): *devices* and *global_batch* whole numbers (``int`` or a NumPy integer, not
@@ -74,6 +77,7 @@ class SearchSpec:
     memory: bool = True
     keep_infeasible: bool = False
     precision: str = "bf16"
+    reserve_bytes: float | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -95,6 +99,14 @@ class SearchSpec:
             put("original_device", system_name("original_device", self.original_device))
         for name in ("tp_cross_node", "memory", "keep_infeasible"):
             put(name, flag(name, getattr(self, name)))
+        if self.reserve_bytes is not None:
+            if isinstance(self.reserve_bytes, (bool, np.bool_)) or not isinstance(self.reserve_bytes, (int, float,
+                                                                                                       np.number)):
+                raise InputError(f"reserve_bytes: expected a number of bytes >= 0 or None, got "
+                                 f"{_show(self.reserve_bytes)}")
+            put("reserve_bytes", float(nonnegative("reserve_bytes", self.reserve_bytes)))
+            if not self.memory:
+                raise InputError("reserve_bytes: a memory setting; it needs memory priced (memory=True)")
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise InputError(f"precision: one of {', '.join(PRECISIONS)}, got {_show(self.precision)}")
         if self.precision != "bf16" and self.objective != "step-time":
@@ -161,11 +173,13 @@ def _context(spec: SearchSpec) -> SearchContext:
         step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision)
     memory = None
     if spec.memory:
-        from ..pricing.memory import MemoryPricer
+        from ..pricing.memory import DEFAULT_SETTINGS, MemoryPricer
 
         # The NumPy evaluators: the same numbers as the fused (numba) ones, without numba's import and kernel
         # load (about a second in a cold process), and as fast on the few rows a top-K search prices.
-        memory = MemoryPricer(spec.model, system=spec.system, backend="numpy")
+        settings = DEFAULT_SETTINGS if spec.reserve_bytes is None else dataclasses.replace(
+            DEFAULT_SETTINGS, reserve_bytes=spec.reserve_bytes)
+        memory = MemoryPricer(spec.model, system=spec.system, settings=settings, backend="numpy")
     return SearchContext(space, step, original, memory)
 
 

@@ -22,6 +22,12 @@ on 32 and 64 A100, 90 layouts). One row is one run:
   ``fsdp`` shards over the whole data-parallel group;
 * the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to.
 
+Memory (:func:`memory_rows`): each row's memory per rank with the memory settings of NVIDIA's performance
+recipes that no column states (:data:`RECIPE_MEMORY`: BF16 gradients; the distributed optimizer over the
+data- and context-parallel ranks) and the recipe's recompute where the row leaves it out
+(:data:`RECIPE_RECOMPUTE`), against the GPU's HBM less the default reserve; the rows ran, so each should fit
+(docs/memory.md, "Published layouts"). The step time is priced with ``DEFAULTS`` as before.
+
 A cell the reader does not know (a word, a number out of its bounds, an unknown family or system) is one
 error naming the file, line, column and value (``codegen.validation.csvfile``, through the input gate
 ``codegen.runtime.inputs``). A row the model cannot price — a family the project does not model yet, a
@@ -34,9 +40,12 @@ model ranks first (its measured time over the fastest measured, minus 1).
 
 Public API::
 
-    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED
+    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE
     is_step_rows_table(table) -> bool
     step_rows(table, system=None) -> list[dict]
+    recipe_recompute(row, p) -> (RecomputePlan, source)
+    row_memory(row, name, source, settings=DEFAULT_SETTINGS) -> dict   # memory per rank with the recipe's settings
+    memory_rows(table, system=None, settings=DEFAULT_SETTINGS) -> list[dict]
     spearman(x, y) -> float;  regret(predicted, measured) -> float
     sweep_stats(rows) -> list[dict];  group_stats(rows) -> list[dict]
     print_report(path, rows) -> None   # the table, the groups, the sweeps, then one JSON line
@@ -44,6 +53,7 @@ Public API::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -55,15 +65,17 @@ import numpy as np
 import hardware
 from symbolic.vocabulary import SEARCH_KEYS
 
-from ..configs import Layout, LayoutError, ModelConfig, validate
+from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
+from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.step_time import StepTimePricer, time_family_comm
-from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, parse_flag, \
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, parse_flag, \
     parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
-__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "Family", "is_step_rows_table", "step_rows",
-           "spearman", "regret", "sweep_stats", "group_stats", "summary_json", "print_report"]
+__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "Family",
+           "is_step_rows_table", "step_rows", "recipe_recompute", "row_memory", "memory_rows", "spearman", "regret",
+           "sweep_stats", "group_stats", "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
 REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
@@ -79,6 +91,39 @@ PRECISIONS = {"bf16": "bf16", "fp8": "fp8", "fp8-ds": "fp8", "fp8-cs": "fp8-cs",
 #: recompute; no dropout in pretraining recipes; Megatron's distributed optimizer, ZeRO level 1).
 DEFAULTS = {"recompute_mode": "none", "sequence_parallel": "tp > 1", "flash_attention": True, "dropout": False,
             "zero": 1}
+
+
+#: The memory settings of NVIDIA's performance recipes that no column states, for every row (the memory check,
+#: :func:`row_memory`): gradients reduced and kept in BF16 (``grad_reduce_in_fp32 = False``: Megatron-Bridge
+#: ``scripts/performance/configs/{llama3,llama31,qwen3}/*_llm_pretrain.py`` at fa55da5f (release 25.11) and
+#: ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` (later releases); NeMo 2.0's
+#: ``scripts/performance/llm/pretrain_gpt3_175b.py`` for FP8), so 2 bytes per gradient, not the fp32 main_grad a
+#: model file's ``reduce_dtype`` defaults to; Megatron's distributed optimizer (``DEFAULTS["zero"]``), whose
+#: optimizer states are sharded over the data-parallel ranks with the context-parallel ones (Megatron-Core's
+#: data-parallel group ``with_context_parallel``: ``shard_p_os_non_exp_partial = R·t·cp``, docs/memory.md);
+#: and the default reserve (``codegen.pricing.memory.DEFAULT_RESERVE_BYTES``: CUDA context, kernels, NCCL
+#: buffers). The 24.07 rows ran NeMo 1.0's launcher, whose gradient width this table does not check.
+RECIPE_MEMORY = {"bytes_grad": 2.0, "source": "Megatron-Bridge@fa55da5f scripts/performance/configs/*/"
+                 "*_llm_pretrain.py and perf_recipes/_common.py: grad_reduce_in_fp32 = False"}
+
+#: Activation recompute a published recipe sets where the table's row does not say (the row's ``recompute_mode``
+#: column wins where given): ``(model, system, precision)`` → (fully recomputed layers per pipeline stage, source).
+#: The model key is the ``model`` cell in lower case with ``-`` and ``.`` read as ``_``. Megatron's
+#: ``recompute_granularity = "full"``, ``recompute_method = "block"``, ``recompute_num_layers = N`` recomputes
+#: the first N layers of each pipeline stage in full: the project's per-stage plan (``RecomputePlan`` with
+#: ``full_per_stage``). Every other row's recipe recomputes nothing (``DEFAULTS``): NeMo 2.0's recommended
+#: pretraining configs list ``recompute_layers`` 0 and no ``recompute_modules`` for GPT-3, Llama 3 / 3.1,
+#: Mixtral and Nemotron-4 on H100 and B200 (NVIDIA/NeMo ``scripts/performance/recommended_model_configs/
+#: model_configs_{h100,b200}.csv``), and Megatron-Bridge's Llama 3 / 3.1 and Qwen3 performance recipes at
+#: fa55da5f and later set ``recompute_granularity = None`` or leave the recipe's none. Selective recompute of chosen modules (``recompute_modules = ["moe_act", "layernorm"]``, as
+#: Megatron-Bridge's Qwen3-235B launcher script ``scripts/moe_model_zoo/examples/qwen3/launch_qwen235b.sh`` sets
+#: for its own benchmark) has no row here; the project's ``selective`` mode drops the attention scores alone
+#: (Korthikanti et al. 2022, §5), not the MoE activation or the norms, so it could not state it exactly.
+RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[int, str]] = {
+    ("llama3_8b", "dgx_h100", "fp8-cs"): (5, "Megatron-Bridge@fa55da5f scripts/performance/configs/llama3/"
+                                             "workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: "
+                                             "recompute_num_layers=5 (full, block)"),
+}
 
 
 @dataclass(frozen=True)
@@ -207,6 +252,7 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["moe_ffn_hidden"] = cell(i, "moe_ffn_hidden", lambda f, t: _whole(f, t, blank=r["ffn_hidden"]))
     r["shared_experts"] = cell(i, "shared_experts", lambda f, t: _whole(f, t, blank=0, minimum=0))
     r["recompute_mode"] = cell(i, "recompute_mode", _mode)
+    r["recompute_given"] = bool(table.cells("recompute_mode")[i].strip())
     r["sequence_parallel"] = cell(i, "sequence_parallel", _flag_or(r["tp"] > 1))
     r["flash_attention"] = cell(i, "flash_attention", _flag_or(True))
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
@@ -270,6 +316,85 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     got = {k: float(x[0]) for k, x in pricer.price(values, r["recompute_mode"], chunk).items()}
     finite(f"{name}: the predicted step time", [got[k] for k in ("step_time_s", "compute_s", "bubble_s", "comm_s")])
     return got
+
+
+def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
+    """The recompute plan of a row read by :func:`_row` on its *p* pipeline stages, and where it comes from.
+
+    The row's ``recompute_mode`` where the table gives one (``"table"``); else the published recipe's
+    (:data:`RECIPE_RECOMPUTE`, its source); else NeMo's default, none (``"recipe default"``).
+    """
+    if r.get("recompute_given"):
+        return RecomputePlan(r["recompute_mode"]), "table"
+    key = (r["model"].strip().lower().replace("-", "_").replace(".", "_"), r["system"], r["precision"])
+    if key in RECIPE_RECOMPUTE:
+        layers, source = RECIPE_RECOMPUTE[key]
+        return RecomputePlan("none", (layers,) * p), source
+    return RecomputePlan(DEFAULTS["recompute_mode"]), "recipe default"
+
+
+def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
+               settings: MemorySettings = DEFAULT_SETTINGS, *, nvidia_recipe: bool = True) -> dict[str, Any]:
+    """Memory per rank of a row read by :func:`_row` with its recipe's settings, at its peak pipeline stage.
+
+    The recipe's settings are the row's flash attention, the distributed optimizer over the data- and
+    context-parallel ranks (or ZeRO 3 where ``fsdp`` is set), :func:`recipe_recompute` and, with
+    *nvidia_recipe* (a row of NVIDIA's NeMo / Megatron-Bridge table), :data:`RECIPE_MEMORY`'s BF16 gradients,
+    on top of *settings* (its reserve: ``DEFAULT_RESERVE_BYTES`` unless given; without *nvidia_recipe*, its
+    gradient width: the model's fp32 unless given). Returns ``peak_bytes``, ``capacity_bytes``,
+    ``reserve_bytes``, ``headroom_bytes`` (capacity − reserve − peak), ``fits``, ``peak_stage``, the peak stage's
+    parts (bytes), ``recompute`` (the plan, as text) and ``recompute_from``.
+
+    Raises:
+        ValueError: why the row cannot be priced (a family not modelled, a layout rule).
+    """
+    if r["family"].unpriced:
+        raise ValueError(r["family"].unpriced)
+    model, layout, zero = _model_and_layout(r, name, source)
+    plan, origin = recipe_recompute(r, layout.p)
+    layout = dataclasses.replace(layout, recompute=plan)
+    used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]))
+    if nvidia_recipe:
+        used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"])
+    got = stage_memory(model, layout, system=r["system"], settings=used)
+    peak = max(got["stages"], key=lambda stage: stage["total"])  # the first largest, as MemoryPricer picks it
+    return {"peak_bytes": peak["total"], "capacity_bytes": got["capacity_bytes"], "reserve_bytes": got["reserve_bytes"],
+            "headroom_bytes": peak["headroom"], "fits": peak["fits"], "peak_stage": peak["stage"],
+            "parts": {k: peak[k] for k in ("weights", "gradients", "optimizer", "activations", "recompute_workspace")},
+            "recompute": str(plan), "recompute_from": origin}
+
+
+def memory_rows(table: Table, system: str | None = None, settings: MemorySettings = DEFAULT_SETTINGS, *,
+                nvidia_recipe: bool = True) -> list[dict[str, Any]]:
+    """Each row's memory per rank with its recipe's settings (:func:`row_memory`; *nvidia_recipe*: the table is
+    NVIDIA's, whose recipes reduce gradients in BF16), keyed by ``line``, ``model``, ``system``; ``fits`` is
+    ``None`` with a ``reason`` where the row cannot be priced.
+
+    Raises:
+        ValueError: naming the file, line, column and value of the first cell the reader does not know.
+    """
+    missing = [c for c in REQUIRED if not table.has(c)]
+    if missing:
+        raise InputError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
+    if not isinstance(settings, MemorySettings):
+        raise InputError(f"settings: expected a MemorySettings, got {type(settings).__name__}")
+    nvidia_recipe = flag("nvidia_recipe", nvidia_recipe)
+    if system is not None:
+        try:
+            system = hardware.load(system).name
+        except ValueError as exc:
+            raise InputError(f"--system: {exc}") from None
+    read = [_row(table, i, system) for i in range(len(table))]
+    out = []
+    for r in read:
+        row: dict[str, Any] = {"line": r["line"], "model": r["model"], "system": r["system"],
+                               "precision": r["precision"], "fits": None}
+        try:
+            row.update(row_memory(r, r["model"], str(table.path), settings, nvidia_recipe=nvidia_recipe))
+        except ValueError as exc:
+            row["reason"] = str(exc)
+        out.append(row)
+    return out
 
 
 def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
