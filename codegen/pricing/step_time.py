@@ -11,7 +11,10 @@ vector unit's peak × its vector efficiency, all from the hardware catalog's ``[
 (``(p − 1)/(vp·m)``) and ``compute_step_time_s``. This module only counts a stage's layers (the even
 split of :func:`codegen.configs.chunk_layer_counts`, or the model's own offset for its own
 pipeline) and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the
-last (it holds the output layer).
+last (it holds the output layer). A model with a published layer structure (``ModelConfig.has_layer_kinds``:
+leading dense layers of a MoE model, multi-token-prediction heads, sliding-window layers) has those layers
+priced where they are (``codegen.pricing.layer_kinds``), and three stages are priced: the first, the heaviest
+other one but the last, and the last.
 
 Communication. :class:`StepTimePricer` adds the seconds a ``comm`` callable returns per layout
 (``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed (:func:`exposed_comm`),
@@ -484,12 +487,11 @@ class StepTimePricer:
         for stage in stages:
             per = self._per_stage(stage, recompute)
             flops = self._flops(**self._args(self._arguments, per, values, extra))
-            if self._extra:
-                found = {part: function(**self._args(arguments, per, values, extra))
-                         for part, (function, arguments) in self._extra.items() if part.endswith("flops")}
-                flops = combined_parts({"flops": flops, "hbm_bytes": 0.0, "vector_flops": 0.0,
-                                        "dense_lowp_flops": 0.0, "dense_hbm_bytes": 0.0,
-                                        "dense_vector_flops": 0.0, **found})[0]
+            for part, sign in (("dense_flops", 1.0), ("window_saved_flops", -1.0)):  # as combined_parts adds them
+                if part in self._extra:
+                    function, arguments = self._extra[part]
+                    found = function(**self._args(arguments, per, values, extra))
+                    flops = flops + found if sign > 0 else flops - found
             out.append(flops)
         return functools.reduce(np.maximum, out)
 
