@@ -107,7 +107,8 @@ def _uniform(model, batch, recompute):
 
 
 @pytest.mark.parametrize("name,recompute,zero", [("qwen3-72b", "selective", 1), ("deepseek-v3", "full", 0),
-                                                 ("llama2-7b", "none", 2)])
+                                                 ("llama2-7b", "none", 2), ("gpt-oss-120b", "selective", 1),
+                                                 ("deepseek-v3", "none", 1)])
 def test_the_compute_spec_prices_as_the_step_time_pricer(name, recompute, zero):
     """Every stage priced by the compute family's spec, the slowest taken: the step-time pricer's compute seconds
     and FLOPs, which it reads from the first and the last stage alone (the most loaded and the one with the output
