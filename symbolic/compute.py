@@ -38,7 +38,7 @@ from .params import (attention_params, dense_ffn_params, norm_params, router_par
 from .symbols import syms
 from .vocabulary import AttentionParams
 
-__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "FORMULAS"]
+__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "dense_layers_of_moe", "window_saved_flops", "FORMULAS"]
 
 s, b, h, a, dh, dhr, qk_nope, v = syms("s", "b", "h", "a", "dh", "dhr", "qk_nope_head_dim", "v")
 hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, n_ffMM = syms(
@@ -52,6 +52,9 @@ bytes_grad = syms("bytes_grad")[0]
 hbm_bytes_sym, hbm_bw, hbm_eff = syms("stage_hbm_bytes", "hbm_bytes_per_s", "hbm_efficiency")
 vector_sym, vector_peak, vector_eff = syms("stage_vector_flops", "vector_flops_per_s", "vector_efficiency")
 lowp_sym, lowp_peak, lowp_eff = syms("stage_lowp_flops", "lowp_peak_flops_per_s", "lowp_efficiency")
+n_dense_stage, n_dense_full, n_dense_sel = syms("n_dense_layers_stage", "n_dense_full_rec", "n_dense_sel_rec")
+n_window_stage, n_window_full, n_window_sel, window = syms(
+    "n_window_layers_stage", "n_window_full_rec", "n_window_sel_rec", "sliding_window")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
@@ -74,6 +77,14 @@ LOW_PRECISION = ("NVIDIA Transformer Engine documentation (\"Using FP8 with Tran
 CAUSAL = ("Dao 2023, FlashAttention-2 (arXiv:2307.08691), §3.1 (causal masking: the blocks whose entries are all "
           "masked are skipped, about half of them); NVIDIA's NeMo / Megatron-Bridge model FLOPs count causal "
           "attention's scores as half the full matrix")
+FIRST_K_DENSE = ("DeepSeek-V3 (arXiv:2412.19437), §4.2 and its config.json first_k_dense_replace = 3: the first layers "
+                 "have a dense FFN of width intermediate_size in place of the router and experts; Megatron-Core's "
+                 "moe_layer_freq / NeMo's DeepSeekV3Config moe_layer_freq = [0]*3 + [1]*58")
+WINDOW = ("Beltagy et al. 2020, Longformer (arXiv:2004.05150), §3.1 (sliding-window attention: each query attends to "
+          "the w keys before it, O(s·w) instead of O(s²)); OpenAI gpt-oss-120b config.json (sliding_window 128 on "
+          "the layers whose layer_types entry is sliding_attention, every other layer); FlashAttention's local "
+          "(window) attention skips the blocks outside the band as it skips those above the diagonal (Dao 2023, "
+          "arXiv:2307.08691, §3.1)")
 BUBBLE = "Narayanan et al. 2021 (arXiv:2104.04473), §2.2.1 (1F1B) and §2.2.2 (interleaved): bubble (p-1)/(vp·m)"
 
 
@@ -234,6 +245,34 @@ def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
     return body + output + optimizer
 
 
+def dense_layers_of_moe(dense_form: sympy.Expr) -> sympy.Expr:
+    """A dense stage form (:func:`stage_flops`, :func:`stage_lowp_flops`, :func:`stage_hbm_bytes` or
+    :func:`stage_vector_flops` with ``moe=False``) for the leading dense layers a stage of a model with experts holds
+    (``FIRST_K_DENSE``): their count ``n_dense_layers_stage`` (``n_dense_full_rec``, ``n_dense_sel_rec`` of them
+    recomputed) in place of the stage's layers, one FFN of width ``hff`` each (``n_exp = 1``, no shared expert: the
+    model's experts are in its other layers), and no output layer (the stage's MoE form counts it)."""
+    return dense_form.xreplace({n_layers_stage: n_dense_stage, n_full_rec: n_dense_full, n_sel_rec: n_dense_sel,
+                                n_output: 0, n_exp: 1, n_shared_exp: 0})
+
+
+def window_saved_flops(variant: AttentionParams) -> sympy.Expr:
+    """Score FLOPs one rank of a stage does not compute per step because its windowed layers attend to a sliding
+    window of ``sliding_window`` keys (``WINDOW``), against the causal attention :func:`stage_flops` counts.
+
+    A query at position ``i`` of a causal window ``w ≤ s`` attends to ``min(i + 1, w)`` keys: ``w·(1 − w/(2s))`` on
+    average over the ``s`` positions (``s/2`` at ``w = s``, the causal count), so a windowed layer's scores are
+    ``score_flops · w'·(1 − w'/(2s))/s`` per token with ``w' = min(w, s)``, and it saves
+    ``score_flops · (s − w')² / (2s²)`` per token, in each of its three passes and in its recomputed forward pass
+    (full) or scores (selective). Only a fused attention kernel skips the masked blocks (``flash_attention`` = 1);
+    without one the whole ``s × s`` matrix is computed and masked, and nothing is saved. Attention sinks (one
+    learned logit per head, gpt-oss) add no matrix multiply.
+    """
+    tokens = m * b * s / (t * cp)
+    w = sympy.Min(window, s)
+    per_token = score_flops(variant) * (s - w) ** 2 / (2 * s ** 2)
+    return flash * tokens * (3 * n_window_stage + n_window_full + n_window_sel) * per_token
+
+
 def _f(name: str, expr: sympy.Expr, algorithm: str, unit: str, doc: str, source: str) -> Formula:
     return Formula(name=f"compute_{name}", expr=expr, dimension="compute", algorithm=algorithm, unit=unit,
                    doc=doc, source=source)
@@ -266,6 +305,20 @@ def _build() -> tuple[Formula, ...]:
                           "Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations "
                           "(layer norms, dropouts, residual adds, the activation function, the scores' softmax "
                           "unless fused), their recomputation, the Adam update.", VECTOR))
+    for variant in AttentionParams:
+        key = f"{variant.value}_moe"
+        dense = "the leading dense layers (first_k_dense) one rank of a stage of a model with experts holds"
+        for suffix, form, unit, what in (("flop", stage_flops, "FLOP", "FLOPs"),
+                                         ("lowp_flop", stage_lowp_flops, "FLOP", "low-precision GEMM FLOPs"),
+                                         ("hbm_bytes", stage_hbm_bytes, "bytes", "HBM bytes of memory-bound work"),
+                                         ("vector_flop", stage_vector_flops, "FLOP", "vector-unit FLOPs")):
+            out.append(_f(f"{key}_dense_layers_stage_{suffix}", dense_layers_of_moe(form(variant, False)), key, unit,
+                          f"{what} per rank per step of {dense}: the dense stage form over their count, one FFN of "
+                          f"width hff each, no output layer.", f"{FIRST_K_DENSE}; as the dense stage form"))
+        out.append(_f(f"{variant.value}_window_saved_flop", window_saved_flops(variant), variant.value, "FLOP",
+                      "Score FLOPs per rank per step a stage's sliding-window layers do not compute against causal "
+                      "attention (a fused attention kernel skips the blocks outside the window).",
+                      f"{WINDOW}; {CAUSAL}"))
     out.append(_f("output_forward_flop", 2 * h * v, "output", "FLOP",
                   "Forward FLOPs per token of the output layer (logits).", NARAYANAN))
     # Every FLOP at the BF16 rate, then the low-precision GEMMs' at theirs instead: (F − L)/R + L/R_low written as

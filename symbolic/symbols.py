@@ -272,6 +272,16 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     # Per-step volumes (symbolic.step_volumes).
     ("n_layers_stage", "nonnegative_integer", "layers", "transformer layers one pipeline stage holds"),
     ("n_moe_layers_stage", "nonnegative_integer", "layers", "MoE layers one pipeline stage holds"),
+    # The published per-layer structure the step time prices apart (symbolic.compute).
+    ("n_dense_layers_stage", "nonnegative_integer", "layers",
+     "leading dense layers of a model with experts that one pipeline stage holds (first_k_dense_replace)"),
+    ("n_dense_full_rec", "nonnegative_integer", "layers", "of those dense layers, the fully recomputed ones"),
+    ("n_dense_sel_rec", "nonnegative_integer", "layers", "of those dense layers, the selectively recomputed ones"),
+    ("n_window_layers_stage", "nonnegative_integer", "layers",
+     "layers with sliding-window attention that one pipeline stage holds"),
+    ("n_window_full_rec", "nonnegative_integer", "layers", "of those windowed layers, the fully recomputed ones"),
+    ("n_window_sel_rec", "nonnegative_integer", "layers", "of those windowed layers, the selectively recomputed ones"),
+    ("sliding_window", "positive_integer", "tokens", "keys a query of a sliding-window attention layer attends to"),
     # Memory per rank (symbolic.memory). Weights and gradients take bytes_p and bytes_grad above.
     ("bytes_optimizer", "positive", "bytes",
      "optimizer-state bytes per parameter (K): 12 for mixed-precision Adam (fp32 master weight and two moments)"),
@@ -341,7 +351,8 @@ PER_LAYOUT: frozenset[str] = frozenset({
     # A collective call: its size and its group, placed on the system.
     "msg_bytes", "ranks", "ranks_per_node", "nodes", "nics_used", "ring_channels", "group_size", "group_stride",
     "group_size_2", "group_stride_2",
-    "n_layers_stage", "n_moe_layers_stage", "stage_flops", "exposed_comm_s", "stage_hbm_bytes", "stage_vector_flops",
+    "n_layers_stage", "n_moe_layers_stage", "n_dense_layers_stage", "n_dense_full_rec", "n_dense_sel_rec",
+    "n_window_layers_stage", "n_window_full_rec", "n_window_sel_rec", "stage_flops", "exposed_comm_s", "stage_hbm_bytes", "stage_vector_flops",
     "stage_lowp_flops",
 })
 if not PER_LAYOUT <= set(SPECS):  # pragma: no cover - a typo here would silently slow the evaluators

@@ -20,6 +20,7 @@ from codegen.pricing.pricer import StagePricer
 from codegen.pricing.stages import volumes_family
 from codegen.pricing.time import TimePricer, time_family
 from codegen.pricing.memory import DEFAULT_SETTINGS, MemoryPricer, memory_family, stage_memory, variant_key
+from codegen.pricing.layer_kinds import combined_parts
 from codegen.pricing.step_time import StepTimePricer, compute_family, exposed_time_comm, step_time_family
 
 SYSTEM = "dgx_h100"
@@ -106,7 +107,8 @@ def _uniform(model, batch, recompute):
 
 
 @pytest.mark.parametrize("name,recompute,zero", [("qwen3-72b", "selective", 1), ("deepseek-v3", "full", 0),
-                                                 ("llama2-7b", "none", 2)])
+                                                 ("llama2-7b", "none", 2), ("gpt-oss-120b", "selective", 1),
+                                                 ("deepseek-v3", "none", 1)])
 def test_the_compute_spec_prices_as_the_step_time_pricer(name, recompute, zero):
     """Every stage priced by the compute family's spec, the slowest taken: the step-time pricer's compute seconds
     and FLOPs, which it reads from the first and the last stage alone (the most loaded and the one with the output
@@ -121,7 +123,7 @@ def test_the_compute_spec_prices_as_the_step_time_pricer(name, recompute, zero):
     np.testing.assert_allclose(got.step, want, rtol=1e-14, atol=0)
     assert (got.step > 0).all()
     # the spec's parts are the pricer's: FLOPs of the bottleneck stage
-    flop_spec = dataclasses.replace(spec, stage=lambda parts, _values: parts["flops"])
+    flop_spec = dataclasses.replace(spec, stage=lambda parts, _values: combined_parts(parts)[0])
     got_flops = price_family(flop_spec, model, batch, validated=True)
     np.testing.assert_allclose(got_flops.step, pricer.stage_flops(values, recompute), rtol=1e-14, atol=0)
     assert np.isfinite(got.stages[np.arange(len(batch)), batch.p - 1]).all()

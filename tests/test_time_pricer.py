@@ -515,7 +515,9 @@ def test_direct_kernels_price_as_the_generated_functions_to_the_bit(name, group_
         return [per_item(op, dict(pricer.hardware, **call)).time_s for call in calls]
 
     pricer = TimePricer(name, system="dgx_h100")
-    batch = _grid_batch(pricer.model, repeats=2)
+    # Ungrouped, the direct path takes a block's (layouts × distinct layer columns) within BOUND_BLOCK elements:
+    # DeepSeek-V3's pipelines have up to three columns (its leading dense layers make one of their own).
+    batch = _grid_batch(pricer.model, repeats=2).subset(slice(0, 5000))
     pricer.group_from = group_from
     taken = []
     real = collective.Chooser._fill  # the direct path's evaluation, of one call (__call__) or of several (times)

@@ -151,18 +151,18 @@ def test_an_unknown_value_is_one_line_naming_file_line_and_column(capsys, tmp_pa
 
 
 def test_a_row_that_cannot_be_priced_keeps_its_place_with_its_reason(capsys, tmp_path):
-    """DeepSeek-V3 (MLA), FP8 on an A100 (no FP8 units), TP 3 of 32 heads (a layout rule): null error, a reason;
-    the priced row's figures are still reported."""
+    """FSDP over 2 of the 4 data-parallel ranks (hybrid sharding, not modelled), FP8 on an A100 (no FP8 units), TP 3
+    of 32 heads (a layout rule): null error, a reason; the priced row's figures are still reported."""
     header, _ = read_csv(NEMO)
     llama = _row("Llama-3-8B", "dgx_h100", "FP8")
-    rows = [_row("DeepSeek-V3", "dgx_b200", "MXFP8"), dict(llama, system="dgx_a100"),
+    rows = [dict(llama, fsdp="2"), dict(llama, system="dgx_a100"),
             dict(llama, tp="3", dp="", gpus="6", cp="2"), llama]
     got, out = _run(capsys, write_csv(tmp_path / "mixed.csv", header, rows))
     reasons = [r.get("reason", "") for r in got["rows"]]
     assert [r["rel_err"] is None for r in got["rows"]] == [True, True, True, False]
-    assert "MLA" in reasons[0]
+    assert "hybrid sharding" in reasons[0]
     assert "fp8" in reasons[1] and "A100" in reasons[1]
     assert "heads" in reasons[2]
     assert all(r["predicted_s"] is None for r in got["rows"][:3])
     assert got["mean_abs_rel_err"] == abs(got["rows"][3]["rel_err"])
-    assert "not priced: MLA" in out
+    assert "not priced: fsdp over 2 of the 4 data-parallel ranks" in out

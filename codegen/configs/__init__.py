@@ -36,6 +36,8 @@ from ._pipeline import chunk_layer_counts as chunk_layer_counts
 from ._stages import batch_stage_counts as batch_stage_counts
 from ._stages import build_stages as build_stages
 from ._stages import pipeline_stage_counts as pipeline_stage_counts
+from ._stages import LAYER_KIND_NAMES as LAYER_KIND_NAMES
+from ._stages import stage_layer_kinds as stage_layer_kinds
 from ._stages import stage_layers as stage_layers
 from ._validation import LAYOUT_CONSTRAINTS as LAYOUT_CONSTRAINTS
 from ._validation import check_batch as check_batch

@@ -17,6 +17,11 @@ class ModelConfigError(ValueError):
     """A model file that cannot be read; the message names the file and the key path."""
 
 
+#: Attributes that are no config field of the original's (text, the layout, and the per-layer structure only the
+#: step time reads).
+_NOT_FIELDS = frozenset({"name", "source", "layout", "first_k_dense", "sliding_window", "window_layers"})
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """A model's architecture by the original's field names, and its file's default layout.
@@ -35,8 +40,12 @@ class ModelConfig:
             top-k. cap_fact: capacity factor (at least 1).
         v: vocabulary. n_lay: body layers. n_mtp: multi-token-prediction layers
             (``mtp_depth`` / ``num_nextn_predict_layers``). first_k_dense: leading dense layers
-            of a MoE model (``first_k_dense_replace``); kept for reference, the original's walk
-            prices every layer as the model's kind (no per-layer stack).
+            of a MoE model (``first_k_dense_replace``); the original's walk (the volumes) prices every
+            layer as the model's kind (no per-layer stack), the step time prices them as dense layers
+            (``codegen.configs.stage_layer_kinds``).
+        sliding_window, window_layers: the attention window in tokens of the body layers *window_layers*
+            (0-based indices in model order; ``sliding_window`` with ``layer_types``, Hugging Face's
+            spelling); 0 and ``()`` without one. Read by the step time only.
         n_linrec: >0 for linear-attention layers (no YAML key; set it in Python).
         qkv_bias, o_bias, mlp_bias, norm_bias, attn_output_gate, shared_expert_gate: layer
             structure switches (unstated reads false, as the original's config reads 0); ``norm_bias``
@@ -75,6 +84,8 @@ class ModelConfig:
     cap_fact: float = 1.0
     n_mtp: int = 0
     first_k_dense: int = 0
+    sliding_window: int = 0
+    window_layers: tuple[int, ...] = ()
     n_linrec: int = 0
     qkv_bias: bool = False
     o_bias: bool = False
@@ -106,6 +117,12 @@ class ModelConfig:
         return self.n_exp > 1
 
     @property
+    def has_layer_kinds(self) -> bool:
+        """Whether the step time prices some layers apart (``codegen.configs.stage_layer_kinds``): leading dense
+        layers of a model with experts, sliding-window layers, or multi-token-prediction heads."""
+        return bool((self.is_moe and self.first_k_dense) or self.window_layers or self.n_mtp)
+
+    @property
     def is_mla(self) -> bool:
         """Whether attention is MLA (a key/value latent rank is stated)."""
         return self.dc_kv > 0
@@ -118,4 +135,4 @@ class ModelConfig:
     def _fields(self) -> dict[str, float]:
         # Read on every pricing call: built once (the config is frozen).
         return {f.name: float(getattr(self, f.name)) for f in fields(self)
-                if f.name not in ("name", "source", "layout", "first_k_dense")}
+                if f.name not in _NOT_FIELDS}

@@ -14,7 +14,11 @@ from ._model import ModelConfig
 from ._pipeline import chunk_layer_counts, full_recompute_per_stage, recompute_list_error, slot_layers
 from ._validation import validate
 
-__all__ = ["batch_stage_counts", "build_stages", "pipeline_stage_counts", "stage_layers"]
+__all__ = ["LAYER_KIND_NAMES", "batch_stage_counts", "build_stages", "pipeline_stage_counts", "stage_layer_kinds",
+           "stage_layers"]
+
+#: What :func:`stage_layer_kinds` counts per stage.
+LAYER_KIND_NAMES = ("n_dense", "n_window", "n_mtp_heads")
 
 
 def build_stages(model: ModelConfig, layout: Layout) -> list[list[list[str]]]:
@@ -112,6 +116,42 @@ def batch_stage_counts(model: ModelConfig, batch: LayoutBatch, p: int, vp: int,
         except LayoutError:
             memo[key] = None  # no valid layout has this pipeline
     return memo[key]
+
+
+def stage_layer_kinds(model: ModelConfig, p: int, vp: int = 1,
+                      offset: Sequence[int] | Sequence[Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Per stage, how many of its layers are of the published structure the step time prices apart.
+
+    ``n_dense``: the leading dense layers of a model with experts (``first_k_dense``: the body layers of
+    model order ``0 … first_k_dense − 1``, DeepSeek-V3's ``first_k_dense_replace``), which have a dense FFN of
+    width ``hff`` and no router or experts; ``n_window``: the layers whose attention is a sliding window
+    (``window_layers``); ``n_mtp_heads``: the multi-token-prediction modules whose logits the stage computes with
+    the shared output head, ``n_mtp`` on the last stage, which holds the MTP layers (DeepSeek-V3, arXiv:2412.19437,
+    §2.2: each MTP module's output head is the main model's; Megatron-Core runs them in the last stage). Positions
+    in model order as :func:`chunk_layer_counts` splits them (slot (stage s, chunk c) is number ``c·p + s``; MTP
+    layers last). The volumes (the original's walk) do not read these.
+
+    Returns:
+        Float arrays of shape ``(p,)`` under :data:`LAYER_KIND_NAMES` (0 for a model without either).
+
+    Raises:
+        LayoutError: as :func:`chunk_layer_counts`.
+    """
+    positive_int("p", p)
+    positive_int("vp", vp)
+    slots = slot_layers(model, int(p), int(vp), None if offset is None else normalise_offset(offset))  # (p, vp)
+    in_model_order = slots.T.ravel()
+    first = (np.cumsum(in_model_order) - in_model_order).reshape(vp, p).T  # each slot's first position
+    dense_k = model.first_k_dense if model.is_moe else 0
+    dense = np.clip(dense_k - first, 0, slots).sum(axis=1)
+    total = model.n_lay + model.n_mtp
+    marks = np.zeros(total + 1, dtype=np.int64)
+    marks[1:][np.array([i for i in model.window_layers if i < total], dtype=np.int64)] = 1
+    before = np.cumsum(marks)  # windowed layers before each position
+    window = (before[first + slots] - before[first]).sum(axis=1)
+    heads = np.zeros(int(p))
+    heads[-1] = model.n_mtp
+    return {"n_dense": dense.astype(np.float64), "n_window": window.astype(np.float64), "n_mtp_heads": heads}
 
 
 #: pipeline_stage_counts' memo by (model, p, vp, plan, offset), at most _STAGE_COUNTS_KEEP entries.

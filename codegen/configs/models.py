@@ -213,6 +213,26 @@ class _Reader:
             raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
         return value
 
+    def sliding_window(self, over: Mapping[str, Any], where: str, n_lay: int) -> tuple[int, tuple[int, ...]]:
+        """``(window, windowed layers)`` from Hugging Face's keys: ``sliding_window`` (tokens; null or absent: none)
+        on the layers whose ``layer_types`` entry is ``sliding_attention`` (the others ``full_attention``), or on
+        every layer without ``layer_types`` (Mistral's meaning), and on none with ``use_sliding_window: false``
+        (Qwen's)."""
+        window = self.integer(over, "sliding_window", where, default=0, minimum=1)
+        types = over.get("layer_types", _MISSING)
+        if not window or not self.flag(over, "use_sliding_window", where, True):
+            return 0, ()
+        if types is _MISSING or types is None:
+            return window, tuple(range(n_lay))
+        known = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != n_lay:
+            raise self.fail(f"{where}.layer_types", f"expected a list of {n_lay} entries (one per hidden layer), "
+                                                    f"got {types!r}"[:200])
+        for i, kind in enumerate(types):
+            if kind not in known:
+                raise self.fail(f"{where}.layer_types[{i}]", f"one of {', '.join(known)}, got {kind!r}"[:200])
+        return window, tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+
     def dtype(self, section: Mapping[str, Any], key: str, where: str, default: str) -> float:
         value = section.get(key, default)
         text = str(value).lower().removeprefix("torch.").removeprefix("mstype.")
@@ -273,6 +293,8 @@ class _Reader:
             raise self.fail(f"{where}.num_hidden_layers", f"{n_lay} body and {n_mtp} MTP layers: at most "
                                                           f"{LAYERS_MAX:,} layers in all")
 
+        window, window_layers = self.sliding_window(over, where, n_lay)
+
         attention_bias = self.flag(over, "attention_bias", where, False)
         qk_norm = self.flag(over, "qk_norm", where, False) or self.flag(over, "use_qk_norm", where, False)
 
@@ -296,6 +318,7 @@ class _Reader:
             n_lay=n_lay, layout=self.layout(document, over, train, n_lay + n_mtp),
             dhr=dhr, dc_kv=dc_kv, dc_q=dc_q, qk_nope_head_dim=nope, hff_exp=hff_exp, n_exp=n_exp,
             n_shared_exp=n_shared, n_chosen_exp=n_chosen, cap_fact=cap, n_mtp=n_mtp, first_k_dense=first_dense,
+            sliding_window=window, window_layers=window_layers,
             qkv_bias=self.flag(over, "qkv_bias", where, attention_bias),
             o_bias=self.flag(over, "o_bias", where, attention_bias),
             mlp_bias=self.flag(over, "mlp_bias", where, False),

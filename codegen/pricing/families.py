@@ -26,7 +26,8 @@ import numpy as np
 
 from symbolic.vocabulary import STAGE_COUNT_NAMES
 
-from ..configs import LayoutBatch, LayoutError, batch_stage_counts, check_batch, derive_fields_batch
+from ..configs import (LAYER_KIND_NAMES, LayoutBatch, LayoutError, batch_stage_counts, check_batch, derive_fields_batch,
+                       stage_layer_kinds)
 from ..configs.models import ModelConfig
 from ..runtime.inputs import flag
 from .engine import KERNEL_BLOCK, TIME_GROUP_FROM, KeyColumns, batch_blocks, by_table, term_arguments, term_function
@@ -156,7 +157,7 @@ def _price(spec: FamilySpec, model: ModelConfig, batch: LayoutBatch, terms: Mapp
         return FamilyPrices(step, stage, stages)
     settings = dict(spec.settings(model, batch)) if spec.settings is not None else {}
     reads = {term: term_arguments(term) for term in terms.values()}
-    per_stage_names = set(spec.stage_inputs({k: 0.0 for k in STAGE_COUNT_NAMES}, 0))
+    per_stage_names = set(spec.stage_inputs({k: 0.0 for k in (*STAGE_COUNT_NAMES, *LAYER_KIND_NAMES)}, 0))
     fields = frozenset({a for args in reads.values() for a in args} - set(settings) - per_stage_names)
     # A term that reads nothing of the stage is the same for every stage of a pipeline shape: evaluated once.
     stage_free = {term for term, args in reads.items() if not per_stage_names.intersection(args)}
@@ -175,6 +176,8 @@ def _price(spec: FamilySpec, model: ModelConfig, batch: LayoutBatch, terms: Mapp
             counts = batch_stage_counts(model, block, p, vp, memo)
             if counts is None:
                 raise LayoutError(f"{model.name}: no layout of the batch can have a pipeline of p = {p}, vp = {vp}")
+            if model.has_layer_kinds:  # the layers the step time prices apart, per stage (stage_layer_kinds)
+                counts = {**counts, **stage_layer_kinds(model, p, vp, block.stage_lists(p, vp)[1])}
             at = np.flatnonzero(shape_of == j) if len(shapes) > 1 else np.arange(len(block))
             m = len(at)
             columns = {k: v[at] for k, v in varying.items()}

@@ -11,7 +11,10 @@ vector unit's peak × its vector efficiency, all from the hardware catalog's ``[
 (``(p − 1)/(vp·m)``) and ``compute_step_time_s``. This module only counts a stage's layers (the even
 split of :func:`codegen.configs.chunk_layer_counts`, or the model's own offset for its own
 pipeline) and picks the slowest stage: the first (it holds the extra layers of an uneven split) or the
-last (it holds the output layer).
+last (it holds the output layer). A model with a published layer structure (``ModelConfig.has_layer_kinds``:
+leading dense layers of a MoE model, multi-token-prediction heads, sliding-window layers) has those layers
+priced where they are (``codegen.pricing.layer_kinds``), and three stages are priced: the first, the heaviest
+other one but the last, and the last.
 
 Communication. :class:`StepTimePricer` adds the seconds a ``comm`` callable returns per layout
 (``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed (:func:`exposed_comm`),
@@ -60,6 +63,7 @@ from ..runtime import inputs
 from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
 from .families import FamilySpec
+from .layer_kinds import combined_parts, kind_inputs, kind_stages
 from .memory import zero_level_of
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
@@ -270,31 +274,44 @@ def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, prec
                   ) -> dict[str, str]:
     """The compute family's stage terms of *model* (its attention variant and whether it has experts pick them;
     the model alone): FLOPs, HBM bytes and vector FLOPs one rank of a stage runs per step, and the FLOPs of its
-    GEMMs in the run's low precision unless *precision* is ``bf16``."""
+    GEMMs in the run's low precision unless *precision* is ``bf16``; for a model with experts and leading dense
+    layers, the same four of those layers (``dense_*``); for a model with sliding-window layers, the score FLOPs
+    their windows save (``window_saved_flops``)."""
     variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
     kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
-    return {part: f"compute_{kind}_{suffix}" for part, suffix in COMPUTE_PARTS.items()
-            if part != "lowp_flops" or precision != "bf16"}
+    out = {part: f"compute_{kind}_{suffix}" for part, suffix in COMPUTE_PARTS.items()
+           if part != "lowp_flops" or precision != "bf16"}
+    if model.is_moe and model.first_k_dense:
+        out.update({f"dense_{part}": f"compute_{variant}_moe_dense_layers_{suffix}" for part, suffix in
+                    COMPUTE_PARTS.items() if part != "lowp_flops" or precision != "bf16"})
+    if model.window_layers:
+        out["window_saved_flops"] = f"compute_{variant}_window_saved_flop"
+    return out
 
 
 def _compute_inputs(counts: Mapping[str, float], stage: int) -> dict[str, float]:
-    """A stage's inputs of the compute forms from its counts (``pipeline_stage_counts``): its transformer layers
-    (body and MTP, as :func:`stage_layer_counts` counts them), whether it holds the output layer, and how many of
-    its layers it recomputes fully or selectively."""
-    return {"n_layers_stage": counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"],
-            "n_output": counts["n_output"], "n_full_rec": counts["n_full_rec"], "n_sel_rec": counts["n_sel_rec"],
-            "pp_rank": float(stage)}
+    """A stage's inputs of the compute forms from its counts (``pipeline_stage_counts``, with the
+    ``stage_layer_kinds`` the family engine adds): its transformer layers (body and MTP, as
+    :func:`stage_layer_counts` counts them; the leading dense layers apart, :func:`kind_inputs`), whether it holds
+    the output layer (and the MTP modules' heads, which share it), and how many of its layers it recomputes fully or
+    selectively."""
+    layers = counts["n_body"] + counts["n_extra"] + counts["n_extra_sel"]
+    kinds = kind_inputs(layers, counts.get("n_dense", 0.0), counts.get("n_window", 0.0), counts["n_full_rec"],
+                        counts["n_sel_rec"])
+    return {**{k: float(v) for k, v in kinds.items()},
+            "n_output": counts["n_output"] + counts.get("n_mtp_heads", 0.0), "pp_rank": float(stage)}
 
 
 def _compute_seconds(parts: Mapping[str, np.ndarray], values: Mapping[str, Any]) -> np.ndarray:
     """A stage's compute seconds from its parts and the GPU's facts (``compute_stage_time_s``)."""
+    flops, lowp, moved, vector = combined_parts(parts)
     return term_function("compute_stage_time_s")(
-        stage_flops=parts["flops"], peak_flops_per_s=values["peak_flops_per_s"],
-        compute_efficiency=values["compute_efficiency"], stage_lowp_flops=parts.get("lowp_flops", 0.0),
+        stage_flops=flops, peak_flops_per_s=values["peak_flops_per_s"],
+        compute_efficiency=values["compute_efficiency"], stage_lowp_flops=0.0 if lowp is None else lowp,
         lowp_peak_flops_per_s=values["lowp_peak_flops_per_s"], lowp_efficiency=values["lowp_efficiency"],
-        stage_hbm_bytes=parts["hbm_bytes"],
+        stage_hbm_bytes=moved,
         hbm_bytes_per_s=values["hbm_bytes_per_s"], hbm_efficiency=values["hbm_efficiency"],
-        stage_vector_flops=parts["vector_flops"], vector_flops_per_s=values["vector_flops_per_s"],
+        stage_vector_flops=vector, vector_flops_per_s=values["vector_flops_per_s"],
         vector_efficiency=values["vector_efficiency"])
 
 
@@ -318,7 +335,7 @@ def compute_family(system: System | str, *, flash_attention: float = 1.0, dropou
     def settings(_model: ModelConfig, batch: LayoutBatch) -> dict[str, float]:
         level = zero_level_of(batch) if zero is None else zero
         return {**facts, "flash_attention": float(flash_attention), "dropout": float(dropout),
-                "zero_level": float(level)}
+                "zero_level": float(level), "sliding_window": float(_model.sliding_window)}
 
     return FamilySpec(name="compute", unit="seconds", stage=_compute_seconds, step="max", settings=settings,
                       terms=functools.partial(compute_terms, precision=precision), stage_inputs=_compute_inputs)
@@ -407,13 +424,19 @@ class StepTimePricer:
         self._bytes, self._bytes_arguments = term_function(terms["hbm_bytes"]), term_arguments(terms["hbm_bytes"])
         self._vector = term_function(terms["vector_flops"])
         self._vector_arguments = term_arguments(terms["vector_flops"])
+        # The parts of a model whose layers are priced apart (leading dense layers, windows): each term's function
+        # and arguments, by part; none for another model (its stages priced as before, the same numbers).
+        self._kinds = model.has_layer_kinds
+        self._extra = {part: (term_function(name), term_arguments(name)) for part, name in terms.items()
+                       if part not in COMPUTE_PARTS}
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
+        fields["sliding_window"] = float(model.sliding_window)
         names = (set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
-                 | set(self._lowp_arguments))
+                 | set(self._lowp_arguments)).union(*(arguments for _, arguments in self._extra.values()))
         self._names = frozenset(names)
         self._shared = {k: fields[k] for k in names if k in fields}
         self._sp = bool(model.layout.sp)
@@ -422,11 +445,24 @@ class StepTimePricer:
         """(layers, output) of the first and the last stage, and the arguments both formulas share, as float64
         (the forms' own dtype: whole numbers, exactly; an integer array would be cast again by each operation that
         reads it)."""
+        extra = {"zero_level": zero, "sp": np.asarray(values["t"], dtype=np.float64) if self._sp else 1}
+        if self._kinds:
+            return kind_stages(self.model, values["p"], values["vp"]), extra
         first, last = stage_layer_counts(self.model, values["p"], values["vp"])
         first, last = first.astype(np.float64), last.astype(np.float64)
         single = (values["p"] == 1).astype(np.float64)
-        extra = {"zero_level": zero, "sp": np.asarray(values["t"], dtype=np.float64) if self._sp else 1}
         return ((first, single), (last, np.ones_like(first))), extra
+
+    def _per_stage(self, stage: tuple[np.ndarray, ...], recompute: str) -> dict[str, Any]:
+        """The per-stage inputs of the compute forms of one of :meth:`_stages`' stages under *recompute*."""
+        layers, output = stage[0], stage[1]
+        full = layers if recompute == "full" else 0
+        selective = layers if recompute == "selective" else 0
+        if len(stage) == 2:
+            return {"n_layers_stage": layers, "n_output": output, "n_full_rec": full, "n_sel_rec": selective}
+        dense, window = stage[2], stage[3]
+        zero = np.zeros_like(layers)
+        return {**kind_inputs(layers, dense, window, zero + full, zero + selective), "n_output": output}
 
     def _floats(self, values: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """The integer columns of *values* the forms read, as float64 (once per call, not once per operation)."""
@@ -448,12 +484,16 @@ class StepTimePricer:
             values, recompute, _ = _checked(self.model, values, recompute, 1)
         stages, extra = self._stages(values, recompute, 1)
         out = []
-        for layers, output in stages:
-            per = {"n_layers_stage": layers, "n_output": output,
-                   "n_full_rec": layers if recompute == "full" else 0,
-                   "n_sel_rec": layers if recompute == "selective" else 0}
-            out.append(self._flops(**self._args(self._arguments, per, values, extra)))
-        return np.maximum(out[0], out[1])
+        for stage in stages:
+            per = self._per_stage(stage, recompute)
+            flops = self._flops(**self._args(self._arguments, per, values, extra))
+            for part, sign in (("dense_flops", 1.0), ("window_saved_flops", -1.0)):  # as combined_parts adds them
+                if part in self._extra:
+                    function, arguments = self._extra[part]
+                    found = function(**self._args(arguments, per, values, extra))
+                    flops = flops + found if sign > 0 else flops - found
+            out.append(flops)
+        return functools.reduce(np.maximum, out)
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
                     hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
@@ -466,7 +506,7 @@ class StepTimePricer:
         group (a layout's is its group's: ``np.take(value, inverse)``, the same number).
         """
         if groups is None:
-            return self._parts(values, recompute, zero, hbm_only, (0, 1))
+            return self._parts(values, recompute, zero, hbm_only, (0, 1, 2) if self._kinds else (0, 1))
         out = []
         for i, (reps, _) in enumerate(groups):
             sub = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
@@ -480,17 +520,24 @@ class StepTimePricer:
         values = self._floats(values)
         out = []
         for i in which:
-            layers, output = stages[i]
-            per = {"n_layers_stage": layers, "n_output": output,
-                   "n_full_rec": layers if recompute == "full" else 0,
-                   "n_sel_rec": layers if recompute == "selective" else 0}
+            per = self._per_stage(stages[i], recompute)
             moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
             if hbm_only:
+                if "dense_hbm_bytes" in self._extra:
+                    function, arguments = self._extra["dense_hbm_bytes"]
+                    moved = moved + function(**self._args(arguments, per, values, extra))
                 out.append((None, None, moved, None))
                 continue
             lowp = None if self._lowp is None else self._lowp(**self._args(self._lowp_arguments, per, values, extra))
-            out.append((self._flops(**self._args(self._arguments, per, values, extra)), lowp, moved,
-                        self._vector(**self._args(self._vector_arguments, per, values, extra))))
+            found = (self._flops(**self._args(self._arguments, per, values, extra)), lowp, moved,
+                     self._vector(**self._args(self._vector_arguments, per, values, extra)))
+            if self._extra:
+                parts = {part: function(**self._args(arguments, per, values, extra))
+                         for part, (function, arguments) in self._extra.items()
+                         if part != "dense_lowp_flops" or lowp is not None}
+                found = combined_parts({"flops": found[0], "lowp_flops": lowp, "hbm_bytes": moved,
+                                        "vector_flops": found[3], **parts})
+            out.append(found)
         return out
 
     def stage_groups(self, values: Mapping[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -504,7 +551,7 @@ class StepTimePricer:
                 if isinstance(values[k], np.ndarray) and values[k].ndim]
         if isinstance(extra["sp"], np.ndarray):
             read.append(extra["sp"])
-        return [distinct_rows([*read, layers, output]) for layers, output in stages]
+        return [distinct_rows([*read, *stage]) for stage in stages]
 
     def _seconds(self, flops: np.ndarray, lowp: np.ndarray | None, moved: np.ndarray, vector: np.ndarray
                  ) -> np.ndarray:

@@ -22,7 +22,8 @@ How it binds them:
   (Megatron's expert rank generator); PP prices the pair of neighbouring stages. The generated
   ``placement_group_*`` (``placement_group2_*``) forms give ranks per node, nodes spanned and NICs used;
 * a stage holds ``n_body + n_extra + n_extra_sel`` transformer layers (body and MTP), all of them MoE
-  layers in a model with experts (as the original prices ``first_k_dense`` layers); per-layer items
+  layers in a model with experts but its leading dense layers (``first_k_dense``,
+  ``codegen.configs.stage_layer_kinds``: no expert dispatch and combine there); per-layer items
   (TP, CP, EP) are evaluated once per layout and weighed by the counts; DP's gradient buffer grows
   with the stage's layers, so DP is evaluated on each distinct count of the pipeline.
 
@@ -45,7 +46,7 @@ import numpy as np
 import generated
 
 from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts, check_batch, derive_fields_batch,
-                       parse_recompute, stage_layers)
+                       parse_recompute, stage_layer_kinds, stage_layers)
 from ..runtime import inputs
 from ..runtime.inputs import flag
 from .collective import LEVEL_PARAMETERS, Chooser, arguments as collective_arguments, choose, enabled_on, \
@@ -477,6 +478,13 @@ class TimePricer:
         key = (p, vp, *batch.stage_lists(p, vp), moe)
         if key not in self._columns:
             layers = stage_layers(self._stage_counts(batch, p, vp))  # (P,)
+            if moe and self.model.first_k_dense:
+                # The leading dense layers have no experts: a stage's MoE layers are its others
+                # (stage_layer_kinds; the step time's published structure).
+                moe_layers = layers - stage_layer_kinds(self.model, p, vp, batch.stage_lists(p, vp)[1])["n_dense"]
+                pairs, where = np.unique(np.stack([layers, moe_layers], axis=1), axis=0, return_inverse=True)
+                self._columns[key] = (np.ascontiguousarray(pairs.T), np.asarray(where).reshape(-1))
+                return self._columns[key]
             # The distinct columns of (layers, MoE layers): the second row follows from the first, so they are the
             # distinct layer counts in order (a 1-D unique, a quarter of the cost of a column-wise one).
             counts_in_order, where = np.unique(layers, return_inverse=True)
@@ -751,7 +759,8 @@ def time_family(model: ModelConfig, system: str, *, order: str = DEFAULT_ORDER) 
 
     def stage_inputs(counts: Mapping[str, float], stage: int) -> dict[str, float]:
         layers = float(stage_layers(counts))
-        return {"n_layers_stage": layers, "n_moe_layers_stage": layers if moe else 0.0, "pp_rank": float(stage)}
+        moe_layers = layers - counts.get("n_dense", 0.0) if moe else 0.0
+        return {"n_layers_stage": layers, "n_moe_layers_stage": moe_layers, "pp_rank": float(stage)}
 
     def stage(parts: Mapping[str, np.ndarray], values: Mapping[str, Any]) -> np.ndarray:
         dims: dict[str, Any] = {}

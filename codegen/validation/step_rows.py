@@ -8,8 +8,9 @@ on 32 and 64 A100, 90 layouts). One row is one run:
   heads), ``head_dim`` (blank: hidden / heads), ``vocab``; for a MoE model (``is_moe`` yes, or
   ``experts`` > 1) ``experts, top_k, moe_ffn_hidden`` (blank: ``ffn_hidden``), ``shared_experts``
   (blank: 0). What the columns cannot say (a gated MLP or not, biases, the norm, tied embeddings, QK
-  norms) comes from :data:`FAMILIES`, keyed by the ``model_family`` column, each entry citing its source;
-  an entry may say the project cannot price the family yet (MLA, sliding-window attention);
+  norms; MLA's latent ranks, leading dense layers, multi-token prediction, sliding windows) comes from
+  :data:`FAMILIES`, keyed by the ``model_family`` column, each entry citing its source; an entry may say the
+  project cannot price the family yet;
 * the layout from ``tp, pp, cp, vp, ep, etp, fsdp, dp, global_batch, micro_batch, seq_len`` (a blank
   degree is 1; a blank ``fsdp`` is 0; ``dp``, when given, must equal ``gpus / (tp·pp·cp)``);
 * the system from ``system``, a catalog name (``hardware.load``), or ``--system`` for every row;
@@ -138,6 +139,11 @@ class Family:
     vocab: int           # the tokenizer's vocabulary, for a blank vocab cell (0: the cell is required)
     source: str          # where these facts are stated
     unpriced: str = ""   # why the project cannot price the family yet ("" when it can)
+    mla: tuple[int, int, int, int, int] = ()  # MLA: q_lora, kv_lora ranks; rope, nope (query/key), value head widths
+    first_k_dense: int = 0   # leading dense layers of a model with experts (dense FFN of width ffn_hidden)
+    n_mtp: int = 0           # multi-token-prediction layers
+    sliding_window: int = 0  # tokens of the sliding window of the windowed layers (0: none)
+    full_every: int = 0      # with a window: every full_every-th layer (1-based) has full attention, the others the window
 
 
 _NEMO = "NVIDIA/NeMo@8cfedd72:nemo/collections/llm/gpt/model/"
@@ -163,12 +169,22 @@ FAMILIES: dict[str, Family] = {
                       "experts, RMSNorm, no biases, untied; 32,000-token vocabulary"),
     "qwen3": Family(3, False, False, False, 1, 0, _NEMO + "qwen3.py Qwen3Config (arXiv:2505.09388): SwiGLU (experts), "
                     "RMSNorm, QK-norm, no biases, untied embedding and output"),
-    "deepseek-v3": Family(3, False, False, False, 0, 0, _NEMO + "deepseek.py DeepSeekV3Config (arXiv:2412.19437)",
-                          unpriced="MLA: its latent ranks are not in the table's columns (arch_notes), and the "
-                                   "first 3 layers are dense"),
-    "gpt-oss": Family(3, True, False, False, 0, 0, _NEMO + "gpt_oss.py GPTOSSConfig",
-                      unpriced="sliding-window attention on alternate layers and attention sinks are not "
-                               "modelled"),
+    "deepseek-v3": Family(3, False, False, False, 0, 129280,
+                          _NEMO + "deepseek.py DeepSeekV3Config (arXiv:2412.19437, §2.1 and §4.2) and "
+                          "deepseek-ai/DeepSeek-V3 config.json: SwiGLU, RMSNorm, no biases, untied; MLA with "
+                          "q_lora_rank 1536, kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128 "
+                          "(the table's arch_notes); first_k_dense_replace 3 (moe_layer_freq [0]*3 + [1]*58); one "
+                          "multi-token-prediction layer (num_nextn_predict_layers 1; NVIDIA's table names the 25.11 "
+                          "run 'DeepSeekV3 (w/ MTP)', and Megatron-Core's DeepSeek-V3 recipe, "
+                          "yanring/Megatron-MoE-ModelZoo, sets mtp_num_layers 1); vocabulary 129,280",
+                          mla=(1536, 512, 64, 128, 128), first_k_dense=3, n_mtp=1),
+    "gpt-oss": Family(3, True, False, False, 0, 201088,
+                      _NEMO + "gpt_oss.py GPTOSSConfig and openai/gpt-oss-120b config.json: SwiGLU experts, "
+                      "RMSNorm, biases on the attention projections and the experts, untied; sliding_window 128 on "
+                      "the layers layer_types calls sliding_attention, every other one from the first (NeMo's "
+                      "window_attn_skip_freq 2: every second layer full); the attention sinks (one learned logit per "
+                      "head) add no matrix multiply; vocabulary 201,088 (o200k_harmony)",
+                      sliding_window=128, full_every=2),
 }
 
 #: The bound of each whole-number column (``codegen.runtime.inputs``).
@@ -287,9 +303,21 @@ def _model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelC
     layout = Layout(d=d, t=r["tp"], p=r["pp"], m=gb // (d * b), b=b, vp=r["vp"], cp=r["cp"], ep=r["ep"],
                     etp=r["etp"], sp=r["sequence_parallel"])
     moe = r["is_moe"]
+    mla: dict[str, Any] = {}
+    if family.mla:
+        q_lora, kv_lora, rope, nope, v_head = family.mla
+        # MLA prices its heads at the value heads' width (as the model files' reader: v_head_dim).
+        mla = dict(dc_q=q_lora, dc_kv=kv_lora, dhr=rope, qk_nope_head_dim=nope, dh=float(v_head))
+    n_lay = r["layers"]
+    window = {}
+    if family.sliding_window:
+        window = dict(sliding_window=family.sliding_window,
+                      window_layers=tuple(i for i in range(n_lay) if (i + 1) % family.full_every))
+    shape = {"dh": float(r["head_dim"] or h / a), **mla}
     model = ModelConfig(
-        name=name, source=source, s=r["seq_len"], h=h, a=a, n_kv=r["kv_heads"], dh=float(r["head_dim"] or h / a),
-        hff=r["ffn_hidden"], v=r["vocab"], n_lay=r["layers"], layout=layout,
+        name=name, source=source, s=r["seq_len"], h=h, a=a, n_kv=r["kv_heads"], **shape,
+        hff=r["ffn_hidden"], v=r["vocab"], n_lay=n_lay, layout=layout,
+        first_k_dense=min(family.first_k_dense, n_lay) if moe else 0, n_mtp=family.n_mtp, **window,
         hff_exp=r["moe_ffn_hidden"] if moe else r["ffn_hidden"], n_exp=r["experts"] if moe else 1,
         n_shared_exp=r["shared_experts"] if moe else 0, n_chosen_exp=r["top_k"] if moe else 1,
         qkv_bias=family.biases, o_bias=family.biases, mlp_bias=family.biases, norm_bias=family.norm_bias,
