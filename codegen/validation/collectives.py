@@ -35,7 +35,7 @@ import hardware
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real
 from ..pricing.collective import choose, enabled_on
 from .clusters import cluster, cluster_of, nccl_settings
-from .csvfile import DATA_DIR, read_table
+from .csvfile import DATA_DIR, Table, read_table
 
 __all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "Prediction",
            "curves", "groups_json", "load_measurements", "overall", "predict", "predicted_rows", "predicted_times",
@@ -261,15 +261,20 @@ def load_measurements(path: str | os.PathLike[str] = DEFAULT_DATA) -> Measuremen
     if {"ranks", "nodes"} <= header and "n_gpus" not in header:
         return _load_multinode(path)
     table = read_table(path, _REQUIRED)
+    return _measurements(table, path, "n_gpus")
+
+
+def _measurements(table: Table, path: Path, ranks_column: str, clusters: Clusters | None = None) -> Measurements:
+    """The columns every table has (system, op, dtype, the ranks, bytes, time_us), each cell through the gate."""
     systems = table.choice("system", _system_name)
     ops = table.choice("op", _op)
     dtypes = table.choice("dtype", _dtype_name) if table.has("dtype") else [""] * len(table)
-    ranks = table.whole("n_gpus", minimum=2, maximum=DEVICES_MAX)
+    ranks = table.whole(ranks_column, minimum=2, maximum=DEVICES_MAX)
     msg_bytes = table.whole("bytes", minimum=1, maximum=VALUE_MAX)
     time_us = table.real("time_us")
     return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=ranks.astype(float),
                         msg_bytes=msg_bytes.astype(float), time_s=time_us * 1e-6, path=str(path),
-                        dtype=np.asarray(dtypes, dtype=object), rows_read=len(table))
+                        dtype=np.asarray(dtypes, dtype=object), rows_read=len(table), clusters=clusters)
 
 
 def _header(path: Path) -> set[str]:
@@ -299,10 +304,6 @@ def _gbps(text: str) -> float:
 def _load_multinode(path: Path) -> Measurements:
     """A multi-node table (module docstring): each cell through the gate, the placement checked row by row."""
     table = read_table(path, _MULTINODE_REQUIRED)
-    systems = table.choice("system", _system_name)
-    ops = table.choice("op", _op)
-    dtypes = table.choice("dtype", _dtype_name) if table.has("dtype") else [""] * len(table)
-    ranks = table.whole("ranks", minimum=2, maximum=DEVICES_MAX)
     nodes = table.whole("nodes", minimum=1, maximum=DEVICES_MAX)
     per_node = table.whole("gpus_per_node", minimum=1, maximum=DEVICES_MAX)
     nics = table.whole("nics_per_node", minimum=1, maximum=DEVICES_MAX)
@@ -310,21 +311,20 @@ def _load_multinode(path: Path) -> Measurements:
     gbps = np.array(table.choice("nic_gbps", _gbps) if table.has("nic_gbps") else [float("nan")] * len(table))
     envs = table.choice("nccl_env", lambda text: (nccl_settings(text), text)[1]) if table.has("nccl_env") \
         else [""] * len(table)
-    msg_bytes = table.whole("bytes", minimum=1, maximum=VALUE_MAX)
-    time_us = table.real("time_us")
+    clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
+                        nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object))
+    data = _measurements(table, path, "ranks", clusters)
+    systems = data.system.tolist()
     node_size = {name: hardware.load(name).devices_per_node for name in set(systems)}
     for i in range(len(table)):
         where = f"{path}: line {table.line(i)}"
-        if ranks[i] != nodes[i] * per_node[i]:
-            raise ValueError(f"{where}: ranks {ranks[i]} is not nodes {nodes[i]} x gpus_per_node {per_node[i]}")
+        if data.ranks[i] != nodes[i] * per_node[i]:
+            raise ValueError(f"{where}: ranks {int(data.ranks[i])} is not nodes {nodes[i]} x gpus_per_node "
+                             f"{per_node[i]}")
         if per_node[i] > node_size[systems[i]]:
             raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
                              f"({node_size[systems[i]]})")
-    clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
-                        nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object))
-    return Measurements(system=np.asarray(systems), op=np.asarray(ops), ranks=ranks.astype(float),
-                        msg_bytes=msg_bytes.astype(float), time_s=time_us * 1e-6, path=str(path),
-                        dtype=np.asarray(dtypes, dtype=object), rows_read=len(table), clusters=clusters)
+    return data
 
 
 @dataclass(frozen=True)

@@ -401,18 +401,10 @@ def memory_rows(table: Table, system: str | None = None, settings: MemorySetting
     Raises:
         ValueError: naming the file, line, column and value of the first cell the reader does not know.
     """
-    missing = [c for c in REQUIRED if not table.has(c)]
-    if missing:
-        raise InputError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
     if not isinstance(settings, MemorySettings):
         raise InputError(f"settings: expected a MemorySettings, got {type(settings).__name__}")
     nvidia_recipe = flag("nvidia_recipe", nvidia_recipe)
-    if system is not None:
-        try:
-            system = hardware.load(system).name
-        except ValueError as exc:
-            raise InputError(f"--system: {exc}") from None
-    read = [_row(table, i, system) for i in range(len(table))]
+    read = _rows(table, system)
     out = []
     for r in read:
         row: dict[str, Any] = {"line": r["line"], "model": r["model"], "system": r["system"],
@@ -425,13 +417,8 @@ def memory_rows(table: Table, system: str | None = None, settings: MemorySetting
     return out
 
 
-def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
-    """Each row's measured and predicted step time, parts and relative error (``None`` with a ``reason`` when the
-    row cannot be priced).
-
-    Raises:
-        ValueError: naming the file, line, column and value of the first cell the reader does not know.
-    """
+def _rows(table: Table, system: str | None) -> list[dict[str, Any]]:
+    """Every row of *table* read (``_row``), after checking its columns and the ``--system`` override."""
     missing = [c for c in REQUIRED if not table.has(c)]
     if missing:
         raise InputError(f"--data {table.path}: missing columns {', '.join(missing)} (it needs {', '.join(REQUIRED)})")
@@ -440,7 +427,17 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
             system = hardware.load(system).name
         except ValueError as exc:
             raise InputError(f"--system: {exc}") from None
-    read = [_row(table, i, system) for i in range(len(table))]
+    return [_row(table, i, system) for i in range(len(table))]
+
+
+def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
+    """Each row's measured and predicted step time, parts and relative error (``None`` with a ``reason`` when the
+    row cannot be priced).
+
+    Raises:
+        ValueError: naming the file, line, column and value of the first cell the reader does not know.
+    """
+    read = _rows(table, system)
     out = []
     for r in read:
         row = {"line": r["line"], "model": r["model"], "system": r["system"], "precision": r["precision"],
