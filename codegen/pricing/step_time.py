@@ -67,7 +67,8 @@ __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "
            "time_family_comm", "time_item_keys"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
-#: bottleneck stage's FLOPs per rank and the bubble fraction.
+#: bottleneck stage's FLOPs per rank at the reference GEMM efficiency (``COMPUTE_PARTS``: a GEMM below 16 GFLOP
+#: counts its FLOPs 1.5 or 9 times) and the bubble fraction.
 PARTS = ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "bubble")
 
 #: :meth:`StepTimePricer.compute_bound` is lowered by this relative amount: its linear forms round in another
@@ -261,8 +262,10 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
 
 
 #: The compute family's parts: the generated stage forms of ``symbolic.compute`` by what they count (the FLOPs of
-#: the GEMMs in a low precision, a part of the stage's FLOPs, are read only in a run that has them).
-COMPUTE_PARTS = {"flops": "stage_flop", "lowp_flops": "stage_lowp_flop", "hbm_bytes": "stage_hbm_bytes",
+#: the GEMMs in a low precision, a part of the stage's FLOPs, are read only in a run that has them). The FLOPs are
+#: the GEMMs' at the reference efficiency: each GEMM's over its size's efficiency ratio (``stage_gemm_flop``,
+#: docs/search.md "Compute"), the FLOPs whose seconds at peak × ``compute_efficiency`` are the GEMMs' seconds.
+COMPUTE_PARTS = {"flops": "stage_gemm_flop", "lowp_flops": "stage_lowp_gemm_flop", "hbm_bytes": "stage_hbm_bytes",
                  "vector_flops": "stage_vector_flop"}
 
 
@@ -401,6 +404,8 @@ class StepTimePricer:
         self.comm = comm
         terms = compute_terms(model, precision=precision)  # (the compute family's, declared once)
         self._flops, self._arguments = term_function(terms["flops"]), term_arguments(terms["flops"])
+        real = terms["flops"].replace("_stage_gemm_flop", "_stage_flop")  # the FLOPs themselves (stage_flops)
+        self._real_flops, self._real_arguments = term_function(real), term_arguments(real)
         # The FLOPs of the GEMMs in a low precision: none in BF16 (the form is not evaluated).
         self._lowp = term_function(terms["lowp_flops"]) if "lowp_flops" in terms else None
         self._lowp_arguments = term_arguments(terms["lowp_flops"]) if "lowp_flops" in terms else ()
@@ -413,7 +418,7 @@ class StepTimePricer:
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
         names = (set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
-                 | set(self._lowp_arguments))
+                 | set(self._lowp_arguments) | set(self._real_arguments))
         self._names = frozenset(names)
         self._shared = {k: fields[k] for k in names if k in fields}
         self._sp = bool(model.layout.sp)
@@ -452,7 +457,7 @@ class StepTimePricer:
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
-            out.append(self._flops(**self._args(self._arguments, per, values, extra)))
+            out.append(self._real_flops(**self._args(self._real_arguments, per, values, extra)))
         return np.maximum(out[0], out[1])
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
@@ -538,8 +543,10 @@ class StepTimePricer:
         step without communication takes ``max over the stages of (c + s·m) × (1 + q/m)`` (:meth:`compute_bound`).
 
         *stages*: per stage, each row's group and per group ``(FLOPs, low-precision GEMM FLOPs or None, HBM bytes
-        at m = 0, HBM bytes per micro-batch, vector FLOPs)`` (at fixed ``b·m`` only the HBM bytes vary with ``m``,
-        affinely; rows whose forms read the same inputs share a group: ``codegen.search.run``).
+        at m = 0, HBM bytes per micro-batch, vector FLOPs)`` (at fixed ``b·m`` the HBM bytes vary with ``m``,
+        affinely; the FLOPs at the reference GEMM efficiency grow with ``m`` as the GEMMs shrink, and the FLOPs given
+        are ``m = 1``'s, the fewest: the forms are then a lower bound; rows whose forms read the same inputs share a
+        group: ``codegen.search.run``).
         ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
         the FLOPs, the bytes at m = 0 and the vector FLOPs and ``s`` at the per-micro-batch bytes alone;
         ``compute_pipeline_bubble`` is
@@ -559,9 +566,12 @@ class StepTimePricer:
         ``step_time_s`` with no ``comm``) of layouts of rows *row* (of :meth:`bound_forms`' *forms*) at *m*
         micro-batches.
 
-        The linear forms give the same number as pricing the layout, in another order of operations: it
-        may differ by a few units in the last place, so it is lowered by ``BOUND_SLACK`` (relative; far above
-        that rounding) and never exceeds the priced value.
+        At ``m = 1`` the linear forms give the same number as pricing the layout, in another order of operations:
+        it may differ by a few units in the last place, so it is lowered by ``BOUND_SLACK`` (relative; far above
+        that rounding) and never exceeds the priced value. At ``m > 1`` the forms keep the row's FLOPs at the
+        reference efficiency at ``m = 1`` (*stages*' FLOPs: ``codegen.search.bounds.row_stage_parts``), the
+        fewest (its GEMMs are the largest: docs/search.md, Compute), so the bound is lower than the price or
+        equal to it.
         """
         m = np.asarray(m, dtype=np.float64)
         seconds = None
