@@ -1,0 +1,107 @@
+"""GEMM efficiency by size (docs/search.md, "Compute"): the curve against Calculon's table, and the GEMMs of one MoE
+layer sized and priced by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy
+
+import hardware
+from codegen.configs import load_model
+from codegen.pricing.step_time import StepTimePricer
+from conftest import assert_close
+from symbolic.compute import gemm_efficiency_ratio
+
+#: Calculon (calculon-ai/calculon@caa4b11), systems/a100_80g.json and h100_80g_nvl8.json, "matrix"
+#: gflops_efficiency float16: (from GFLOP, efficiency), copied by hand from the files.
+CALCULON_MATRIX = ((128, 0.95), (16, 0.9), (1, 0.6), (0, 0.1))
+
+
+def _calculon(gflop: float) -> float:
+    """Calculon's lookup (calculon/system.py): the efficiency of the first band whose lower edge the size reaches."""
+    return next(eff for edge, eff in CALCULON_MATRIX if gflop >= edge)
+
+
+@pytest.mark.parametrize("gflop", [0.001, 0.5, 0.999, 1.0, 6.4, 15.99, 16.0, 100.0, 127.9, 128.0, 500.0, 1e5])
+def test_the_curve_is_calculons_table_over_its_16_to_128_gflop_value_capped_at_one(gflop):
+    ratio = float(gemm_efficiency_ratio(sympy.Float(gflop * 1e9)))
+    assert ratio == pytest.approx(min(1.0, _calculon(gflop) / 0.9), rel=1e-15)
+    # Hopper's reference efficiency (the catalog's compute_efficiency, the 16-128 GFLOP band) times the ratio:
+    # Calculon's own value below 128 GFLOP, the reference above.
+    gpu = hardware.load("dgx_h100").gpu
+    assert gpu.compute_efficiency * ratio == pytest.approx(min(0.9, _calculon(gflop)), rel=1e-12)
+
+
+def test_hand_values_of_the_bands():
+    assert gemm_efficiency_ratio(sympy.Integer(10**9 - 1)) == sympy.Rational(1, 9)
+    assert gemm_efficiency_ratio(sympy.Integer(10**9)) == sympy.Rational(2, 3)
+    assert gemm_efficiency_ratio(sympy.Integer(16 * 10**9 - 1)) == sympy.Rational(2, 3)
+    assert gemm_efficiency_ratio(sympy.Integer(16 * 10**9)) == 1
+    assert gemm_efficiency_ratio(sympy.Integer(10**12)) == 1
+
+
+def _qwen3_30b(ep: int, b: int):
+    """Qwen3-30B-A3B (h 2048, 48 layers, 128 experts of width 768, top-8, gated, 32 heads and 4 KV heads of 128,
+    vocabulary 151936, s 4096) on one stage of t = cp = 1 ranks, ``ep`` expert-parallel ranks, 8 micro-batches of
+    ``b``: (pricer, values)."""
+    model = load_model("qwen3-30b-a3b")
+    values = {k: np.array([v]) for k, v in dict(d=16, t=1, p=1, cp=1, ep=ep, etp=1, vp=1, b=b, m=8).items()}
+    return StepTimePricer(model, system="dgx_h100"), values
+
+
+@pytest.mark.parametrize("ep,b,down,gate_up", [
+    # per expert: tokens b·4096 of each of the ep ranks, 8 of 128 experts each: b·4096·ep·8/128 tokens;
+    # the down projection 2·tokens·768·2048 FLOPs, the fused gate and up projection twice that.
+    (16, 1, 2 / 3, 1.0),  # 4096 tokens: 12.9 and 25.8 GFLOP
+    (8, 1, 2 / 3, 2 / 3),  # 2048 tokens: 6.4 and 12.9 GFLOP
+    (1, 1, 1 / 9, 2 / 3),  # 256 tokens: 0.81 and 1.6 GFLOP
+    (1, 4, 2 / 3, 2 / 3),  # 1024 tokens: 3.2 and 6.4 GFLOP
+])
+def test_one_moe_layers_expert_gemms_by_hand(ep, b, down, gate_up):
+    """The FLOPs at the reference efficiency minus the FLOPs: each GEMM's FLOPs times (1/ratio − 1), summed by hand.
+    Of Qwen3-30B's GEMMs only the experts' and the router's (2·b·4096·2048·128 = b·2.1 GFLOP: 2/3) fall under
+    16 GFLOP; the attention projections (b·77 GFLOP), the scores (b·69 GFLOP each, FlashAttention's causal half)
+    and the output layer (b·2.5 TFLOP) do not."""
+    pricer, values = _qwen3_30b(ep, b)
+    tokens_per_expert = b * 4096 * ep * 8 / 128
+    down_size = 2 * tokens_per_expert * 768 * 2048
+    assert down_size == pytest.approx({(16, 1): 12.88e9, (8, 1): 6.44e9, (1, 1): 0.805e9, (1, 4): 3.22e9}[ep, b],
+                                      rel=1e-3)
+    assert float(gemm_efficiency_ratio(sympy.Float(down_size))) == pytest.approx(down)
+    assert float(gemm_efficiency_ratio(sympy.Float(2 * down_size))) == pytest.approx(gate_up)
+    router = 2.0 / 3.0 if b * 2 * 4096 * 2048 * 128 < 16e9 else 1.0
+    tokens_per_step = 8 * b * 4096  # m·b·s over t·cp
+    per_token = (2 * 8 * 768 * 2048 * (1 / down - 1) + 2 * 2 * 8 * 768 * 2048 * (1 / gate_up - 1)
+                 + 2 * 2048 * 128 * (1 / router - 1))
+    want = tokens_per_step * 3 * 48 * per_token  # three passes of 48 layers
+    (weighted, *_), _ = pricer.stage_parts(values, "none", 1)
+    real = pricer.stage_flops(values, "none")
+    assert_close(weighted - real, np.array([want]), rtol=1e-9, atol=0)
+
+
+def test_the_compute_seconds_price_each_gemm_at_its_sizes_efficiency():
+    """Qwen3-30B at ep = 1, b = 1: the expert down projections (0.81 GFLOP) at 1/9 of the reference efficiency
+    take nine times their seconds at it; the step's compute grows by exactly the weighted FLOPs' extra seconds."""
+    pricer, values = _qwen3_30b(1, 1)
+    gpu = hardware.load("dgx_h100").gpu
+    (weighted, _, moved, vector), _ = pricer.stage_parts(values, "none", 1)
+    real = pricer.stage_flops(values, "none")
+    seconds, *_ = pricer.compute(values, "none", 1)
+    at_reference = (real / (gpu.peak_flops_bf16_per_s * gpu.compute_efficiency)
+                    + moved / (gpu.hbm_bytes_per_s * gpu.hbm_efficiency)
+                    + vector / (gpu.vector_flops_per_s * gpu.vector_efficiency))
+    extra = (weighted - real) / (gpu.peak_flops_bf16_per_s * gpu.compute_efficiency)
+    assert_close(seconds, at_reference + extra, rtol=1e-12, atol=0)
+    down = 8 * 4096 * 3 * 48 * 2 * 8 * 768 * 2048  # the step's expert down-projection FLOPs
+    assert extra[0] > 8 * down / (gpu.peak_flops_bf16_per_s * gpu.compute_efficiency)
+
+
+def test_a_dense_models_large_gemms_keep_the_reference_efficiency():
+    """Llama-2-7B's GEMMs at b = 1, s = 4096, t = 1 are all 16 GFLOP or more: its FLOPs at the reference
+    efficiency are its FLOPs."""
+    model = load_model("llama2-7b")
+    pricer = StepTimePricer(model, system="dgx_h100")
+    values = {k: np.array([v]) for k, v in dict(d=8, t=1, p=1, cp=1, ep=1, etp=1, vp=1, b=1, m=4).items()}
+    (weighted, *_), _ = pricer.stage_parts(values, "none", 1)
+    np.testing.assert_array_equal(weighted, pricer.stage_flops(values, "none"))
