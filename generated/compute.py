@@ -320,16 +320,17 @@ def compute_standard_dense_stage_gemm_flop(*, a, attn_extra_p, attn_output_gate,
     model FLOPs count causal attention's scores as half the full matrix; Calculon (Isaev et al.
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
-    efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; Megatron-Core MoE (NVIDIA/Megatron-LM,
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py TEGroupedMLP over
-    Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert on its own tokens,
-    are issued as separate GEMMs (on several streams), so each is sized by its own tokens; a rank
-    holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x top-k
-    / experts per rank)
+    efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
+    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
+    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 118 (SymPy count_ops of the CSE form below); NumPy calls per block: 55.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, dh, flash_attention, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v))
@@ -553,16 +554,17 @@ def compute_standard_dense_stage_lowp_gemm_flop(*, a, attn_extra_p, attn_output_
     BF16; Megatron-Core's output layer and MoE router are not Transformer Engine modules and stay in
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
-    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py),
-    taken relative to its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1
-    GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured maximum achievable matmul
-    efficiency of H100 (80.3 % of peak, S. Bekman, "Machine Learning Engineering",
-    compute/accelerator, MAMF table) is below Calculon's 0.95 band; Megatron-Core MoE
-    (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py
-    TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert
-    on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by its
-    own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP
-    group (tokens x top-k / experts per rank)
+    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
+    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 69 (SymPy count_ops of the CSE form below); NumPy calls per block: 33.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, dh, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, o_bias, qkv_bias, s, t))
@@ -1340,16 +1342,17 @@ def compute_standard_moe_stage_gemm_flop(*, a, attn_extra_p, attn_output_gate, b
     model FLOPs count causal attention's scores as half the full matrix; Calculon (Isaev et al.
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
-    efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; Megatron-Core MoE (NVIDIA/Megatron-LM,
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py TEGroupedMLP over
-    Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert on its own tokens,
-    are issued as separate GEMMs (on several streams), so each is sized by its own tokens; a rank
-    holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x top-k
-    / experts per rank)
+    efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
+    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
+    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 139 (SymPy count_ops of the CSE form below); NumPy calls per block: 82.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, dh, ep, flash_attention, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v))
@@ -1628,16 +1631,17 @@ def compute_standard_moe_stage_lowp_gemm_flop(*, a, attn_extra_p, attn_output_ga
     BF16; Megatron-Core's output layer and MoE router are not Transformer Engine modules and stay in
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
-    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py),
-    taken relative to its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1
-    GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured maximum achievable matmul
-    efficiency of H100 (80.3 % of peak, S. Bekman, "Machine Learning Engineering",
-    compute/accelerator, MAMF table) is below Calculon's 0.95 band; Megatron-Core MoE
-    (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py
-    TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert
-    on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by its
-    own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP
-    group (tokens x top-k / experts per rank)
+    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
+    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 85 (SymPy count_ops of the CSE form below); NumPy calls per block: 51.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, cp, dh, ep, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_shared_exp, o_bias, qkv_bias, s, t))
@@ -2484,16 +2488,17 @@ def compute_mla_q_latent_dense_stage_gemm_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr
     model FLOPs count causal attention's scores as half the full matrix; Calculon (Isaev et al.
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
-    efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; Megatron-Core MoE (NVIDIA/Megatron-LM,
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py TEGroupedMLP over
-    Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert on its own tokens,
-    are issued as separate GEMMs (on several streams), so each is sized by its own tokens; a rank
-    holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x top-k
-    / experts per rank)
+    efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
+    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
+    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 97 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, b, cp, dc_kv, dc_q, dh, dhr, flash_attention, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
@@ -2701,16 +2706,17 @@ def compute_mla_q_latent_dense_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dc_q, dh
     BF16; Megatron-Core's output layer and MoE router are not Transformer Engine modules and stay in
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
-    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py),
-    taken relative to its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1
-    GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured maximum achievable matmul
-    efficiency of H100 (80.3 % of peak, S. Bekman, "Machine Learning Engineering",
-    compute/accelerator, MAMF table) is below Calculon's 0.95 band; Megatron-Core MoE
-    (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py
-    TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert
-    on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by its
-    own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP
-    group (tokens x top-k / experts per rank)
+    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
+    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 64 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
     xp = _runtime.namespace((a, b, cp, dc_kv, dc_q, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, qk_nope_head_dim, s, t))
@@ -3430,16 +3436,17 @@ def compute_mla_q_latent_moe_stage_gemm_flop(*, a, b, cp, dc_kv, dc_q, dh, dhr, 
     model FLOPs count causal attention's scores as half the full matrix; Calculon (Isaev et al.
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
-    efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; Megatron-Core MoE (NVIDIA/Megatron-LM,
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py TEGroupedMLP over
-    Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert on its own tokens,
-    are issued as separate GEMMs (on several streams), so each is sized by its own tokens; a rank
-    holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x top-k
-    / experts per rank)
+    efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
+    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
+    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 118 (SymPy count_ops of the CSE form below); NumPy calls per block: 83.
     xp = _runtime.namespace((a, b, cp, dc_kv, dc_q, dh, dhr, ep, flash_attention, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
@@ -3702,16 +3709,17 @@ def compute_mla_q_latent_moe_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dc_q, dh, 
     BF16; Megatron-Core's output layer and MoE router are not Transformer Engine modules and stay in
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
-    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py),
-    taken relative to its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1
-    GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured maximum achievable matmul
-    efficiency of H100 (80.3 % of peak, S. Bekman, "Machine Learning Engineering",
-    compute/accelerator, MAMF table) is below Calculon's 0.95 band; Megatron-Core MoE
-    (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py
-    TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert
-    on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by its
-    own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP
-    group (tokens x top-k / experts per rank)
+    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
+    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 80 (SymPy count_ops of the CSE form below); NumPy calls per block: 52.
     xp = _runtime.namespace((a, b, cp, dc_kv, dc_q, dh, dhr, ep, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_shared_exp, qk_nope_head_dim, s, t))
@@ -4534,16 +4542,17 @@ def compute_mla_q_direct_dense_stage_gemm_flop(*, a, b, cp, dc_kv, dh, dhr, flas
     model FLOPs count causal attention's scores as half the full matrix; Calculon (Isaev et al.
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
-    efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; Megatron-Core MoE (NVIDIA/Megatron-LM,
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py TEGroupedMLP over
-    Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert on its own tokens,
-    are issued as separate GEMMs (on several streams), so each is sized by its own tokens; a rank
-    holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x top-k
-    / experts per rank)
+    efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
+    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
+    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 93 (SymPy count_ops of the CSE form below); NumPy calls per block: 56.
     xp = _runtime.namespace((a, b, cp, dc_kv, dh, dhr, flash_attention, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
@@ -4751,16 +4760,17 @@ def compute_mla_q_direct_dense_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dh, dhr,
     BF16; Megatron-Core's output layer and MoE router are not Transformer Engine modules and stay in
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
-    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py),
-    taken relative to its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1
-    GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured maximum achievable matmul
-    efficiency of H100 (80.3 % of peak, S. Bekman, "Machine Learning Engineering",
-    compute/accelerator, MAMF table) is below Calculon's 0.95 band; Megatron-Core MoE
-    (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py
-    TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert
-    on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by its
-    own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP
-    group (tokens x top-k / experts per rank)
+    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
+    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 60 (SymPy count_ops of the CSE form below); NumPy calls per block: 34.
     xp = _runtime.namespace((a, b, cp, dc_kv, dh, dhr, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, qk_nope_head_dim, s, t))
@@ -5495,16 +5505,17 @@ def compute_mla_q_direct_moe_stage_gemm_flop(*, a, b, cp, dc_kv, dh, dhr, ep, fl
     model FLOPs count causal attention's scores as half the full matrix; Calculon (Isaev et al.
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
-    efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; Megatron-Core MoE (NVIDIA/Megatron-LM,
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py TEGroupedMLP over
-    Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert on its own tokens,
-    are issued as separate GEMMs (on several streams), so each is sized by its own tokens; a rank
-    holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x top-k
-    / experts per rank)
+    efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
+    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
+    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 114 (SymPy count_ops of the CSE form below); NumPy calls per block: 83.
     xp = _runtime.namespace((a, b, cp, dc_kv, dh, dhr, ep, flash_attention, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
@@ -5767,16 +5778,17 @@ def compute_mla_q_direct_moe_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dh, dhr, e
     BF16; Megatron-Core's output layer and MoE router are not Transformer Engine modules and stay in
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
-    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py),
-    taken relative to its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1
-    GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured maximum achievable matmul
-    efficiency of H100 (80.3 % of peak, S. Bekman, "Machine Learning Engineering",
-    compute/accelerator, MAMF table) is below Calculon's 0.95 band; Megatron-Core MoE
-    (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; experts.py
-    TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per expert
-    on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by its
-    own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP
-    group (tokens x top-k / experts per rank)
+    [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
+    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
+    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
+    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
+    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
+    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
+    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
+    from the EP group (tokens x top-k / experts per rank)
     """
     # ops: 76 (SymPy count_ops of the CSE form below); NumPy calls per block: 52.
     xp = _runtime.namespace((a, b, cp, dc_kv, dh, dhr, ep, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_shared_exp, qk_nope_head_dim, s, t))

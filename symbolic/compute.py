@@ -38,8 +38,7 @@ from .params import (attention_params, dense_ffn_params, norm_params, router_par
 from .symbols import syms
 from .vocabulary import AttentionParams
 
-__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "gemm_efficiency_ratio",
-           "stage_gemm_flops", "stage_lowp_gemm_flops", "FORMULAS"]
+__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "FORMULAS"]
 
 s, b, h, a, dh, dhr, qk_nope, v = syms("s", "b", "h", "a", "dh", "dhr", "qk_nope_head_dim", "v")
 hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, n_ffMM = syms(
@@ -131,13 +130,15 @@ def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
 
 GEMM_CURVE = ("Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and "
               "h100_80g_nvl8.json, \"matrix\" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: "
-              "a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/system.py), taken relative to "
-              "its 16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; "
-              "not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "
-              "\"Machine Learning Engineering\", compute/accelerator, MAMF table) is below Calculon's 0.95 band")
-GROUPED_GEMM = ("Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/core/transformer/moe/README.md, --moe-grouped-gemm; "
-                "experts.py TEGroupedMLP over Transformer Engine's GroupedLinear): the local experts' GEMMs, one per "
-                "expert on its own tokens, are issued as separate GEMMs (on several streams), so each is sized by "
+              "a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band "
+              "whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's "
+              "compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured "
+              "maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, \"Machine Learning "
+              "Engineering\", compute/accelerator, MAMF table) is below Calculon's 0.95 band")
+GROUPED_GEMM = ("Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and "
+                "megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels in "
+                "multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local "
+                "experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is sized by "
                 "its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP "
                 "group (tokens x top-k / experts per rank)")
 
@@ -204,6 +205,9 @@ def stage_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     output = 2 * h * v / gemm_efficiency_ratio(tokens * 2 * h * v)
     return m * tokens * (3 * n_layers_stage * (layer + core) + n_full_rec * (layer + core) + n_sel_rec * core
                          + 3 * n_output * output)
+
+
+__all__ += ["gemm_efficiency_ratio", "stage_gemm_flops", "stage_lowp_gemm_flops"]
 
 
 #: Bytes of a 16-bit activation element; dropout masks take one byte (Korthikanti et al. 2022, §4.1).

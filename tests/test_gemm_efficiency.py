@@ -19,7 +19,7 @@ CALCULON_MATRIX = ((128, 0.95), (16, 0.9), (1, 0.6), (0, 0.1))
 
 
 def _calculon(gflop: float) -> float:
-    """Calculon's lookup (calculon/system.py): the efficiency of the first band whose lower edge the size reaches."""
+    """Calculon's lookup (calculon/processor.py): the efficiency of the first band whose lower edge the size reaches."""
     return next(eff for edge, eff in CALCULON_MATRIX if gflop >= edge)
 
 
