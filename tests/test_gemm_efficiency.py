@@ -8,10 +8,12 @@ import pytest
 import sympy
 
 import hardware
+import symbolic.compute
 from codegen.configs import load_model
 from codegen.pricing.step_time import StepTimePricer
 from conftest import assert_close
-from symbolic.compute import gemm_efficiency_ratio
+from symbolic.compute import gemm_efficiency_ratio, stage_flops, stage_gemm_flops, stage_lowp_flops, stage_lowp_gemm_flops
+from symbolic.vocabulary import AttentionParams
 
 #: Calculon (calculon-ai/calculon@caa4b11), systems/a100_80g.json and h100_80g_nvl8.json, "matrix"
 #: gflops_efficiency float16: (from GFLOP, efficiency), copied by hand from the files.
@@ -105,3 +107,13 @@ def test_a_dense_models_large_gemms_keep_the_reference_efficiency():
     values = {k: np.array([v]) for k, v in dict(d=8, t=1, p=1, cp=1, ep=1, etp=1, vp=1, b=1, m=4).items()}
     (weighted, *_), _ = pricer.stage_parts(values, "none", 1)
     np.testing.assert_array_equal(weighted, pricer.stage_flops(values, "none"))
+
+
+@pytest.mark.parametrize("variant", list(AttentionParams))
+@pytest.mark.parametrize("moe", [False, True])
+def test_the_gemms_by_size_cover_every_flop(variant, moe, monkeypatch):
+    """With every ratio 1 the FLOPs at the reference efficiency are the FLOPs, term for term: no GEMM is left out
+    or counted twice (the linear layers', the router's, the scores', the output layer's)."""
+    monkeypatch.setattr(symbolic.compute, "gemm_efficiency_ratio", lambda size: sympy.Integer(1))
+    assert sympy.expand(stage_gemm_flops(variant, moe) - stage_flops(variant, moe)) == 0
+    assert sympy.expand(stage_lowp_gemm_flops(variant, moe) - stage_lowp_flops(variant, moe)) == 0
