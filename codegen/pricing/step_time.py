@@ -461,25 +461,28 @@ class StepTimePricer:
         return np.maximum(out[0], out[1])
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
-                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
-                    ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
+                    flops_only: bool = False
+                    ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]]:
         """(FLOPs, low-precision GEMM FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last
-        stage of each layout; the second ``None`` in a BF16 run; with *hbm_only*, (None, None, HBM bytes, None).
+        stage of each layout; the second ``None`` in a BF16 run; with *hbm_only*, (None, None, HBM bytes, None); with
+        *flops_only*, (FLOPs, low-precision GEMM FLOPs, None, None).
 
         *groups*: per stage, :meth:`stage_groups` of these layouts (or of layouts whose arrays are functions of
         theirs, row by row): each stage is then evaluated on its groups' representatives only, one value per
         group (a layout's is its group's: ``np.take(value, inverse)``, the same number).
         """
         if groups is None:
-            return self._parts(values, recompute, zero, hbm_only, (0, 1))
+            return self._parts(values, recompute, zero, hbm_only, (0, 1), flops_only)
         out = []
         for i, (reps, _) in enumerate(groups):
             sub = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-            out.append(self._parts(sub, recompute, zero, hbm_only, (i,))[0])
+            out.append(self._parts(sub, recompute, zero, hbm_only, (i,), flops_only)[0])
         return out
 
     def _parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int, hbm_only: bool,
-               which: Sequence[int]) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+               which: Sequence[int], flops_only: bool = False
+               ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]]:
         """:meth:`stage_parts` of the stages *which* (0: first, 1: last) of every layout of *values*."""
         stages, extra = self._stages(values, recompute, zero)
         values = self._floats(values)
@@ -489,6 +492,11 @@ class StepTimePricer:
             per = {"n_layers_stage": layers, "n_output": output,
                    "n_full_rec": layers if recompute == "full" else 0,
                    "n_sel_rec": layers if recompute == "selective" else 0}
+            if flops_only:  # (a search's chunk: its FLOPs at its own micro-batch, codegen.search.bounds)
+                lowp = (None if self._lowp is None
+                        else self._lowp(**self._args(self._lowp_arguments, per, values, extra)))
+                out.append((self._flops(**self._args(self._arguments, per, values, extra)), lowp, None, None))
+                continue
             moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
             if hbm_only:
                 out.append((None, None, moved, None))

@@ -303,7 +303,7 @@ def chunk_stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[tuple[np.ndarr
     step = search_context(spec).step
     keys = [group[chunk.row] for group, _ in rows]
     groups = [distinct_rows([g, m]) for g in keys]
-    own = step.stage_parts(chunk.values, chunk.setting.recompute, chunk.setting.zero, groups=groups)
+    own = step.stage_parts(chunk.values, chunk.setting.recompute, chunk.setting.zero, groups=groups, flops_only=True)
     out = []
     for g, (_, inverse), (flops, lowp, _, _), (_, (_, _, base, slope, vector)) in zip(keys, groups, own, rows):
         out.append((np.take(flops, inverse), None if lowp is None else np.take(lowp, inverse),
