@@ -38,7 +38,7 @@ from .params import (attention_params, dense_ffn_params, norm_params, router_par
 from .symbols import syms
 from .vocabulary import AttentionParams
 
-__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "dense_layers_of_moe", "window_saved_flops", "FORMULAS"]
+__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "dense_layers_of_moe", "window_saved_flops", "window_saved_gemm_flops", "FORMULAS"]
 
 s, b, h, a, dh, dhr, qk_nope, v = syms("s", "b", "h", "a", "dh", "dhr", "qk_nope_head_dim", "v")
 hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, n_ffMM = syms(
@@ -137,6 +137,88 @@ def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     layer = layer_forward_flops(variant, moe) - score_flops(variant) + scores
     output = 2 * h * v
     return tokens * (3 * n_layers_stage * layer + n_full_rec * layer + n_sel_rec * scores + 3 * n_output * output)
+
+
+GEMM_CURVE = ("Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and "
+              "h100_80g_nvl8.json, \"matrix\" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: "
+              "a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band "
+              "whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's "
+              "compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured "
+              "maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, \"Machine Learning "
+              "Engineering\", compute/accelerator, MAMF table) is below Calculon's 0.95 band")
+GROUPED_GEMM = ("Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and "
+                "megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels in "
+                "multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local "
+                "experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is sized by "
+                "its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP "
+                "group (tokens x top-k / experts per rank)")
+
+
+def gemm_efficiency_ratio(size: sympy.Expr) -> sympy.Expr:
+    """A GEMM's efficiency over the generation's reference GEMM efficiency (``compute_efficiency``), by the GEMM's
+    size *size* in FLOPs (one kernel: one pass of one micro-batch on one rank): 1/9 under 1 GFLOP, 2/3 from 1 to
+    16 GFLOP, 1 from 16 GFLOP (unit: 1). Calculon's step table over its 16-128 GFLOP value, capped at 1
+    (``GEMM_CURVE``); the same bands on every generation, as Calculon gives them for A100 and H100 alike."""
+    return Piecewise((sympy.Rational(1, 9), size < 10**9), (sympy.Rational(2, 3), size < 16 * 10**9), (1, True))
+
+
+def _linear_gemms(variant: AttentionParams, moe: bool) -> list[tuple[sympy.Expr, sympy.Expr]]:
+    """One layer's linear GEMMs as ``(forward FLOPs per token of a rank's share, size in FLOPs of one GEMM)``.
+
+    A rank's share of a micro-batch is ``b·s/(t·cp)`` tokens' worth of FLOPs (TP splits every matrix, CP the
+    sequence), so a GEMM's size is that many tokens times its per-token FLOPs. The attention projections are two
+    GEMMs of equal size (the fused QKV and the output projection); the MLP's first GEMM fuses the gate with the up
+    projection (``n_ffMM − 1`` matrices), the second is the down projection. Routed experts (``GROUPED_GEMM``):
+    each of a rank's ``n_exp/ep`` experts is a GEMM of its own tokens, ``ep/n_exp`` of the rank's expert FLOPs;
+    the shared experts are one fused MLP.
+    """
+    tokens = b * s / (t * cp)
+    out = [(2 * attention_params(variant), tokens * attention_params(variant))]
+    if moe:
+        for width in (n_ffMM - 1, 1):
+            routed = 2 * n_chosen_exp * width * hff_exp * h
+            shared = 2 * n_shared_exp * width * hff_exp * h
+            out += [(routed, tokens * routed * ep / n_exp), (shared, tokens * shared)]
+    else:
+        for width in (n_ffMM - 1, 1):
+            out.append((2 * width * hff * h, tokens * 2 * width * hff * h))
+    return out
+
+
+def _weighted(gemms: list[tuple[sympy.Expr, sympy.Expr]]) -> sympy.Expr:
+    """Per-token FLOPs of *gemms*, each over its size's efficiency ratio (:func:`gemm_efficiency_ratio`)."""
+    return sum(flops / gemm_efficiency_ratio(size) for flops, size in gemms)
+
+
+def stage_lowp_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """:func:`stage_lowp_flops` with each GEMM's FLOPs over its size's efficiency ratio (unit: FLOP at the
+    reference efficiency): the low-precision GEMMs' seconds are these over the low-precision peak × its efficiency.
+    Sources: ``LOW_PRECISION``, ``GEMM_CURVE``, ``GROUPED_GEMM``."""
+    return m * b * s / (t * cp) * (3 * n_layers_stage + n_full_rec) * _weighted(_linear_gemms(variant, moe))
+
+
+def stage_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
+    """:func:`stage_flops` with each GEMM's FLOPs over its size's efficiency ratio (unit: FLOP at the reference
+    efficiency, so that the seconds are these over peak × ``compute_efficiency``).
+
+    The GEMMs: the linear layers (:func:`_linear_gemms`), the MoE router (``b·s/(t·cp)`` tokens by ``h`` by
+    ``n_exp``), the attention scores (``QKᵀ`` and ``A·V``, each one batched kernel over the micro-batch's heads)
+    and the output layer; their sizes are a micro-batch's on one rank, the same in the forward, input-gradient
+    and weight-gradient passes (equal FLOPs). Sources: ``NARAYANAN``, ``GEMM_CURVE``, ``GROUPED_GEMM``.
+    """
+    tokens = b * s / (t * cp)
+    scores = (1 - flash / 2) * score_flops(variant)
+    gemms = _linear_gemms(variant, moe)
+    if moe:
+        gemms.append((2 * h * n_exp, tokens * 2 * h * n_exp))
+    layer = _weighted(gemms)
+    core = scores / gemm_efficiency_ratio(tokens * scores / 2)
+    output = 2 * h * v / gemm_efficiency_ratio(tokens * 2 * h * v)
+    return m * tokens * (3 * n_layers_stage * (layer + core) + n_full_rec * (layer + core) + n_sel_rec * core
+                         + 3 * n_output * output)
+
+
+__all__ += ["gemm_efficiency_ratio", "stage_gemm_flops", "stage_lowp_gemm_flops"]
 
 
 #: Bytes of a 16-bit activation element; dropout masks take one byte (Korthikanti et al. 2022, §4.1).
@@ -273,6 +355,22 @@ def window_saved_flops(variant: AttentionParams) -> sympy.Expr:
     return flash * tokens * (3 * n_window_stage + n_window_full + n_window_sel) * per_token
 
 
+def window_saved_gemm_flops(variant: AttentionParams) -> sympy.Expr:
+    """:func:`window_saved_flops` with each score GEMM's FLOPs over its size's efficiency ratio (unit: FLOP at the
+    reference efficiency): a windowed layer's ``QKᵀ`` and ``A·V`` (each one batched kernel over the micro-batch's
+    heads, :func:`stage_gemm_flops`) are smaller than causal attention's, so what it saves is the causal scores'
+    FLOPs over their size's ratio less its own windowed scores' over theirs, per token ``score_flops/2`` and
+    ``score_flops · w'·(1 − w'/(2s))/s`` with ``w' = min(w, s)`` (their difference :func:`window_saved_flops`'
+    ``score_flops · (s − w')²/(2s²)``). Sources: ``WINDOW``, ``CAUSAL``, ``GEMM_CURVE``."""
+    tokens = b * s / (t * cp)
+    w = sympy.Min(window, s)
+    causal = score_flops(variant) / 2
+    windowed = score_flops(variant) * w * (1 - w / (2 * s)) / s
+    saved = (causal / gemm_efficiency_ratio(tokens * causal / 2)
+             - windowed / gemm_efficiency_ratio(tokens * windowed / 2))
+    return flash * m * tokens * (3 * n_window_stage + n_window_full + n_window_sel) * saved
+
+
 def _f(name: str, expr: sympy.Expr, algorithm: str, unit: str, doc: str, source: str) -> Formula:
     return Formula(name=f"compute_{name}", expr=expr, dimension="compute", algorithm=algorithm, unit=unit,
                    doc=doc, source=source)
@@ -296,6 +394,16 @@ def _build() -> tuple[Formula, ...]:
                           "FP8 / MXFP8 / NVFP4 run: its linear layers' forward, input-gradient and weight-gradient "
                           "GEMMs and their recomputed forward (a part of the stage's FLOPs).",
                           f"{NARAYANAN}; {LOW_PRECISION}"))
+            out.append(_f(f"{key}_stage_gemm_flop", stage_gemm_flops(variant, moe), key, "FLOP",
+                          "FLOPs per rank per step of one pipeline stage (as compute_*_stage_flop), each GEMM's over "
+                          "its size's efficiency relative to the generation's reference GEMM efficiency: the FLOPs "
+                          "that take the stage's GEMM seconds at peak x compute_efficiency.",
+                          f"{NARAYANAN}; {CAUSAL}; {GEMM_CURVE}; {GROUPED_GEMM}"))
+            out.append(_f(f"{key}_stage_lowp_gemm_flop", stage_lowp_gemm_flops(variant, moe), key, "FLOP",
+                          "The low-precision GEMM FLOPs per rank per step of one pipeline stage (as "
+                          "compute_*_stage_lowp_flop), each GEMM's over its size's efficiency relative to the "
+                          "generation's reference efficiency.",
+                          f"{LOW_PRECISION}; {GEMM_CURVE}; {GROUPED_GEMM}"))
             out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
                           "operations, GEMM operands and weights, the weight gradients' accumulation, "
@@ -310,6 +418,11 @@ def _build() -> tuple[Formula, ...]:
         dense = "the leading dense layers (first_k_dense) one rank of a stage of a model with experts holds"
         for suffix, form, unit, what in (("flop", stage_flops, "FLOP", "FLOPs"),
                                          ("lowp_flop", stage_lowp_flops, "FLOP", "low-precision GEMM FLOPs"),
+                                         ("gemm_flop", stage_gemm_flops, "FLOP",
+                                          "FLOPs at the reference GEMM efficiency (as compute_*_stage_gemm_flop)"),
+                                         ("lowp_gemm_flop", stage_lowp_gemm_flops, "FLOP",
+                                          "low-precision GEMM FLOPs at the reference efficiency (as "
+                                          "compute_*_stage_lowp_gemm_flop)"),
                                          ("hbm_bytes", stage_hbm_bytes, "bytes", "HBM bytes of memory-bound work"),
                                          ("vector_flop", stage_vector_flops, "FLOP", "vector-unit FLOPs")):
             out.append(_f(f"{key}_dense_layers_stage_{suffix}", dense_layers_of_moe(form(variant, False)), key, unit,
@@ -319,6 +432,12 @@ def _build() -> tuple[Formula, ...]:
                       "Score FLOPs per rank per step a stage's sliding-window layers do not compute against causal "
                       "attention (a fused attention kernel skips the blocks outside the window).",
                       f"{WINDOW}; {CAUSAL}"))
+        out.append(_f(f"{variant.value}_window_saved_gemm_flop", window_saved_gemm_flops(variant), variant.value,
+                      "FLOP",
+                      "The score FLOPs a stage's sliding-window layers save (as compute_*_window_saved_flop), each "
+                      "score GEMM's over its size's efficiency relative to the generation's reference GEMM "
+                      "efficiency: the causal scores' less the windowed scores'.",
+                      f"{WINDOW}; {CAUSAL}; {GEMM_CURVE}"))
     out.append(_f("output_forward_flop", 2 * h * v, "output", "FLOP",
                   "Forward FLOPs per token of the output layer (logits).", NARAYANAN))
     # Every FLOP at the BF16 rate, then the low-precision GEMMs' at theirs instead: (F − L)/R + L/R_low written as

@@ -109,7 +109,9 @@ def test_mla_forward_flops_per_token_by_hand():
 
 def test_a_first_stage_with_dense_layers_by_hand():
     """DeepSeek-V3 at p = 16: stage 0 holds 3 dense layers (a SwiGLU FFN of width 18432) and 1 MoE layer; its FLOPs
-    are the sum of the two kinds, each counted by hand (three passes, causal scores halved by the fused kernel)."""
+    are the sum of the two kinds, each counted by hand (three passes, causal scores halved by the fused kernel).
+    At the reference GEMM efficiency (docs/search.md, "Compute") every GEMM but the router is 16 GFLOP or more; the
+    router's (4096 tokens × 7168 × 256: 15 GFLOP) runs at 2/3 of it."""
     model = load_model("deepseek-v3")
     h, a, s, b, m, t = 7168, 128, model.layout.s or model.s, 1, 8, 1
     projections = _mla_projection_params(h, a, 1536, 512, 64, 128, 128)
@@ -117,25 +119,31 @@ def test_a_first_stage_with_dense_layers_by_hand():
     dense_layer = 2 * (projections + 3 * 18432 * h) + causal_scores
     moe_layer = 2 * (projections + 9 * 3 * 2048 * h + 256 * h) + causal_scores
     want = m * b * s / t * 3 * (3 * dense_layer + 1 * moe_layer)
+    router = 2 * 256 * h
+    assert b * s / t * router < 16e9
     pricer = StepTimePricer(model, system=SYSTEM)
     values = _values(p=16, vp=1, t=t, d=32, cp=1, ep=32, etp=1, b=b, m=m)
     first = pricer.stage_parts(values, "none", 1)[0]
-    assert first[0][0] == pytest.approx(want, rel=1e-12)
+    assert first[0][0] == pytest.approx(want + m * b * s / t * 3 * router * (3 / 2 - 1), rel=1e-12)
+    flops_only = pricer.stage_parts(values, "none", 1, flops_only=True)[0]
+    assert flops_only[0][0] == first[0][0]
+    assert pricer.stage_flops(values, "none")[0] >= want  # the FLOPs themselves: this stage's or a heavier one's
     # As the original walks it (every layer a MoE layer) the stage would count 4 MoE layers.
     assert want < m * b * s * 3 * 4 * moe_layer
 
 
 def test_the_mtp_head_adds_the_output_layer_again_in_the_last_stage():
     """DeepSeek-V3's MTP module computes its logits with the main model's output head: the last stage's FLOPs are
-    its layers' and two output layers' (three passes of 2·h·V per token each)."""
+    its layers' and two output layers' (three passes of 2·h·V per token each), at the reference GEMM efficiency (the
+    heads' GEMMs, 4096 tokens × 7168 × 129280, keep it)."""
     model = load_model("deepseek-v3")
     s, m = model.layout.s or model.s, 8
     values = _values(p=16, vp=1, t=1, d=32, cp=1, ep=32, etp=1, b=1, m=m)
     last = StepTimePricer(model, system=SYSTEM).stage_parts(values, "none", 1)[-1][0][0]
     layers = float(stage_layer_counts(model, np.array([16]), np.array([1]))[1][0])
-    name = "compute_mla_q_latent_moe_stage_flop"
-    fields = {**model.fields(), "s": float(s), "flash_attention": 1.0, "t": 1.0, "cp": 1.0, "m": float(m), "b": 1.0,
-              "n_layers_stage": layers, "n_full_rec": 0.0, "n_sel_rec": 0.0, "n_output": 0.0}
+    name = "compute_mla_q_latent_moe_stage_gemm_flop"
+    fields = {**model.fields(), "s": float(s), "flash_attention": 1.0, "t": 1.0, "cp": 1.0, "ep": 32.0, "m": float(m),
+              "b": 1.0, "n_layers_stage": layers, "n_full_rec": 0.0, "n_sel_rec": 0.0, "n_output": 0.0}
     body = term_function(name)(**{k: fields[k] for k in term_arguments(name)})
     heads = 2 * (2 * 7168 * model.v) * 3 * m * s
     assert last == pytest.approx(body + heads, rel=1e-12)
@@ -144,17 +152,23 @@ def test_the_mtp_head_adds_the_output_layer_again_in_the_last_stage():
 def test_a_windowed_layer_by_hand():
     """gpt-oss at p = 1: 18 of its 36 layers attend to a 128-token window. A windowed layer's scores are the band of
     the s × s causal triangle within w of the diagonal, area s·w − w²/2 (the causal triangle's s²/2 less the
-    triangle of side s − w beyond the window), in place of s²/2; each score costs 2·(d_qk + d_v) FLOPs per head."""
+    triangle of side s − w beyond the window), in place of s²/2; each score costs 2·(d_qk + d_v) FLOPs per head.
+    At the reference GEMM efficiency (docs/search.md, "Compute") a windowed layer's score GEMMs (QKᵀ and A·V, each
+    half the band's FLOPs of a micro-batch: 4.2 GFLOP) run at 2/3 of it, the causal ones (69 GFLOP) at it."""
     model = load_model("gpt-oss-120b")
     s, a, d, w, m, b = 4096, 64, 64, 128, 2, 1
     values = _values(p=1, vp=1, t=1, d=64, cp=1, ep=8, etp=1, b=b, m=m)
-    windowed = StepTimePricer(model, system=SYSTEM).stage_parts(values, "none", 1)[0][0][0]
-    full = StepTimePricer(dataclasses.replace(model, sliding_window=0, window_layers=()),
-                          system=SYSTEM).stage_parts(values, "none", 1)[0][0][0]
+    windowed_pricer = StepTimePricer(model, system=SYSTEM)
+    full_pricer = StepTimePricer(dataclasses.replace(model, sliding_window=0, window_layers=()), system=SYSTEM)
+    windowed = windowed_pricer.stage_parts(values, "none", 1)[0][0][0]
+    full = full_pricer.stage_parts(values, "none", 1)[0][0][0]
     per_score = 2 * a * (d + d)
     band, causal = s * w - w * w / 2, s * s / 2
+    assert 1e9 <= b * per_score * band / 2 < 16e9 <= b * per_score * causal / 2
     want = m * b * 3 * 18 * per_score * (causal - band)  # per sequence: the scores the window leaves out
-    assert full - windowed == pytest.approx(want, rel=1e-9)
+    real = full_pricer.stage_flops(values, "none") - windowed_pricer.stage_flops(values, "none")
+    assert real[0] == pytest.approx(want, rel=1e-9)
+    assert full - windowed == pytest.approx(m * b * 3 * 18 * per_score * (causal - band * 3 / 2), rel=1e-9)
     # Without a fused attention kernel the whole matrix is computed and masked: nothing is saved.
     plain = StepTimePricer(model, system=SYSTEM, flash_attention=0.0).stage_parts(values, "none", 1)[0][0][0]
     plain_full = StepTimePricer(dataclasses.replace(model, sliding_window=0, window_layers=()), system=SYSTEM,

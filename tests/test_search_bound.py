@@ -107,20 +107,26 @@ def test_floors_priced_at_every_stage_are_lower_bounds_too(monkeypatch):
 
 def test_compute_bound_is_the_priced_step_time_without_communication_lowered():
     """The bound's linear forms in ``m`` (``StepTimePricer.bound_forms``) on every layout of the grid, every setting:
-    at most the step time ``price`` gives without communication, and within a few units in the last place of it
-    (so they are the same closed forms, not merely some lower bound)."""
+    at most the step time ``price`` gives without communication, and within a few units in the last place of it at
+    ``m = 1`` (so they are the same closed forms, not merely some lower bound). At ``m > 1`` a micro-batch's GEMMs
+    are smaller than the row's at ``m = 1`` and may fall in a band of lower efficiency (docs/search.md, Compute):
+    the bound keeps ``m = 1``'s, so it is lower there, and on some layouts strictly."""
     spec = _spec(recompute=("none", "selective", "full"))
     space, step, _, _ = search_context(spec)
-    checked = 0
+    checked = ones = looser = 0
     for chunk in space.chunks(chunk=20000):
         s = chunk.setting
         forms = bounds.row_bound_forms(spec, s.cp_algo, s.recompute, s.zero)
         bound = step.compute_bound(forms, chunk.row, chunk.values["m"])
         priced = step.price(chunk.values, s.recompute, None, zero=s.zero)["step_time_s"]
         assert (bound <= priced).all(), (s, np.max(bound / priced))
-        assert_close(bound, priced, rtol=1e-11, atol=0)
+        one = chunk.values["m"] == 1
+        assert_close(bound[one], priced[one], rtol=1e-11, atol=0)
         checked += len(chunk)
+        ones += int(one.sum())
+        looser += int((bound < priced * (1 - 1e-9)).sum())
     assert checked == space.size > 50000
+    assert 0 < ones < checked and 0 < looser < checked
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])

@@ -60,7 +60,8 @@ def print_step_time(res: dict[str, Any], model: str, layout: str) -> None:
           f"recompute {res['recompute']}  ZeRO {res['zero_level']}")
     print(f"step {res['step_time_s']:.4f} s = compute {res['compute_s']:.4f} s + bubble {res['bubble_s']:.4f} s "
           f"(fraction {res['bubble']:.4f}) + exposed communication {res['comm_s']:.4f} s")
-    print(f"slowest stage: {res['stage_flops'] / 1e12:.2f} TFLOP per rank per step")
+    print(f"slowest stage: {res['stage_flops'] / 1e12:.2f} TFLOP per rank per step at the reference GEMM efficiency "
+          f"(a GEMM under 16 GFLOP counted over its size's efficiency: docs/search.md, Compute)")
     if res["comm_by_dimension_s"]:
         print("communication of the bottleneck stage, by dimension (s): "
               + ", ".join(f"{k.upper()} {v:.4f}" for k, v in res["comm_by_dimension_s"].items()))

@@ -12,6 +12,7 @@ Public API::
 
     kind_inputs(layers, dense, window, full, selective) -> {form input: value}
     combined_parts(parts) -> (FLOPs, low-precision FLOPs or None, HBM bytes, vector FLOPs)
+    combined_flops(parts) -> (FLOPs, low-precision FLOPs or None)
     kind_stages(model, p, vp) -> three stages' (layers, output heads, dense layers, windowed layers)
 """
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..configs import ModelConfig, pipeline_stage_counts, stage_layer_kinds, stage_layers
 
-__all__ = ["kind_inputs", "combined_parts", "kind_stages"]
+__all__ = ["kind_inputs", "combined_parts", "combined_flops", "kind_stages"]
 
 
 def kind_inputs(layers: Any, dense: Any, window: Any, full: Any, selective: Any) -> dict[str, Any]:
@@ -46,16 +47,24 @@ def combined_parts(parts: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
     """(FLOPs, low-precision GEMM FLOPs or None, HBM bytes, vector FLOPs) of a stage from the compute terms' parts
     (:func:`compute_terms`): the model's layers' and output layer's, plus its leading dense layers', less the score
     FLOPs its windows save."""
-    flops, lowp = parts["flops"], parts.get("lowp_flops")
+    flops, lowp = combined_flops(parts)
     moved, vector = parts["hbm_bytes"], parts["vector_flops"]
+    if "dense_flops" in parts:
+        moved = moved + parts["dense_hbm_bytes"]
+        vector = vector + parts["dense_vector_flops"]
+    return flops, lowp, moved, vector
+
+
+def combined_flops(parts: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(FLOPs, low-precision GEMM FLOPs or None) of a stage from the compute terms' FLOP parts, as
+    :func:`combined_parts` adds them (its HBM bytes and vector FLOPs not read)."""
+    flops, lowp = parts["flops"], parts.get("lowp_flops")
     if "dense_flops" in parts:
         flops = flops + parts["dense_flops"]
         lowp = None if lowp is None else lowp + parts["dense_lowp_flops"]
-        moved = moved + parts["dense_hbm_bytes"]
-        vector = vector + parts["dense_vector_flops"]
     if "window_saved_flops" in parts:
         flops = flops - parts["window_saved_flops"]
-    return flops, lowp, moved, vector
+    return flops, lowp
 
 
 def kind_stages(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tuple[tuple[np.ndarray, ...], ...]:

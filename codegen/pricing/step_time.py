@@ -63,7 +63,7 @@ from ..runtime import inputs
 from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
 from .families import FamilySpec
-from .layer_kinds import combined_parts, kind_inputs, kind_stages
+from .layer_kinds import combined_flops, combined_parts, kind_inputs, kind_stages
 from .memory import zero_level_of
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
@@ -71,7 +71,8 @@ __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "
            "time_family_comm", "time_item_keys"]
 
 #: What :meth:`StepTimePricer.price` returns per layout: step time and its parts (seconds), the
-#: bottleneck stage's FLOPs per rank and the bubble fraction.
+#: bottleneck stage's FLOPs per rank at the reference GEMM efficiency (``COMPUTE_PARTS``: a GEMM below 16 GFLOP
+#: counts its FLOPs 1.5 or 9 times) and the bubble fraction.
 PARTS = ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "bubble")
 
 #: :meth:`StepTimePricer.compute_bound` is lowered by this relative amount: its linear forms round in another
@@ -265,9 +266,14 @@ def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
 
 
 #: The compute family's parts: the generated stage forms of ``symbolic.compute`` by what they count (the FLOPs of
-#: the GEMMs in a low precision, a part of the stage's FLOPs, are read only in a run that has them).
-COMPUTE_PARTS = {"flops": "stage_flop", "lowp_flops": "stage_lowp_flop", "hbm_bytes": "stage_hbm_bytes",
+#: the GEMMs in a low precision, a part of the stage's FLOPs, are read only in a run that has them). The FLOPs are
+#: the GEMMs' at the reference efficiency: each GEMM's over its size's efficiency ratio (``stage_gemm_flop``,
+#: docs/search.md "Compute"), the FLOPs whose seconds at peak × ``compute_efficiency`` are the GEMMs' seconds.
+COMPUTE_PARTS = {"flops": "stage_gemm_flop", "lowp_flops": "stage_lowp_gemm_flop", "hbm_bytes": "stage_hbm_bytes",
                  "vector_flops": "stage_vector_flop"}
+#: The parts whose terms count FLOPs at the reference efficiency (``..._gemm_flop``): their real FLOPs are the same
+#: name's ``..._flop`` form (:meth:`StepTimePricer.stage_flops`).
+REAL_FLOP_PARTS = ("flops", "dense_flops", "window_saved_flops")
 
 
 def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, precision: str = "bf16"
@@ -276,7 +282,8 @@ def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, prec
     the model alone): FLOPs, HBM bytes and vector FLOPs one rank of a stage runs per step, and the FLOPs of its
     GEMMs in the run's low precision unless *precision* is ``bf16``; for a model with experts and leading dense
     layers, the same four of those layers (``dense_*``); for a model with sliding-window layers, the score FLOPs
-    their windows save (``window_saved_flops``)."""
+    their windows save (``window_saved_flops``). Every FLOP term is its GEMMs' at the reference efficiency
+    (``..._gemm_flop``, ``COMPUTE_PARTS``)."""
     variant = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
     kind = f"{variant}_{'moe' if model.is_moe else 'dense'}"
     out = {part: f"compute_{kind}_{suffix}" for part, suffix in COMPUTE_PARTS.items()
@@ -285,7 +292,7 @@ def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, prec
         out.update({f"dense_{part}": f"compute_{variant}_moe_dense_layers_{suffix}" for part, suffix in
                     COMPUTE_PARTS.items() if part != "lowp_flops" or precision != "bf16"})
     if model.window_layers:
-        out["window_saved_flops"] = f"compute_{variant}_window_saved_flop"
+        out["window_saved_flops"] = f"compute_{variant}_window_saved_gemm_flop"
     return out
 
 
@@ -429,6 +436,9 @@ class StepTimePricer:
         self._kinds = model.has_layer_kinds
         self._extra = {part: (term_function(name), term_arguments(name)) for part, name in terms.items()
                        if part not in COMPUTE_PARTS}
+        # The FLOPs themselves (stage_flops): each FLOP term's own form, not its GEMMs' at the reference efficiency.
+        real = {part: terms[part].replace("_gemm_flop", "_flop") for part in REAL_FLOP_PARTS if part in terms}
+        self._real = {part: (term_function(name), term_arguments(name)) for part, name in real.items()}
         fields = model.fields()
         if model.layout.s is not None:
             fields["s"] = float(model.layout.s)
@@ -436,7 +446,8 @@ class StepTimePricer:
         fields["dropout"] = float(dropout)
         fields["sliding_window"] = float(model.sliding_window)
         names = (set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
-                 | set(self._lowp_arguments)).union(*(arguments for _, arguments in self._extra.values()))
+                 | set(self._lowp_arguments)).union(*(arguments for _, arguments in self._extra.values()),
+                                                    *(arguments for _, arguments in self._real.values()))
         self._names = frozenset(names)
         self._shared = {k: fields[k] for k in names if k in fields}
         self._sp = bool(model.layout.sp)
@@ -486,41 +497,57 @@ class StepTimePricer:
         out = []
         for stage in stages:
             per = self._per_stage(stage, recompute)
-            flops = self._flops(**self._args(self._arguments, per, values, extra))
+            function, arguments = self._real["flops"]
+            flops = function(**self._args(arguments, per, values, extra))
             for part, sign in (("dense_flops", 1.0), ("window_saved_flops", -1.0)):  # as combined_parts adds them
-                if part in self._extra:
-                    function, arguments = self._extra[part]
+                if part in self._real:
+                    function, arguments = self._real[part]
                     found = function(**self._args(arguments, per, values, extra))
                     flops = flops + found if sign > 0 else flops - found
             out.append(flops)
         return functools.reduce(np.maximum, out)
 
     def stage_parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int = 1, *,
-                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None
-                    ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+                    hbm_only: bool = False, groups: Sequence[tuple[np.ndarray, np.ndarray]] | None = None,
+                    flops_only: bool = False
+                    ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]]:
         """(FLOPs, low-precision GEMM FLOPs, HBM bytes, vector FLOPs) per rank per step of the first and of the last
-        stage of each layout; the second ``None`` in a BF16 run; with *hbm_only*, (None, None, HBM bytes, None).
+        stage of each layout; the second ``None`` in a BF16 run; with *hbm_only*, (None, None, HBM bytes, None); with
+        *flops_only*, (FLOPs, low-precision GEMM FLOPs, None, None).
 
         *groups*: per stage, :meth:`stage_groups` of these layouts (or of layouts whose arrays are functions of
         theirs, row by row): each stage is then evaluated on its groups' representatives only, one value per
         group (a layout's is its group's: ``np.take(value, inverse)``, the same number).
         """
         if groups is None:
-            return self._parts(values, recompute, zero, hbm_only, (0, 1, 2) if self._kinds else (0, 1))
+            return self._parts(values, recompute, zero, hbm_only, (0, 1, 2) if self._kinds else (0, 1), flops_only)
         out = []
         for i, (reps, _) in enumerate(groups):
             sub = {k: (v[reps] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in values.items()}
-            out.append(self._parts(sub, recompute, zero, hbm_only, (i,))[0])
+            out.append(self._parts(sub, recompute, zero, hbm_only, (i,), flops_only)[0])
         return out
 
     def _parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int, hbm_only: bool,
-               which: Sequence[int]) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]]:
+               which: Sequence[int], flops_only: bool = False
+               ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]]:
         """:meth:`stage_parts` of the stages *which* (0: first, 1: last) of every layout of *values*."""
         stages, extra = self._stages(values, recompute, zero)
         values = self._floats(values)
         out = []
         for i in which:
             per = self._per_stage(stages[i], recompute)
+            if flops_only:  # (a search's chunk: its FLOPs at its own micro-batch, codegen.search.bounds)
+                lowp = (None if self._lowp is None
+                        else self._lowp(**self._args(self._lowp_arguments, per, values, extra)))
+                flops = self._flops(**self._args(self._arguments, per, values, extra))
+                if self._extra:
+                    parts = {part: function(**self._args(arguments, per, values, extra))
+                             for part, (function, arguments) in self._extra.items()
+                             if part in ("dense_flops", "window_saved_flops")
+                             or (part == "dense_lowp_flops" and lowp is not None)}
+                    flops, lowp = combined_flops({"flops": flops, "lowp_flops": lowp, **parts})
+                out.append((flops, lowp, None, None))
+                continue
             moved = self._bytes(**self._args(self._bytes_arguments, per, values, extra))
             if hbm_only:
                 if "dense_hbm_bytes" in self._extra:
@@ -585,8 +612,10 @@ class StepTimePricer:
         step without communication takes ``max over the stages of (c + s·m) × (1 + q/m)`` (:meth:`compute_bound`).
 
         *stages*: per stage, each row's group and per group ``(FLOPs, low-precision GEMM FLOPs or None, HBM bytes
-        at m = 0, HBM bytes per micro-batch, vector FLOPs)`` (at fixed ``b·m`` only the HBM bytes vary with ``m``,
-        affinely; rows whose forms read the same inputs share a group: ``codegen.search.run``).
+        at m = 0, HBM bytes per micro-batch, vector FLOPs)`` (at fixed ``b·m`` the HBM bytes vary with ``m``,
+        affinely; the FLOPs at the reference GEMM efficiency grow with ``m`` as the GEMMs shrink, and the FLOPs given
+        are ``m = 1``'s, the fewest: the forms are then a lower bound; rows whose forms read the same inputs share a
+        group: ``codegen.search.run``).
         ``compute_stage_time_s`` is linear in its FLOPs, HBM bytes and vector FLOPs, so ``c`` is its value at
         the FLOPs, the bytes at m = 0 and the vector FLOPs and ``s`` at the per-micro-batch bytes alone;
         ``compute_pipeline_bubble`` is
@@ -606,9 +635,12 @@ class StepTimePricer:
         ``step_time_s`` with no ``comm``) of layouts of rows *row* (of :meth:`bound_forms`' *forms*) at *m*
         micro-batches.
 
-        The linear forms give the same number as pricing the layout, in another order of operations: it
-        may differ by a few units in the last place, so it is lowered by ``BOUND_SLACK`` (relative; far above
-        that rounding) and never exceeds the priced value.
+        At ``m = 1`` the linear forms give the same number as pricing the layout, in another order of operations:
+        it may differ by a few units in the last place, so it is lowered by ``BOUND_SLACK`` (relative; far above
+        that rounding) and never exceeds the priced value. At ``m > 1`` the forms keep the row's FLOPs at the
+        reference efficiency at ``m = 1`` (*stages*' FLOPs: ``codegen.search.bounds.row_stage_parts``), the
+        fewest (its GEMMs are the largest: docs/search.md, Compute), so the bound is lower than the price or
+        equal to it.
         """
         m = np.asarray(m, dtype=np.float64)
         seconds = None

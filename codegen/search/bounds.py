@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..pricing.chunks import Chunk, Setting, distinct_sorted
+from ..pricing.engine import distinct_rows
 from .spec import SearchSpec, decoded, search_context
 
 __all__ = ["row_stage_parts", "row_bound_forms", "chunk_stage_parts", "FloorPart", "floors", "level_floor",
@@ -28,8 +29,10 @@ def row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int
     """Per structure row, the first and last stages' FLOPs, HBM bytes and vector FLOPs as forms of ``m``, once
     per process.
 
-    A row fixes ``b·m = global_batch / d``. The FLOPs and the vector FLOPs depend on ``b·m`` alone (every
-    per-micro-batch term ∝ b, the optimizer update none); the HBM bytes are ``m`` times a per-micro-batch
+    A row fixes ``b·m = global_batch / d``. The vector FLOPs depend on ``b·m`` alone (every per-micro-batch term
+    ∝ b, the optimizer update none); so do the FLOPs, but the GEMMs' efficiency follows their size, a
+    micro-batch's, so the FLOPs at the reference efficiency are smallest at ``m = 1`` (the largest GEMMs) and
+    kept at that value here, the compute bound's (:func:`chunk_stage_parts` prices a layout at its own ``m``); the HBM bytes are ``m`` times a per-micro-batch
     amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the optimizer update:
     ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the matching real number)
     once per group of rows that the forms cannot tell apart (:func:`_stage_groups`). Returns, for the first
@@ -289,13 +292,22 @@ def _gather_floor(parts: tuple[FloorPart, ...], tables: list[tuple[np.ndarray, .
 def chunk_stage_parts(spec: SearchSpec, chunk: Chunk, rows: tuple[tuple[np.ndarray, tuple[np.ndarray, ...]], ...]
                  ) -> list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]]:
     """The chunk's layouts' (FLOPs, low-precision FLOPs, HBM bytes, vector FLOPs) of the first and last stage, from
-    their structure
-    rows' forms (:func:`row_stage_parts`)."""
+    their structure rows' forms (:func:`row_stage_parts`).
+
+    The HBM bytes and vector FLOPs come from the rows' forms in ``m``. The FLOPs are the GEMMs' at the reference
+    efficiency (``StepTimePricer``'s compute parts): each GEMM's size is a micro-batch's, ``∝ b = b·m / m``, so they
+    are evaluated at the layout's own ``m``, once per distinct (row group, ``m``) of the chunk (the rows' values at
+    ``m = 1`` are the smallest, the compute bound's).
+    """
     m = chunk.values["m"]
+    step = search_context(spec).step
+    keys = [group[chunk.row] for group, _ in rows]
+    groups = [distinct_rows([g, m]) for g in keys]
+    own = step.stage_parts(chunk.values, chunk.setting.recompute, chunk.setting.zero, groups=groups, flops_only=True)
     out = []
-    for group, (flops, lowp, base, slope, vector) in rows:
-        g = group[chunk.row]
-        out.append((flops[g], None if lowp is None else lowp[g], base[g] + slope[g] * m, vector[g]))
+    for g, (_, inverse), (flops, lowp, _, _), (_, (_, _, base, slope, vector)) in zip(keys, groups, own, rows):
+        out.append((np.take(flops, inverse), None if lowp is None else np.take(lowp, inverse),
+                    base[g] + slope[g] * m, vector[g]))
     return out
 
 
