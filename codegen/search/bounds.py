@@ -32,8 +32,8 @@ def row_stage_parts(spec: SearchSpec, cp_algo: str, recompute: str, zero: int
     A row fixes ``b·m = global_batch / d``. The vector FLOPs depend on ``b·m`` alone (every per-micro-batch term
     ∝ b, the optimizer update none); so do the FLOPs, but the GEMMs' efficiency follows their size, a
     micro-batch's, so the FLOPs at the reference efficiency are smallest at ``m = 1`` (the largest GEMMs) and
-    kept at that value here, the compute bound's (:func:`chunk_stage_parts` prices a layout at its own ``m``); the HBM bytes are ``m`` times a per-micro-batch
-    amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the optimizer update:
+    kept at that value here, the compute bound's (:func:`chunk_stage_parts` prices a layout at its own ``m``);
+    the HBM bytes are ``m`` times a per-micro-batch amount affine in ``b`` (activations ∝ b, weights read once per micro-batch) plus the optimizer update:
     ``base + slope·m`` at fixed ``b·m``. Evaluated at ``m = 1`` and ``m = 2`` (``b`` the matching real number)
     once per group of rows that the forms cannot tell apart (:func:`_stage_groups`). Returns, for the first
     stage and then the last, ``(group, (flops, lowp flops, base, slope, vector flops))``: each row's group and the
