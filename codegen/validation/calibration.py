@@ -10,8 +10,10 @@ hands it, by least squares on the logarithm of the time (every size weighs alike
     minimise  Σ_rows (ln t_predicted − ln t_measured)²
     over      efficiency ∈ [0.05, 1], each latency ∈ [0, 1 ms]
 
-A grid over the efficiency and one latency shared by the three protocols finds the basin; a coordinate search
-(golden-section on each constant in turn, around the grid's best, three rounds) refines it. The constants are
+A grid over the efficiency (0.1 to 1 in steps of 0.1) and one latency shared by the three protocols (0 and ten
+values from 1 µs to 1 ms, geometric) finds the basin; a coordinate search (golden-section on each constant in
+turn, the efficiency within 0.1 of the grid's best down to its lower bound 0.05, each latency from 0 to the grid's
+next values; three rounds) refines it. The constants are
 bounded and no gradient is used, because the model is not smooth in them (NCCL's pick switches). The result is
 never worse on the logs than the grid's best.
 
@@ -145,8 +147,8 @@ def calibrate(data: Measurements, base: str) -> Calibration:
             seen[key] = float(np.sum(residual ** 2)) if np.all(np.isfinite(residual)) else math.inf
         return seen[key]
 
-    efficiencies = np.round(np.arange(EFFICIENCY_BOUNDS[0], EFFICIENCY_BOUNDS[1] + 1e-9, 0.05), 4)
-    latencies = np.concatenate([[0.0], np.geomspace(1e-6, LATENCY_BOUNDS_S[1], 16)])
+    efficiencies = np.round(np.arange(0.1, EFFICIENCY_BOUNDS[1] + 1e-9, 0.1), 4)
+    latencies = np.concatenate([[0.0], np.geomspace(1e-6, LATENCY_BOUNDS_S[1], 10)])
     grid = min(((float(e), float(t)) for e in efficiencies for t in latencies),
                key=lambda p: loss(p[0], dict.fromkeys(PROTOCOLS, p[1])))
     eff, lat = grid[0], dict.fromkeys(PROTOCOLS, grid[1])
