@@ -233,6 +233,11 @@ def test_calibrate_writes_a_system_file_and_never_overwrites(tmp_path, capsys, m
     assert out.read_bytes() == before
     assert main(["calibrate", log, "--system", "dgx_h100", "--name", "x", "--out", str(tmp_path / "y.toml")]) == 2
     assert "--out" in capsys.readouterr().err
+    missing = str(tmp_path / "absent.txt")
+    assert main(["calibrate", missing, "--system", "dgx_h100", "--name", "z", "--out", str(tmp_path / "z.toml")]) == 2
+    err = capsys.readouterr().err
+    assert f"LOG {missing}: cannot read" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "z.toml").exists()
 
 
 def test_collective_algo_and_proto_flags(capsys):

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     op = None if args.op is None else OPS.get(args.op)
     if args.op is not None and op is None:
         raise InputError(f"--op: unknown collective {args.op!r}; known: {', '.join(sorted(OPS))}")
-    rows = nccl_logs.read_logs(args.logs, per_node, op)
+    rows = nccl_logs.read_logs(args.logs, per_node, op, argument="LOG")
     data = nccl_logs.measurements(rows, args.system)
     print(f"{len(rows)} rows read from {len(args.logs)} log file(s)")
     fit = calibrate(data, args.system)

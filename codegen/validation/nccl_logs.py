@@ -460,8 +460,9 @@ def parse_log(text: str, path: str = "<text>", gpus_per_node: int | None = None,
 
 
 def read_logs(paths: Iterable[str | os.PathLike[str]], gpus_per_node: int | None = None,
-              op: str | None = None) -> list[LogRow]:
-    """:func:`parse_log` of each file of *paths* (UTF-8 text), their rows in order.
+              op: str | None = None, argument: str = "--logs") -> list[LogRow]:
+    """:func:`parse_log` of each file of *paths* (UTF-8 text), their rows in order; *argument* is how an error
+    names where the paths came from (``--logs`` of ``validate collectives``, ``LOG`` of ``calibrate``).
 
     Raises:
         InputError: naming the file that cannot be read or is not UTF-8 text, or as :func:`parse_log` does.
@@ -474,9 +475,9 @@ def read_logs(paths: Iterable[str | os.PathLike[str]], gpus_per_node: int | None
         try:
             text = Path(path).read_bytes().decode("utf-8-sig")
         except OSError as exc:
-            raise InputError(f"--logs {path}: cannot read: {exc.strerror or exc}") from None
+            raise InputError(f"{argument} {path}: cannot read: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
-            raise InputError(f"--logs {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            raise InputError(f"{argument} {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
                              f"{exc.start})") from None
         rows += parse_log(text, str(path), gpus_per_node, op)
     return rows
