@@ -32,8 +32,6 @@ from ._load import load as load
 from ._load import load_file as load_file
 from ._load import names as names
 from ._nccl import TIME_SYMBOLS as TIME_SYMBOLS
-from ._nccl import ALGORITHMS as ALGORITHMS
-from ._nccl import PROTOCOLS as PROTOCOLS
 from ._nccl import Transport as Transport
 from ._nccl import hop_latencies as hop_latencies
 from ._nccl import network_latency as network_latency
@@ -43,7 +41,9 @@ from ._system import Gpu as Gpu
 from ._system import HardwareSpecError as HardwareSpecError
 from ._system import Level as Level
 from ._system import System as System
+from ._system import ALGORITHMS as ALGORITHMS
 from ._system import NETWORK_KEYS as NETWORK_KEYS
+from ._system import PROTOCOLS as PROTOCOLS
 from ._system import TRANSPORTS as TRANSPORTS
 from ._system import UnusedHelperLevel as UnusedHelperLevel
 from ._system import with_network as with_network

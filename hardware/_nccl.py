@@ -17,9 +17,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._system import GENERATIONS, TRANSPORTS, HardwareSpecError, System, positive_real
+from ._system import ALGORITHMS, GENERATIONS, PROTOCOLS, TRANSPORTS, HardwareSpecError, System, positive_real
 
-__all__ = ["ALGORITHMS", "NcclTuning", "PROTOCOLS", "RingGraph", "TIME_SYMBOLS", "Transport", "nccl_tuning",
+__all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "Transport", "nccl_tuning",
            "hop_latencies", "network_latency", "p2p_channels", "ring_graph", "time_bindings", "transport"]
 
 TUNING_FILE = Path(__file__).resolve().parent / "nccl_tuning.toml"
@@ -43,9 +43,7 @@ _P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes")
 _MULTINODE_KEYS = ("ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s")
 _TRANSPORT_REQUIRED = ("nccl_net_latency_s",)
 _TRANSPORT_OPTIONAL = ("algorithms", "protocols")
-#: NCCL_ALGO / NCCL_PROTO names the transports' tables (and a row's NCCL settings) may restrict to.
-ALGORITHMS = ("tree", "ring", "nvls", "nvlstree")
-PROTOCOLS = ("ll", "ll128", "simple")
+
 
 #: The names ``time_bindings`` binds: every hardware-side symbol of the collective time forms.
 TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "TRANSPORTS", "UnusedHelperLevel", "System",
+__all__ = ["ALGORITHMS", "HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "PROTOCOLS", "TRANSPORTS", "UnusedHelperLevel", "System",
            "positive_real", "with_network"]
 
 #: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
@@ -31,8 +31,10 @@ DIRECTIONS = {"per_direction": 1.0, "bidirectional": 2.0}
 #: ``hardware/nccl_tuning.toml`` (``[transports.<name>]``).
 TRANSPORTS = ("ib", "roce", "efa", "tcp")
 
-#: NCCL's protocols, as the per-protocol network latencies name them.
-_PROTOCOLS = ("ll", "ll128", "simple")
+#: NCCL's algorithms and protocols the time model prices (NCCL_ALGO / NCCL_PROTO names, lower case): a transport's
+#: restrictions (``hardware/nccl_tuning.toml``) and a network level's per-protocol latencies name them.
+ALGORITHMS = ("tree", "ring", "nvls", "nvlstree")
+PROTOCOLS = ("ll", "ll128", "simple")
 
 #: GPU generations the time model knows (keys of ``hardware/nccl_tuning.toml``), by compute capability.
 GENERATIONS = ("ampere", "hopper", "blackwell")
@@ -138,7 +140,7 @@ class Level:
         if self.nic_bandwidth_bytes_per_s is not None:
             object.__setattr__(self, "nic_bandwidth_bytes_per_s",
                                positive_real("nic_bandwidth_bytes_per_s", self.nic_bandwidth_bytes_per_s))
-        for key in ("nccl_net_latency_s", *(f"net_latency_{p}_s" for p in _PROTOCOLS)):
+        for key in ("nccl_net_latency_s", *(f"net_latency_{p}_s" for p in PROTOCOLS)):
             latency = getattr(self, key)
             if latency is None:
                 continue
@@ -181,7 +183,7 @@ class Level:
     @property
     def net_latency_s(self) -> dict[str, float]:
         """The per-protocol hop latencies this level states, by protocol (``ll``, ``ll128``, ``simple``)."""
-        return {p: v for p in _PROTOCOLS if (v := getattr(self, f"net_latency_{p}_s")) is not None}
+        return {p: v for p in PROTOCOLS if (v := getattr(self, f"net_latency_{p}_s")) is not None}
 
     @property
     def unbounded(self) -> bool:

@@ -14,10 +14,10 @@ import argparse
 import os
 from pathlib import Path
 
-from ..runtime.inputs import InputError, parse_whole
+from ..runtime.inputs import InputError
 from ..validation import nccl_logs
 from ..validation.calibration import calibrate
-from ..validation.collectives import OPS
+from ._logs import log_options
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -53,10 +53,7 @@ def _out(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     out = _out(args)
-    per_node = None if args.gpus_per_node is None else parse_whole("--gpus-per-node", args.gpus_per_node)
-    op = None if args.op is None else OPS.get(args.op)
-    if args.op is not None and op is None:
-        raise InputError(f"--op: unknown collective {args.op!r}; known: {', '.join(sorted(OPS))}")
+    per_node, op = log_options(args)
     rows = nccl_logs.read_logs(args.logs, per_node, op, argument="LOG")
     data = nccl_logs.measurements(rows, args.system)
     print(f"{len(rows)} rows read from {len(args.logs)} log file(s)")

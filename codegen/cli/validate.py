@@ -22,7 +22,9 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
+from ..runtime.inputs import InputError
 from ..validation import collectives, no_cyclic_gc, rows_read
+from ._logs import log_options
 
 
 def _register_collectives(p: argparse.ArgumentParser) -> None:
@@ -69,15 +71,11 @@ def run_collectives(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> collectives.Measurements:
     """The --logs rows as a multi-node table of --system."""
-    from ..runtime.inputs import InputError, parse_whole
     from ..validation import nccl_logs
 
     if args.system is None:
         raise InputError("--system: --logs needs the catalog system the logs ran on (a node and its network)")
-    per_node = None if args.gpus_per_node is None else parse_whole("--gpus-per-node", args.gpus_per_node)
-    op = None if args.op is None else collectives.OPS.get(args.op)
-    if args.op is not None and op is None:
-        raise InputError(f"--op: unknown collective {args.op!r}; known: {', '.join(sorted(collectives.OPS))}")
+    per_node, op = log_options(args)
     return nccl_logs.measurements(nccl_logs.read_logs(args.logs, per_node, op), args.system)
 
 
@@ -85,7 +83,6 @@ def _collectives(args: argparse.Namespace) -> int:
     if args.logs is None:
         for name in ("system", "gpus_per_node", "op"):
             if getattr(args, name) is not None:
-                from ..runtime.inputs import InputError
                 raise InputError(f"--{name.replace('_', '-')}: applies to --logs only (a table states it per row)")
         data = collectives.load_measurements(args.data)
     else:

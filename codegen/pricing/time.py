@@ -232,6 +232,7 @@ class TimePricer:
         self._columns: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
         self._tables: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._choosers: dict[str, Chooser] = {}
+        self._enabled_ops: dict[str, tuple[bool, ...] | None] = {}
         for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
             extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
             if extra:
@@ -324,8 +325,10 @@ class TimePricer:
         return self._chooser(op).times(calls)
 
     def _enabled(self, op: str) -> tuple[bool, ...] | None:
-        """The candidates of *op* NCCL runs over this system's network (``enabled_on``)."""
-        return enabled_on(self.system, op)
+        """The candidates of *op* NCCL runs over this system's network (``enabled_on``), found once per op."""
+        if op not in self._enabled_ops:
+            self._enabled_ops[op] = enabled_on(self.system, op)
+        return self._enabled_ops[op]
 
     def _chooser(self, op: str) -> Chooser:
         """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the

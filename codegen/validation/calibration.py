@@ -44,8 +44,8 @@ EFFICIENCY_BOUNDS = (0.05, 1.0)
 LATENCY_BOUNDS_S = (0.0, 1e-3)
 
 
-#: The protocols whose per-hop network latency is fitted.
-PROTOCOLS = ("ll", "ll128", "simple")
+#: The protocols whose per-hop network latency is fitted: every protocol NCCL's model prices.
+PROTOCOLS = hardware.PROTOCOLS
 
 
 @dataclass(frozen=True)

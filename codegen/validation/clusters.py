@@ -27,10 +27,10 @@ __all__ = ["ALGORITHM_NAMES", "PROTOCOL_NAMES", "algorithms", "cluster", "cluste
 
 #: NCCL_ALGO names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) → the time model's, ``None`` for NCCL's
 #: algorithms the model does not price (CollNet needs SHARP switches; PAT runs at one rank per node).
-ALGORITHM_NAMES = {"tree": "tree", "ring": "ring", "nvls": "nvls", "nvlstree": "nvlstree", "collnetdirect": None,
-                   "collnetchain": None, "collnet": None, "pat": None}
+ALGORITHM_NAMES: dict[str, str | None] = {**{a: a for a in hardware.ALGORITHMS}, "collnetdirect": None,
+                                           "collnetchain": None, "collnet": None, "pat": None}
 #: NCCL_PROTO names (ncclProtoStr) → the time model's.
-PROTOCOL_NAMES = {"ll": "ll", "ll128": "ll128", "simple": "simple"}
+PROTOCOL_NAMES: dict[str, str | None] = {p: p for p in hardware.PROTOCOLS}
 
 
 @functools.cache

@@ -315,15 +315,18 @@ def _load_multinode(path: Path) -> Measurements:
                         nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object))
     data = _measurements(table, path, "ranks", clusters)
     systems = data.system.tolist()
-    node_size = {name: hardware.load(name).devices_per_node for name in set(systems)}
-    for i in range(len(table)):
+    sizes = {name: hardware.load(name).devices_per_node for name in set(systems)}
+    node_size = np.array([sizes[name] for name in systems], dtype=np.int64)
+    # Checked column-wise; the first bad row (in file order) is the one named.
+    bad = np.flatnonzero((data.ranks != nodes * per_node) | (per_node > node_size))
+    if len(bad):
+        i = int(bad[0])
         where = f"{path}: line {table.line(i)}"
         if data.ranks[i] != nodes[i] * per_node[i]:
             raise ValueError(f"{where}: ranks {int(data.ranks[i])} is not nodes {nodes[i]} x gpus_per_node "
                              f"{per_node[i]}")
-        if per_node[i] > node_size[systems[i]]:
-            raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
-                             f"({node_size[systems[i]]})")
+        raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
+                         f"({node_size[i]})")
     return data
 
 
