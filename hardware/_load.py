@@ -159,6 +159,8 @@ def _helper(table: object, where: str) -> UnusedHelperLevel:
 _CLUSTER_REQUIRED = ("description", "base", "network")
 _CLUSTER_OPTIONAL = ("aliases",)
 _NETWORK_GBPS = "nic_gbps"
+#: The cluster files being read, whose base is being read now: a base among them is a loop.
+_BASES_LOADING: set[str] = set()
 
 
 def _cluster(name: str, data: dict[str, Any]) -> System:
@@ -175,12 +177,15 @@ def _cluster(name: str, data: dict[str, Any]) -> System:
         if isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not gbps > 0 or gbps == float("inf"):
             raise HardwareSpecError(f"network.{_NETWORK_GBPS}: must be a finite number > 0, got {gbps!r}")
         network["nic_bandwidth_bytes_per_s"] = gbps * 1e9 / 8
+    if base in _BASES_LOADING:
+        raise HardwareSpecError(f"base: {base!r} leads back to itself through other files' base")
+    _BASES_LOADING.add(name)
     try:
         node = load(base)
-    except RecursionError:
-        raise HardwareSpecError(f"base: {base!r} leads back to itself through other files' base") from None
     except HardwareSpecError as exc:
         raise HardwareSpecError(f"base: {exc}") from None
+    finally:
+        _BASES_LOADING.discard(name)
     if len(node.levels) != 2:
         raise HardwareSpecError(f"base: {base!r} has {len(node.levels)} levels; a cluster file needs a node of two "
                                 "(the node and its network)")
