@@ -59,6 +59,8 @@ __all__ = [
     "LEVEL_PARAMETERS",
     "Precision",
     "PRECISIONS",
+    "OVERLAPS",
+    "DEFAULT_OVERLAP",
 ]
 
 
@@ -444,6 +446,23 @@ PRECISIONS: Mapping[str, Precision] = MappingProxyType({p.name: p for p in (
     Precision("nvfp4", "peak_flops_fp4_per_s", "compute_efficiency_fp8", 100,
               "linear layers' GEMMs in NVFP4 (16-element blocks, E4M3 scales; TE NVFP4BlockScaling), Blackwell"),
 )})
+
+#: The communication a run overlaps with its compute, by name (``--overlap``; docs/search.md, "Exposed
+#: communication"): each a switch of Megatron-Core / Transformer Engine.
+OVERLAPS: Mapping[str, str] = MappingProxyType({
+    "dp": "data-parallel gradient reduction and weight gathering beside the backward / forward passes (Megatron-Core's "
+          "overlap_grad_reduce and overlap_param_gather; FSDP's prefetch)",
+    "tp": "tensor-parallel all-gathers / reduce-scatters beside the GEMMs they feed (Transformer Engine's userbuffers, "
+          "tp_comm_overlap)",
+    "ep": "the expert all-to-alls of one micro-batch beside another's compute (Megatron-Core's "
+          "overlap_moe_expert_parallel_comm)",
+})
+#: The overlap of a run that states none: Megatron-Bridge's pretraining recipes turn on the data-parallel overlap
+#: and leave the other two off (NVIDIA-NeMo/Megatron-Bridge@067f987: src/megatron/bridge/recipes/common.py, the
+#: pretraining config's DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True);
+#: src/megatron/bridge/training/comm_overlap.py, _get_model_comm_overlap_cfgs: tp_comm_overlap and
+#: overlap_moe_expert_parallel_comm "disabled by default").
+DEFAULT_OVERLAP: tuple[str, ...] = ("dp",)
 
 # ---------------------------------------------------------------- network levels
 

@@ -132,14 +132,14 @@ def test_the_compute_spec_prices_as_the_step_time_pricer(name, recompute, zero):
 
 def test_the_step_time_spec_adds_the_bubble_and_exposed_communication():
     """compute × (1 + bubble) + exposed communication, as StepTimePricer.price forms a step, for a comm callable of
-    the spec's (the time family's exposed seconds of the batch)."""
+    the spec's (the time family's exposed seconds of the batch, under the default overlap, given its compute)."""
     model, batch = _batch("qwen3-72b", 400, seed=5)
     batch = _uniform(model, batch, "full")
     comm = exposed_time_comm(model, SYSTEM)
     got = price_family(step_time_family(SYSTEM, comm=comm, zero=1), model, batch, validated=True)
     values = {k: getattr(batch, k) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
     want = StepTimePricer(model, system=SYSTEM).price(values, batch.recompute.mode, zero=1)
-    exposed = comm(batch)
+    exposed = comm(batch, want["compute_s"])  # (the data-parallel overlap's window is the compute's)
     assert (exposed > 0).any()
     np.testing.assert_allclose(got.step, want["step_time_s"] + exposed, rtol=1e-14, atol=0)
     bare = price_family(step_time_family(SYSTEM, zero=1), model, batch, validated=True)

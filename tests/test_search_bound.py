@@ -73,6 +73,24 @@ def test_bounded_walk_equals_pricing_every_layout(top, chunk):
     assert len(bounded.table["index"]) == top
 
 
+def test_overlapped_dimensions_have_no_floor_and_the_bounded_walk_stays_exact():
+    """Under every overlap (codegen.pricing.exposure) a dimension's seconds may be hidden behind compute, so its
+    items leave the floors (pipeline and context-parallel ones stay); the bounded walk still equals pricing every
+    layout, and differs from the walk without the TP and EP overlaps (they hide seconds)."""
+    spec = _spec(overlap=("dp", "tp", "ep"))
+    levels = bounds.floors(spec)
+    items = {item for level in levels for part in level for item in part.items}
+    assert items and not {item.split(".")[0] for item in items} & {"tp", "ep", "dp"}
+    bounds._floor_table.cache_clear()
+    bounded = search(spec, top=10, chunk=20000)
+    everything = search(spec, top=10, chunk=20000, sink=lambda table: None)
+    for key in bounded.table:
+        np.testing.assert_array_equal(bounded.table[key], everything.table[key], err_msg=key)
+    bounds._floor_table.cache_clear()
+    plain = search(_spec(), top=10, chunk=20000)
+    assert bounded.table["step_time_s"][0] < plain.table["step_time_s"][0]
+
+
 def test_bounded_walk_on_dask_threads_equals_in_process():
     pytest.importorskip("dask.array", reason="the optional extra dask[array] is not installed")
     spec = _spec()

@@ -11,19 +11,21 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_OVERLAP, SEARCH_KEYS
 
 from ..configs import Layout, ModelConfig
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import stage_memory, zero_level_of
-from ..pricing.step_time import NoComputeFactsError, StepTimePricer, exposed_comm, time_family_comm
+from ..pricing.step_time import NoComputeFactsError, StepTimePricer, time_family_comm
 from ..runtime.inputs import finite
 
 __all__ = ["step_time_result", "print_step_time"]
 
 
-def step_time_result(model: ModelConfig, layout: Layout, system: str, precision: str) -> dict[str, Any]:
-    """One layout's step time and parts (seconds), its exposed communication by dimension and each stage's memory.
+def step_time_result(model: ModelConfig, layout: Layout, system: str, precision: str,
+                     overlap: tuple[str, ...] = DEFAULT_OVERLAP) -> dict[str, Any]:
+    """One layout's step time and parts (seconds), its exposed communication by dimension and each stage's memory,
+    under the run's *precision* and *overlap* (``symbolic.vocabulary.OVERLAPS`` names).
 
     Raises:
         ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
@@ -34,7 +36,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
         model = model.with_sequence_length(layout.s)
     comm = time_family_comm(model, system)
     try:
-        pricer = StepTimePricer(model, system=system, comm=comm, precision=precision)
+        pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap)
     except NoComputeFactsError as exc:  # (eval names the system --device)
         raise NoComputeFactsError(str(exc).replace("--system", "--device", 1)) from None
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
@@ -45,11 +47,11 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     by_dimension = comm(chunk) if comm is not None else {}
     out: dict[str, Any] = {k: float(finite(k, v[0])) for k, v in parts.items()}
     out["comm_by_dimension_s"] = {k: float(finite(k, np.asarray(v).reshape(-1)[0])) for k, v in by_dimension.items()}
-    out["exposed_comm_s"] = float(exposed_comm(by_dimension, mode, layout.cp_algo)[0]) if by_dimension else 0.0
+    out["exposed_comm_s"] = out["comm_s"]
     memory = stage_memory(model, layout, system=system)
     out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
                       "fits": row["fits"]} for row in memory["stages"]]
-    out.update(system=system, precision=precision, recompute=mode, zero_level=zero,
+    out.update(system=system, precision=precision, overlap=list(pricer.overlap), recompute=mode, zero_level=zero,
                units="seconds per training step; memory in bytes per rank")
     return out
 
@@ -57,7 +59,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
 def print_step_time(res: dict[str, Any], model: str, layout: str) -> None:
     """The table form of :func:`step_time_result`."""
     print(f"model {model}  layout {layout}  system {res['system']}  precision {res['precision']}  "
-          f"recompute {res['recompute']}  ZeRO {res['zero_level']}")
+          f"recompute {res['recompute']}  ZeRO {res['zero_level']}  overlap {','.join(res['overlap']) or 'none'}")
     print(f"step {res['step_time_s']:.4f} s = compute {res['compute_s']:.4f} s + bubble {res['bubble_s']:.4f} s "
           f"(fraction {res['bubble']:.4f}) + exposed communication {res['comm_s']:.4f} s")
     print(f"slowest stage: {res['stage_flops'] / 1e12:.2f} TFLOP per rank per step at the reference GEMM efficiency "

@@ -10,10 +10,11 @@ import dataclasses
 import shlex
 from typing import Any, Iterable
 
-from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES
+from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES
 
 from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
+from ..pricing.exposure import overlap_names
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
@@ -64,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the run's sequence length, overriding the model file's (as s=N in --layout)")
     p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
                    help="with --cost step-time: the GEMM precision (default bf16; docs/search.md)")
+    p.add_argument("--overlap", default=None, metavar="LIST",
+                   help=f"with --cost step-time: the communication the run overlaps with compute, "
+                        f"{', '.join(OVERLAPS)} (comma-separated) or none (default {','.join(DEFAULT_OVERLAP)}; "
+                        f"docs/search.md)")
     p.add_argument("--convention", choices=("original", "consistent"), default=None,
                    help="volumes as the original sums them (default) or consistent: bytes per rank per step by "
                         "dimension and collective")
@@ -327,6 +332,8 @@ def check_applies(args: argparse.Namespace) -> None:
         return
     refuse_options(args, ("--precision",), "the GEMM precision of --cost step-time; the volumes and --cost time do "
                                            "not read it: drop it or add --cost step-time")
+    refuse_options(args, ("--overlap",), "the overlap of --cost step-time's exposed communication; the volumes and "
+                                         "--cost time do not read it: drop it or add --cost step-time")
     time = args.cost == "time"
     if time and args.convention == "original":
         raise ValueError("--convention original: --cost time prices seconds per rank per step by collective, "
@@ -351,7 +358,8 @@ def run(args: argparse.Namespace) -> int:
         devices = None if args.devices is None else devices_count(args.devices)
         layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
         validate(model, layout, devices)
-        res = step_time_result(model, layout, args.device, args.precision or "bf16")
+        overlap = overlap_names("--overlap", DEFAULT_OVERLAP if args.overlap is None else args.overlap)
+        res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap)
         if args.json:
             print(json_text(res | {"model": args.model, "layout": str(layout)}))
         else:

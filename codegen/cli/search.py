@@ -32,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS
+from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, \
+    ZERO_LEVELS
 
 from ..configs import LayoutError, load_model, model_names
+from ..pricing.exposure import overlap_names
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
@@ -73,6 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", default="bf16", choices=tuple(PRECISIONS),
                    help="the run's GEMM precision (default bf16): fp8, fp8-cs (Hopper and newer), mxfp8, nvfp4 "
                         "(Blackwell) run the linear layers' GEMMs at that precision's peak (docs/search.md)")
+    p.add_argument("--overlap", default=None, metavar="LIST",
+                   help=f"the communication the run overlaps with compute: {', '.join(OVERLAPS)} (comma-separated) "
+                        f"or none (default {','.join(DEFAULT_OVERLAP)}: the data-parallel overlap of Megatron-Bridge's "
+                        f"recipes; tp: Transformer Engine's TP overlap; ep: Megatron-Core's EP all-to-all overlap; "
+                        f"docs/search.md)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
@@ -239,6 +246,10 @@ def run(args: argparse.Namespace) -> int:
     if args.precision != "bf16" and args.objective != "step-time":
         raise ValueError(f"--precision {args.precision}: prices the compute of --objective step-time; "
                          f"--objective {args.objective} has none")
+    overlap = overlap_names("--overlap", DEFAULT_OVERLAP if args.overlap is None else args.overlap)
+    if args.overlap is not None and overlap and args.objective == "original":
+        raise ValueError(f"--overlap {args.overlap}: hides communication behind the compute of --objective step-time "
+                         f"or comm-time; --objective original has none: add --overlap none or drop it")
     reserve = None
     if args.reserve is not None:
         if args.no_memory:
@@ -252,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
-                      keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve)
+                      keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
+                      overlap=overlap)
     if args.scheduler is not None:
         check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)

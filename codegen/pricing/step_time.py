@@ -16,27 +16,30 @@ leading dense layers of a MoE model, multi-token-prediction heads, sliding-windo
 priced where they are (``codegen.pricing.layer_kinds``), and three stages are priced: the first, the heaviest
 other one but the last, and the last.
 
-Communication. :class:`StepTimePricer` adds the seconds a ``comm`` callable returns per layout
-(``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``) as exposed (:func:`exposed_comm`),
-under the assumptions of docs/search.md: tensor-, context- and expert-parallel collectives sit on the
-critical path of every layer, pipeline sends between stages too, the data-parallel gradient reduction
-is exposed entirely (no ``--overlap-grad-reduce``), and full recompute repeats the forward TP, EP and CP
-collectives (the shares ``symbolic.stage_time``'s items declare, :func:`forward_shares`). Without ``comm``
-the communication part is 0 and is reported as such.
+Communication. :class:`StepTimePricer` adds what the compute does not hide of the seconds a ``comm`` callable
+returns per layout (``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``), under the run's overlap
+(``codegen.pricing.exposure.exposed_comm``, docs/search.md "Exposed communication"): a dimension not overlapped
+is exposed entirely, one overlapped (``dp`` by default, the recipes'; ``tp``, ``ep``) only beyond its window of
+the stage's compute; full recompute repeats the forward TP, EP and CP collectives (the shares
+``symbolic.stage_time``'s items declare, :func:`forward_shares`). Without ``comm`` the communication part is 0
+and is reported as such.
 
 Public API::
 
     NoComputeFactsError
-    StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0, precision="bf16")
+    StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0, precision="bf16",
+                   overlap=DEFAULT_OVERLAP)
+    pricer.exposed(by_dimension, recompute, cp_algo, compute_s, m, zero) -> exposed seconds under its overlap
     pricer.price(values, recompute, chunk=None, zero=None, *, validated=False) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     (price, compute, stage_flops and step_time check their arguments unless validated=True: a search's own calls)
     compute_family(system, ...), step_time_family(system, comm=None, ...) -> FamilySpec;  compute_terms(model)
-    exposed_time_comm(model, system) -> exposed seconds of a batch (the step-time spec's comm)
+    exposed_time_comm(model, system, overlap=DEFAULT_OVERLAP) -> comm(batch, compute_s) (the step-time spec's)
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
-    exposed_comm(parts, recompute, cp_algo=None) -> exposed seconds
+    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1) -> exposed seconds
+        (re-exported from codegen.pricing.exposure)
     forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
@@ -48,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -56,12 +58,13 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, CpAlgorithm, attention_variant
+from symbolic.vocabulary import DEFAULT_OVERLAP, PRECISIONS, SEARCH_KEYS, SEARCH_SETTINGS, attention_variant
 
 from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
 from ..runtime import inputs
 from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
+from .exposure import exposed_comm, forward_shares, overlap_names
 from .families import FamilySpec
 from .layer_kinds import combined_flops, combined_parts, kind_inputs, kind_stages
 from .memory import zero_level_of
@@ -78,9 +81,6 @@ PARTS = ("step_time_s", "compute_s", "bubble_s", "comm_s", "stage_flops", "bubbl
 #: :meth:`StepTimePricer.compute_bound` is lowered by this relative amount: its linear forms round in another
 #: order than pricing a layout does (a few units in the last place, far below this).
 BOUND_SLACK = 1e-12
-
-#: Communication of these dimensions is exposed (docs/search.md, "Exposed communication").
-EXPOSED_DIMENSIONS = ("tp", "cp", "ep", "pp", "dp")
 
 
 class NoComputeFactsError(ValueError):
@@ -352,28 +352,38 @@ def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.n
                      flash_attention: float = 1.0, dropout: float = 0.0, zero: int | None = None,
                      precision: str = "bf16") -> FamilySpec:
     """The step-time family as a spec: the compute family's slowest stage, times one plus the pipeline bubble
-    (``compute_pipeline_bubble``), plus the exposed communication ``comm(batch)`` (seconds per layout, e.g.
-    :func:`exposed_time_comm`; 0 without). The step as :meth:`StepTimePricer.price` forms it."""
+    (``compute_pipeline_bubble``), plus the exposed communication ``comm(batch, compute_s)`` (seconds per layout,
+    given the slowest stage's compute seconds, e.g. :func:`exposed_time_comm`; 0 without). The step as
+    :meth:`StepTimePricer.price` forms it."""
     compute = compute_family(system, flash_attention=flash_attention, dropout=dropout, zero=zero, precision=precision)
 
     def finish(step: np.ndarray, batch: LayoutBatch, _settings: Mapping[str, Any]) -> np.ndarray:
         bubble = term_function("compute_pipeline_bubble")(p=batch.p, vp=batch.vp, m=batch.m)
-        exposed = comm(batch) if comm is not None else np.zeros_like(step)
+        exposed = comm(batch, step) if comm is not None else np.zeros_like(step)
         return step * (1 + bubble) + exposed
 
     return dataclasses.replace(compute, name="step_time", finish=finish)
 
 
-def exposed_time_comm(model: ModelConfig, system: str) -> Callable[[LayoutBatch], np.ndarray]:
-    """The exposed communication seconds of each layout of a batch (:func:`exposed_comm` of the time family's
-    bottleneck stage, ``codegen.pricing.time.TimePricer``), under the batch's recompute mode and CP algorithm."""
+def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | str = DEFAULT_OVERLAP
+                      ) -> Callable[..., np.ndarray]:
+    """``comm(batch, compute_s=None)``: the exposed communication seconds of each layout of a batch
+    (:func:`exposed_comm` of the time family's bottleneck stage, ``codegen.pricing.time.TimePricer``), under the
+    batch's recompute mode, CP algorithm and ZeRO level and the run's *overlap* (which needs the layouts'
+    compute seconds *compute_s*; none without an overlap).
+
+    Raises:
+        InputError: naming *overlap* when it names no overlap (``symbolic.vocabulary.OVERLAPS``).
+    """
     from .time import TimePricer
 
     pricer = TimePricer(model, system=system)
+    overlap = overlap_names("overlap", overlap)
 
-    def comm(batch: LayoutBatch) -> np.ndarray:
+    def comm(batch: LayoutBatch, compute_s: np.ndarray | None = None) -> np.ndarray:
         parts = pricer.price_batch(batch, validated=True).by_dimension
-        return exposed_comm(parts, batch.recompute.mode, batch.cp_algo)
+        return exposed_comm(parts, batch.recompute.mode, batch.cp_algo, overlap=overlap, compute_s=compute_s,
+                            m=batch.m, zero=zero_level_of(batch))
 
     return comm
 
@@ -387,8 +397,11 @@ class StepTimePricer:
 
     Args:
         model: the model. system: a catalog name or :class:`hardware.System` with GPU facts.
-        comm: optional ``comm(chunk) -> {dimension: (n,) seconds}`` of the bottleneck stage; the sum over
-            :data:`EXPOSED_DIMENSIONS` is the exposed communication.
+        comm: optional ``comm(chunk) -> {dimension: (n,) seconds}`` of the bottleneck stage; the exposed
+            communication is :meth:`exposed` of it.
+        overlap: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS`` names, or one
+            comma-separated text; default ``DEFAULT_OVERLAP``, the data-parallel overlap of Megatron-Bridge's
+            pretraining recipes; ``()`` for none, as Megatron-LM ran in 2022).
         flash_attention: 1 when a fused attention kernel keeps the score matrices on chip (default), 0 when
             they pass through HBM (Megatron-LM before FlashAttention). dropout: 1 when the layers apply dropout.
             Each a number in ``[0, 1]`` (a switch, or the share of the layers it applies to, as
@@ -410,7 +423,8 @@ class StepTimePricer:
 
     def __init__(self, model: ModelConfig, *, system: System | str,
                  comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None,
-                 flash_attention: float = 1.0, dropout: float = 0.0, precision: str = "bf16") -> None:
+                 flash_attention: float = 1.0, dropout: float = 0.0, precision: str = "bf16",
+                 overlap: Sequence[str] | str = DEFAULT_OVERLAP) -> None:
         model = inputs.instance("model", model, ModelConfig, "a ModelConfig (codegen.configs.load_model)")
         system = inputs.system("system", system)
         if comm is not None and not callable(comm):
@@ -423,6 +437,7 @@ class StepTimePricer:
          self.system, self.lowp_peak, self.lowp_efficiency) = _gpu_facts(system, precision)
         self.precision = precision
         self.comm = comm
+        self.overlap = overlap_names("overlap", overlap)
         terms = compute_terms(model, precision=precision)  # (the compute family's, declared once)
         self._flops, self._arguments = term_function(terms["flops"]), term_arguments(terms["flops"])
         # The FLOPs of the GEMMs in a low precision: none in BF16 (the form is not evaluated).
@@ -668,6 +683,14 @@ class StepTimePricer:
             values, recompute, zero = _checked(self.model, values, recompute, zero)
         return self.slowest(self.stage_parts(values, recompute, zero))
 
+    def exposed(self, by_dimension: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None,
+                compute_s: np.ndarray, m: np.ndarray, zero: int) -> np.ndarray:
+        """The exposed communication seconds of layouts whose bottleneck stage's communication is *by_dimension*
+        (``comm(chunk)``) and compute *compute_s*, with *m* micro-batches, under this pricer's overlap
+        (``codegen.pricing.exposure.exposed_comm``)."""
+        return exposed_comm(by_dimension, recompute, cp_algo, overlap=self.overlap, compute_s=compute_s, m=m,
+                            zero=zero)
+
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray, *,
                   validated: bool = False) -> np.ndarray:
         """Step seconds of layouts whose compute seconds and exposed communication are known.
@@ -717,7 +740,7 @@ class StepTimePricer:
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
-            comm = exposed_comm(self.comm(chunk), recompute, chunk.setting.cp_algo)
+            comm = self.exposed(self.comm(chunk), recompute, chunk.setting.cp_algo, compute, values["m"], zero)
             if not validated:  # a caller's comm: seconds, never negative (they would be subtracted) nor NaN
                 comm = _per_layout("comm (the exposed communication the pricer's comm callable gives)", comm,
                                    len(flops))
@@ -727,69 +750,6 @@ class StepTimePricer:
         step = compute * (1 + bubble) + comm
         return {"step_time_s": step, "compute_s": compute, "bubble_s": compute * bubble, "comm_s": comm,
                 "stage_flops": flops, "bubble": np.broadcast_to(bubble, flops.shape)}
-
-
-#: The order full recompute adds the dimensions' forward seconds in (:data:`EXPOSED_DIMENSIONS`, each once; the
-#: float sums round in this order).
-_FORWARD_ORDER = ("tp", "ep", "cp", "pp", "dp")
-
-
-@functools.cache
-def _forward_shares(ulysses: str) -> tuple[tuple[str, Fraction], ...]:
-    """(dimension, share) of the time family's items kept where the run's ``cp_ulysses`` switch is *ulysses*."""
-    found: dict[str, set[Fraction]] = {}
-    for meta in generated.FORMULAS.values():
-        pairs = dict(meta.get("variant", ()))
-        if pairs.get("output") != "time" or pairs.get("what") != "calls_count":
-            continue
-        if pairs.get("cp_ulysses", ulysses) != ulysses:  # an item of the other CP algorithm
-            continue
-        found.setdefault(pairs["dimension"], set()).add(Fraction(pairs["forward_share"]))
-    out = []
-    for dim, shares in found.items():
-        if len(shares) != 1:
-            raise ValueError(f"the {dim} items' calls declare different forward shares "
-                             f"({', '.join(sorted(map(str, shares)))}): one share cannot split the {dim} seconds")
-        out.append((dim, shares.pop()))
-    return tuple(out)
-
-
-def forward_shares(cp_algo: str | None = None) -> dict[str, Fraction]:
-    """Per dimension of the time family, the share of its collective calls that the layers' forward passes run.
-
-    From the generated table: the ``forward_share`` each item of ``symbolic.stage_time`` declares on its calls
-    form (its forward calls over its calls), the same for every item of a dimension; of the CP items, those
-    of *cp_algo* (the ``cp_ulysses`` pair: Ulysses, or ring attention for any other algorithm and ``None``). TP
-    2 of its 4 all-gathers and 2 of its 4 reduce-scatters per layer, EP 2 of 4, ring CP cp - 1 of 3 (cp - 1),
-    Ulysses 4 of 8, DP and PP none.
-
-    Raises:
-        ValueError: when items of one dimension declare different shares.
-    """
-    return dict(_forward_shares("1" if cp_algo == CpAlgorithm.ULYSSES.value else "0"))
-
-
-def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None) -> np.ndarray:
-    """Exposed communication seconds from the time family's per-dimension seconds of the bottleneck stage.
-
-    The time family prices each collective once per pass (TP: the forward half, the backward half).
-    Full recompute runs a layer's forward pass again, its collectives included (Megatron-LM's checkpointed
-    forward re-executes the whole layer: the TP collectives, the MoE dispatch and combine, the CP exchanges):
-    the forward share of each dimension more (:func:`forward_shares`: TP, EP and CP; CP's by *cp_algo*, ring
-    attention when ``None``). Selective recompute repeats the core attention only, which communicates nothing;
-    the all-gather sequence parallelism repeats in the backward pass is issued asynchronously beside the
-    input-gradient GEMM in Megatron-LM and is not added.
-    """
-    if recompute not in RECOMPUTE_MODES:
-        raise InputError(f"recompute: one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}")
-    total = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
-    if recompute == "full":
-        shares = forward_shares(cp_algo)
-        for dim in _FORWARD_ORDER:
-            share = float(shares.get(dim, 0))
-            if share:
-                total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share
-    return total
 
 
 # ---------------------------------------------------------------- the checks of StepTimePricer's arguments

@@ -135,7 +135,9 @@ def floors(spec: SearchSpec) -> tuple[tuple[FloorPart, ...], ...]:
     """The levels of the communication floor of *spec*, each a tuple of parts (none without the time family).
 
     ``step_time.time_item_keys`` says what each item's seconds per stage follow from; an item that reads a
-    ZeRO level is left out (every table is shared by the ZeRO levels; the tables are per recompute mode, and
+    ZeRO level is left out, as is an item of a dimension the run overlaps with compute (``spec.overlap``: its
+    seconds may be hidden; codegen.pricing.exposure) (every table is shared by the ZeRO levels; the tables are per
+    recompute mode, and
     per CP algorithm where an item reads it: the CP items, ring send/recvs or Ulysses all-to-alls). Level 1:
     the items that read the base row ``(t, cp, p, vp)`` and ``b`` alone (tensor-, context-, pipeline-parallel
     on DeepSeek-V3), keyed by the base row and ``b``: shared by every ``ep`` and ``etp`` too. Level 2: every
@@ -150,7 +152,9 @@ def floors(spec: SearchSpec) -> tuple[tuple[FloorPart, ...], ...]:
     if not keys:
         return ()
     every = dict(keys)
-    keys = {item: needs for item, needs in keys.items() if "zero" not in needs}
+    # An item of a dimension the run overlaps with compute may be hidden (codegen.pricing.exposure): no floor.
+    keys = {item: needs for item, needs in keys.items()
+            if "zero" not in needs and item.split(".")[0] not in spec.overlap}
 
     def by_algo(items: tuple[str, ...]) -> bool:
         return any("cp_algo" in keys[item] for item in items)

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from symbolic.vocabulary import PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_OVERLAP, PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
+from ..pricing.exposure import overlap_names
 from ..runtime.inputs import DEVICES_MAX, InputError, flag, nonnegative, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, recompute_modes, restrictions, system_name, zero_levels
 from .space import SearchSpace
@@ -56,7 +57,9 @@ class SearchSpec:
     value given twice, or two names of one CP algorithm, are merged under the first name); the switches real
     booleans. Lists and mappings are kept as tuples, so that a spec is hashable. *precision*: the run's
     (``symbolic.vocabulary.PRECISIONS``; the GEMMs Transformer Engine runs in it, ``StepTimePricer``), for the
-    step-time objective.
+    step-time objective. *overlap*: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS``
+    names, or one comma-separated text; default ``DEFAULT_OVERLAP``, the data-parallel overlap of Megatron-Bridge's
+    recipes; ``codegen.pricing.exposure``).
 
     Raises:
         InputError: a ``ValueError`` naming the argument and the value.
@@ -78,6 +81,7 @@ class SearchSpec:
     keep_infeasible: bool = False
     precision: str = "bf16"
     reserve_bytes: float | None = None
+    overlap: tuple[str, ...] = DEFAULT_OVERLAP
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -109,6 +113,7 @@ class SearchSpec:
                 raise InputError("reserve_bytes: a memory setting; it needs memory priced (memory=True)")
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise InputError(f"precision: one of {', '.join(PRECISIONS)}, got {_show(self.precision)}")
+        put("overlap", overlap_names("overlap", self.overlap))
         if self.precision != "bf16" and self.objective != "step-time":
             raise InputError(f"precision: {self.precision} prices the compute of --objective step-time; "
                              f"--objective {self.objective} has none")
@@ -170,7 +175,7 @@ def _context(spec: SearchSpec) -> SearchContext:
         comm = time_family_comm(spec.model, spec.system)
         if spec.objective == "comm-time" and comm is None:
             raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
-        step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision)
+        step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision, overlap=spec.overlap)
     memory = None
     if spec.memory:
         from ..pricing.memory import DEFAULT_SETTINGS, MemoryPricer

@@ -18,7 +18,6 @@ import numpy as np
 from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..pricing.chunks import Chunk
-from ..pricing.step_time import exposed_comm
 from ..runtime.inputs import InputError, whole
 from .bounds import chunk_stage_parts, floors, level_floor, row_bound_forms, row_stage_parts
 from .spec import SearchSpec, decoded, search_context, subchunk
@@ -90,7 +89,8 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     sub = subchunk(spec, chunk, rows)
     filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
-        comm = exposed_comm(step.comm(sub), chunk.setting.recompute, chunk.setting.cp_algo)
+        comm = step.exposed(step.comm(sub), chunk.setting.recompute, chunk.setting.cp_algo, table["compute_s"][rows],
+                            sub.values["m"], chunk.setting.zero)
         comm = np.broadcast_to(comm, rows.shape).astype(np.float64)
         filled["comm_s"] = comm
         filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm, validated=True)

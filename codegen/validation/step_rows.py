@@ -41,10 +41,13 @@ model ranks first (its measured time over the fastest measured, minus 1).
 
 Public API::
 
-    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE
+    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_OVERLAP
     is_step_rows_table(table) -> bool
+    read_rows(table, system=None) -> list[dict]            # every row's cells read through the gate
+    model_and_layout(row, name, source) -> (ModelConfig, Layout, ZeRO level)   # a row read by read_rows
     step_rows(table, system=None) -> list[dict]
     recipe_recompute(row, p) -> (RecomputePlan, source)
+    recipe_overlap(row) -> (overlap names, source)      # the row's overlap cell, its recipe's, or DEFAULTS
     row_memory(row, name, source, settings=DEFAULT_SETTINGS) -> dict   # memory per rank with the recipe's settings
     memory_rows(table, system=None, settings=DEFAULT_SETTINGS) -> list[dict]
     spearman(x, y) -> float;  regret(predicted, measured) -> float
@@ -64,18 +67,21 @@ from typing import Any
 import numpy as np
 
 import hardware
-from symbolic.vocabulary import SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_OVERLAP, SEARCH_KEYS
 
 from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
+from ..pricing.exposure import overlap_names
 from ..pricing.step_time import StepTimePricer, time_family_comm
 from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, parse_flag, \
     parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
-__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "Family",
-           "is_step_rows_table", "step_rows", "recipe_recompute", "row_memory", "memory_rows", "spearman", "regret",
+__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "RECIPE_OVERLAP", "Family",
+           "is_step_rows_table", "read_rows", "model_and_layout", "step_rows", "recipe_recompute", "recipe_overlap",
+           "row_memory",
+           "memory_rows", "spearman", "regret",
            "sweep_stats", "group_stats", "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
@@ -91,7 +97,7 @@ PRECISIONS = {"bf16": "bf16", "fp8": "fp8", "fp8-ds": "fp8", "fp8-cs": "fp8-cs",
 #: Transformer Engine's fused attention; sequence parallelism with tensor parallelism; no activation
 #: recompute; no dropout in pretraining recipes; Megatron's distributed optimizer, ZeRO level 1).
 DEFAULTS = {"recompute_mode": "none", "sequence_parallel": "tp > 1", "flash_attention": True, "dropout": False,
-            "zero": 1}
+            "zero": 1, "overlap": DEFAULT_OVERLAP}
 
 
 #: The memory settings of NVIDIA's performance recipes that no column states, for every row (the memory check,
@@ -124,6 +130,40 @@ RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[int, str]] = {
     ("llama3_8b", "dgx_h100", "fp8-cs"): (5, "Megatron-Bridge@fa55da5f scripts/performance/configs/llama3/"
                                              "workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: "
                                              "recompute_num_layers=5 (full, block)"),
+}
+
+
+_MB = "NVIDIA-NeMo/Megatron-Bridge@"
+_TP_MB = ("Megatron-Bridge's Llama 3 / 3.1 recipes, CommOverlapConfig(tp_comm_overlap=True) with the fn's userbuffers "
+          "config (" + _MB + "7af9601c9 (v0.2.0, 25.11), 21b02e0cf (v0.3.0, 26.02), fcbb60311 (v0.5.0, 26.06): "
+          "src/megatron/bridge/recipes/llama/llama3.py; scripts/performance/configs/llama*/llama3*_llm_pretrain.py)")
+_TP_NEMO = ("NeMo 2.2.0's recipe callback tp_comm_overlap=True with the script's userbuffers config (NVIDIA/NeMo@"
+            "7192a2c944: nemo/collections/llm/recipes/{gpt3_175b,llama3_70b,llama31_405b,nemotron4_340b}.py; "
+            "scripts/llm/performance/pretrain_*.py)")
+_EP_MB = ("Megatron-Bridge's Qwen3 presets moe_a2a_overlap=True: overlap_moe_expert_parallel_comm and "
+          "delay_wgrad_compute on (" + _MB + "7af9601c9, 21b02e0cf: scripts/performance/configs/qwen*/"
+          "*workload_base_configs.py; scripts/performance/utils/helpers.py / overrides.py)")
+#: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe
+#: has (``DEFAULTS["overlap"]``; an ``overlap`` column wins where given): ``(model, system, precision, release)`` →
+#: (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of each release
+#: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.5.0 = 26.06: its docs/releases/software-versions.md; NeMo
+#: 2.2.0 for 25.02). Transformer Engine's TP overlap needs TP >= 2 and sequence parallelism (Megatron-Bridge
+#: ``comm_overlap.py``, ``_get_model_comm_overlap_cfgs``), so the recipes that ask for it at TP 1 run without.
+#: Not determined, so left at the default: the 24.07 rows (their benchmark configs are not published) and
+#: DeepSeek-V3's 26.04.01 row (its layout matches no preset of the release).
+RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
+    **{key: (("dp", "tp"), _TP_MB) for key in (
+        ("llama3_1_405b", "dgx_b200", "fp8-cs", "25.11"), ("llama3_70b", "dgx_h100", "fp8", "26.02"),
+        ("llama3_70b", "dgx_h100", "fp8-cs", "25.11"), ("llama3_1_405b", "dgx_h100", "fp8", "26.02"),
+        ("llama3_1_405b", "dgx_h100", "fp8", "26.06"), ("llama3_1_405b", "dgx_h100", "fp8-cs", "25.11"))},
+    **{key: (("dp", "tp"), _TP_NEMO) for key in (
+        ("gpt3_175b", "dgx_b200", "fp8", "25.02"), ("llama3_70b", "dgx_b200", "fp8", "25.02"),
+        ("llama3_405b", "dgx_b200", "fp8", "25.02"), ("nemotron_340b", "dgx_b200", "fp8", "25.02"),
+        ("gpt3_175b", "dgx_h100", "fp8", "25.02"))},
+    **{key: (("dp", "ep"), _EP_MB) for key in (
+        ("qwen3_235b_a22b", "dgx_b200", "mxfp8", "25.11"), ("qwen3_235b_a22b", "dgx_h100", "fp8", "26.02"),
+        ("qwen3_235b_a22b", "dgx_h100", "fp8-cs", "25.11"), ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.02"),
+        ("qwen3_30b_a3b", "dgx_h100", "fp8-cs", "25.11"))},
 }
 
 
@@ -233,6 +273,14 @@ def _mode(field: str, text: str) -> str:
         raise InputError(f"{field}: {exc}") from None
 
 
+def _overlap(field: str, text: str) -> tuple[str, ...] | None:
+    """An ``overlap`` cell: overlap names separated by ``;`` or ``,`` (``dp;tp``), ``none``, or blank (``None``: the
+    recipe's, :func:`recipe_overlap`)."""
+    if not text.strip():
+        return None
+    return overlap_names(field, text.replace(";", ","))
+
+
 def _flag_or(blank: bool):
     def read(field: str, text: str) -> bool:
         return blank if not text.strip() else parse_flag(field, text)
@@ -271,6 +319,8 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["recompute_given"] = bool(table.cells("recompute_mode")[i].strip())
     r["sequence_parallel"] = cell(i, "sequence_parallel", _flag_or(r["tp"] > 1))
     r["flash_attention"] = cell(i, "flash_attention", _flag_or(True))
+    r["release"] = table.cells("release")[i].strip()
+    r["overlap"] = cell(i, "overlap", _overlap)
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
     r["sweep"] = table.cells("sweep")[i].strip()
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
@@ -284,7 +334,7 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     return r
 
 
-def _model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
+def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
     """The model, layout and ZeRO level of a row read by :func:`_row`.
 
     Raises:
@@ -335,15 +385,31 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     """
     if r["family"].unpriced:
         raise ValueError(r["family"].unpriced)
-    model, layout, zero = _model_and_layout(r, name, source)
+    model, layout, zero = model_and_layout(r, name, source)
     pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"]),
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
-                            precision=r["precision"])
+                            precision=r["precision"], overlap=recipe_overlap(r)[0])
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
     chunk = Chunk(Setting(r["recompute_mode"], zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
     got = {k: float(x[0]) for k, x in pricer.price(values, r["recompute_mode"], chunk).items()}
     finite(f"{name}: the predicted step time", [got[k] for k in ("step_time_s", "compute_s", "bubble_s", "comm_s")])
     return got
+
+
+def _model_key(r: dict[str, Any]) -> str:
+    return r["model"].strip().lower().replace("-", "_").replace(".", "_")
+
+
+def recipe_overlap(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
+    """The communication overlap of a row read by :func:`read_rows`, and where it comes from: the row's ``overlap``
+    cell (``"table"``); else its recipe's (:data:`RECIPE_OVERLAP`, its source); else the data-parallel overlap every
+    recipe has (``DEFAULTS["overlap"]``, ``"recipe default"``)."""
+    if r.get("overlap") is not None:
+        return r["overlap"], "table"
+    key = (_model_key(r), r["system"], r["precision"], r.get("release", ""))
+    if key in RECIPE_OVERLAP:
+        return RECIPE_OVERLAP[key]
+    return DEFAULTS["overlap"], "recipe default"
 
 
 def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
@@ -354,7 +420,7 @@ def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
     """
     if r.get("recompute_given"):
         return RecomputePlan(r["recompute_mode"]), "table"
-    key = (r["model"].strip().lower().replace("-", "_").replace(".", "_"), r["system"], r["precision"])
+    key = (_model_key(r), r["system"], r["precision"])
     if key in RECIPE_RECOMPUTE:
         layers, source = RECIPE_RECOMPUTE[key]
         return RecomputePlan("none", (layers,) * p), source
@@ -378,7 +444,7 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     """
     if r["family"].unpriced:
         raise ValueError(r["family"].unpriced)
-    model, layout, zero = _model_and_layout(r, name, source)
+    model, layout, zero = model_and_layout(r, name, source)
     plan, origin = recipe_recompute(r, layout.p)
     layout = dataclasses.replace(layout, recompute=plan)
     used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]))
@@ -404,7 +470,7 @@ def memory_rows(table: Table, system: str | None = None, settings: MemorySetting
     if not isinstance(settings, MemorySettings):
         raise InputError(f"settings: expected a MemorySettings, got {type(settings).__name__}")
     nvidia_recipe = flag("nvidia_recipe", nvidia_recipe)
-    read = _rows(table, system)
+    read = read_rows(table, system)
     out = []
     for r in read:
         row: dict[str, Any] = {"line": r["line"], "model": r["model"], "system": r["system"],
@@ -417,7 +483,7 @@ def memory_rows(table: Table, system: str | None = None, settings: MemorySetting
     return out
 
 
-def _rows(table: Table, system: str | None) -> list[dict[str, Any]]:
+def read_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     """Every row of *table* read (``_row``), after checking its columns and the ``--system`` override."""
     missing = [c for c in REQUIRED if not table.has(c)]
     if missing:
@@ -437,7 +503,7 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     Raises:
         ValueError: naming the file, line, column and value of the first cell the reader does not know.
     """
-    read = _rows(table, system)
+    read = read_rows(table, system)
     out = []
     for r in read:
         row = {"line": r["line"], "model": r["model"], "system": r["system"], "precision": r["precision"],

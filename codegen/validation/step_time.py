@@ -105,9 +105,10 @@ def _predict(table: Table, i: int, system: str | None) -> dict[str, Any]:
         validate(model, layout, devices=gpus)  # the rules symcost eval applies, and d·t·p = gpus
     except LayoutError as exc:
         raise table.refuse(i, str(exc)) from None
-    # Megatron-LM of 2022 (no FlashAttention: the s-by-s scores pass through HBM; dropout 0.1 on).
+    # Megatron-LM of 2022 (no FlashAttention: the s-by-s scores pass through HBM; dropout 0.1 on; no communication
+    # overlapped with compute: the runs predate --overlap-grad-reduce).
     pricer = StepTimePricer(model, system=name, comm=time_family_comm(model, name), flash_attention=0.0,
-                            dropout=1.0)
+                            dropout=1.0, overlap=())
     values = {k: np.array([x], dtype=np.int64)
               for k, x in dict(d=d, t=t, p=p, cp=1, ep=1, etp=1, vp=vp, b=b, m=m).items()}
     # Megatron-LM's distributed optimizer was not used in these runs: ZeRO level 0.

@@ -1,0 +1,126 @@
+"""Communication overlapped with compute (codegen.pricing.exposure, docs/search.md "Exposed communication"): the
+exposed seconds against hand derivations, the settings through the pricer, the search, eval and the step-time
+rows, and one clear line for a name no overlap has."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.configs import load_model
+from codegen.pricing.chunks import Chunk, Setting
+from codegen.pricing.exposure import exposed_comm, forward_shares, overlap_names
+from codegen.pricing.step_time import StepTimePricer, time_family_comm
+from codegen.runtime.inputs import InputError
+from codegen.validation.csvfile import read_table
+from codegen.validation.step_rows import read_rows
+from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS
+
+#: A bottleneck stage's seconds by dimension (made up, round numbers for hand sums).
+PARTS = {"tp": np.array([3.0]), "cp": np.array([0.0]), "ep": np.array([2.0]), "pp": np.array([0.5]),
+         "dp": np.array([1.0])}
+
+
+def test_without_overlap_every_dimension_is_exposed_as_before():
+    assert exposed_comm(PARTS, "none")[0] == 6.5
+    # full recompute repeats the forward half of TP's and EP's calls (2 of 4 each): 3·1.5 + 2·1.5 + 0.5 + 1
+    assert forward_shares()["tp"] == forward_shares()["ep"] == 0.5
+    assert exposed_comm(PARTS, "full")[0] == 9.0
+
+
+@pytest.mark.parametrize("overlap,zero,want", [
+    # dp at ZeRO 1: a window of one micro-batch's compute, 4 / 4 = 1 s: the 1 s of DP hidden: 3 + 2 + 0.5
+    (("dp",), 1, 5.5),
+    # dp at ZeRO 1 with 2 s of compute: window 0.5 s, 0.5 s of DP left: 5.5 + 0.5 (compute 2 below)
+    (("dp",), 1, 6.0),
+    # FSDP (ZeRO 3): every micro-batch's compute, 4 s: the DP second hidden
+    (("dp",), 3, 5.5),
+    # all three: windows dp 1, tp 4, ep 4·3/4 = 3; none exceeded, but together 6 s of them beside 4 s of compute
+    # leave 2 s: 0.5 (pp) + 2
+    (("dp", "tp", "ep"), 1, 2.5),
+    # tp alone: 3 s within 4 s of compute: 2 + 0.5 + 1
+    (("tp",), 1, 3.5),
+])
+def test_overlap_hides_a_dimension_up_to_its_window(overlap, zero, want):
+    compute = 2.0 if want == 6.0 else 4.0
+    got = exposed_comm(PARTS, "none", overlap=overlap, compute_s=np.array([compute]), m=np.array([4]), zero=zero)
+    assert got[0] == pytest.approx(want, rel=1e-15)
+
+
+def test_ep_overlap_needs_a_second_micro_batch_and_full_recompute_counts_in_the_window():
+    one = exposed_comm(PARTS, "none", overlap=("ep",), compute_s=np.array([4.0]), m=np.array([1]))
+    assert one[0] == 6.5  # m = 1: no other micro-batch to run beside
+    # full recompute: TP 4.5 s, EP 3 s; tp overlapped beside 4 s of compute leaves 0.5: 3 + 0.5 + 1 + 0.5
+    full = exposed_comm(PARTS, "full", overlap=("tp",), compute_s=np.array([4.0]), m=np.array([4]))
+    assert full[0] == pytest.approx(5.0, rel=1e-15)
+
+
+def test_overlap_names_are_checked():
+    assert overlap_names("x", "tp, dp") == ("dp", "tp")  # the vocabulary's order, each once
+    assert overlap_names("x", "none") == overlap_names("x", "") == overlap_names("x", ()) == ()
+    assert DEFAULT_OVERLAP == ("dp",) and set(OVERLAPS) == {"dp", "tp", "ep"}
+    for bad in ("dp,pp", 3, ("dp", 1)):
+        with pytest.raises(InputError, match="overlap"):
+            overlap_names("overlap", bad)
+    with pytest.raises(InputError, match="compute seconds"):
+        exposed_comm(PARTS, "none", overlap=("dp",))
+
+
+def test_the_pricer_applies_its_overlap_to_the_time_familys_seconds():
+    """StepTimePricer.price: exposed = exposed_comm of the time family's seconds with the pricer's overlap and the
+    priced compute; the default is the recipes' data-parallel overlap, which never exposes more."""
+    model = load_model("llama3-8b")
+    values = {k: np.array([v], dtype=np.int64) for k, v in dict(d=8, t=1, p=1, cp=1, ep=1, etp=1, vp=1, b=1,
+                                                                 m=16).items()}
+    chunk = Chunk(Setting("none", 3, model.layout.cp_algo), values, np.zeros(1, np.int64), model)
+    comm = time_family_comm(model, "dgx_h100")
+    seconds = comm(chunk)
+    got = {}
+    for overlap in ((), ("dp",), ("dp", "tp", "ep")):
+        pricer = StepTimePricer(model, system="dgx_h100", comm=comm, precision="fp8", overlap=overlap)
+        parts = pricer.price(values, "none", chunk, zero=3)
+        want = exposed_comm(seconds, "none", overlap=overlap, compute_s=parts["compute_s"], m=values["m"], zero=3)
+        assert parts["comm_s"][0] == want[0]
+        got[overlap] = parts["comm_s"][0]
+    assert got[()] == pytest.approx(sum(float(v[0]) for v in seconds.values()), rel=1e-15)
+    assert got[("dp",)] < got[()]  # FSDP's gathers and reductions (16 micro-batches) largely hidden
+    assert StepTimePricer(model, system="dgx_h100").overlap == DEFAULT_OVERLAP
+
+
+def test_step_rows_read_an_overlap_column(tmp_path):
+    source = Path(__file__).resolve().parents[1] / "codegen" / "validation" / "data" / "nemo_step_times.csv"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "rows.csv"
+    path.write_text("\n".join([lines[0] + ",overlap", lines[1] + ",dp;tp", lines[2] + ",none", lines[3] + ","])
+                    + "\n", encoding="utf-8")
+    rows = read_rows(read_table(path))
+    assert [r["overlap"] for r in rows] == [("dp", "tp"), (), None]  # blank: the recipe's (recipe_overlap)
+    path.write_text("\n".join([lines[0] + ",overlap", lines[1] + ",dp;sp"]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2.*overlap.*'sp'"):
+        read_rows(read_table(path))
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["search", "--model", "llama3-8b", "--devices", "8", "--system", "dgx_h100", "--global-batch", "16",
+      "--overlap", "dp,pp"], "--overlap"),
+    (["search", "--model", "llama3-8b", "--devices", "8", "--system", "dgx_h100", "--global-batch", "16",
+      "--objective", "original", "--overlap", "tp"], "--overlap tp"),
+    (["eval", "--model", "llama3-8b", "--device", "dgx_h100", "--overlap", "dp"], "--overlap"),
+    (["eval", "--model", "llama3-8b", "--device", "dgx_h100", "--cost", "step-time", "--overlap", "all"],
+     "--overlap"),
+])
+def test_bad_overlap_is_one_line(argv, named):
+    done = subprocess.run([sys.executable, "-m", "codegen.cli", *argv], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and named in done.stderr and "Traceback" not in done.stderr
+
+
+def test_eval_step_time_states_its_overlap():
+    done = subprocess.run([sys.executable, "-m", "codegen.cli", "eval", "--model", "llama3-8b", "--device", "dgx_h100",
+                           "--cost", "step-time", "--layout", "d=8,t=1,p=1,cp=1,m=16,b=1", "--overlap", "none",
+                           "--json"], capture_output=True, text=True, check=True)
+    assert '"overlap": []' in done.stdout
