@@ -137,6 +137,25 @@ def run_step_time(args: argparse.Namespace) -> int:
         return run_step_time_validation(args.data, args.system)
 
 
+def _register_decision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
+                   help="a table in the format of nemo_step_times.csv (default: the shipped copy, NVIDIA's NeMo / "
+                        "Megatron-Bridge throughput); its newest row of each model family x system is a case")
+    p.add_argument("--system", default=None, help="catalog system for every row (default: from the system column)")
+    p.set_defaults(func=run_decision)
+
+
+def run_decision(args: argparse.Namespace) -> int:
+    from ..validation.csvfile import read_table
+    from ..validation.decision import DEFAULT_DATA, decision_cases, decision_summary, print_decision_report
+
+    path = Path(args.data) if args.data else DEFAULT_DATA
+    with no_cyclic_gc():
+        cases = decision_cases(read_table(path), args.system)
+    print_decision_report(path, cases)
+    return 0 if decision_summary(cases)["holds"] else 1
+
+
 #: What can be validated: name → (help, function adding its options and setting ``func``).
 CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "collectives": ("collective times (NCCL's model) against nccl-tests measurements", _register_collectives),
@@ -145,6 +164,9 @@ CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "step-time": ("step time (compute, bubble, exposed comm) against measured Megatron-LM iteration times, or "
                   "NeMo step times and layout sweeps (--data; per sweep: Spearman rank correlation and regret)",
                   _register_step_time),
+    "decision": ("the decision test: per model family x system of NVIDIA's published layouts, the search's best "
+                 "predicted step against the published layout's (passes within 15 %, the layout fitting; exit 1 "
+                 "unless 80 % of the cases pass and none is called infeasible; docs/search.md)", _register_decision),
 }
 
 

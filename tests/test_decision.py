@@ -1,0 +1,105 @@
+"""The decision test (codegen.validation.decision, docs/search.md "The decision test"): for each model family ×
+system of NVIDIA's published layouts, the search's best predicted step against the published layout's.
+
+The test asks that the search undercut the published layout by at most 15 % in 80 % of the cases and call none
+infeasible. It does not hold yet: the cases that fail are listed with the modelling gap behind each, and the list is
+exact both ways (a listed case that comes to pass, or another that stops passing, fails), so that the state is
+known and any change to it is seen.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.pricing.chunks import Chunk, Setting
+from codegen.pricing.step_time import StepTimePricer, time_family_comm
+from codegen.validation.csvfile import read_table
+from codegen.validation.decision import DEFAULT_DATA, FIXED_KEYS, GAP_BOUND, decision_cases, decision_summary
+from codegen.validation.step_rows import model_and_layout, read_rows, recipe_overlap
+
+pytestmark = pytest.mark.xdist_group("decision")  # one worker computes the cases once
+
+CROSS_NODE_EP = "its expert all-to-all across nodes, exposed, where the search keeps EP inside a node"
+RECOMPUTE = "it fits only with full recompute (the memory family's named gaps, tests/test_nemo_memory.py)"
+#: (model family, system) → why the search's best undercuts the published layout by more than 15 % today (the
+#: parts of both predictions: docs/search.md, "The decision test").
+KNOWN_GAPS = {
+    ("DeepSeek-V3", "dgx_b200"): CROSS_NODE_EP + " (EP 32: 44 s against 6 s at EP 8)",
+    ("GPT-OSS-120B", "dgx_b200"): RECOMPUTE,
+    ("Llama-3-70B", "dgx_b200"): "CP 2 at micro-batch 1 against TP 4 at micro-batch 2: more compute (smaller GEMMs) "
+                                 "and more exposed communication (15.1 %, at the bound)",
+    ("Llama-3.1-405B", "dgx_b200"): RECOMPUTE,
+    ("Mixtral-8x7B", "dgx_b200"): "more exposed communication at EP 8, micro-batch 2 than at EP 4, micro-batch 4",
+    ("Nemotron-4-340B", "dgx_b200"): "more exposed communication with 4 stages of 8 micro-batches than with 8 of 2",
+    ("Qwen3-30B-A3B", "dgx_b200"): RECOMPUTE + "; its EP 8 all-to-all against the search's EP 1",
+    ("Llama-2-70B", "dgx_h100"): "TP 4 collectives exposed (the 24.07 run's overlap is not determined)",
+    ("Nemotron-22B", "dgx_h100"): "more compute and exposed communication with 4 stages than with 2",
+    ("Qwen3-235B-A22B", "dgx_h100"): f"{RECOMPUTE}; {CROSS_NODE_EP} (EP 32)",
+    ("Qwen3-30B-A3B", "dgx_h100"): CROSS_NODE_EP + " (EP 16 over two nodes)",
+}
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return decision_cases(read_table(DEFAULT_DATA))
+
+
+def test_one_case_per_family_and_system_from_its_newest_row(cases):
+    keys = [(c.family, c.system) for c in cases]
+    assert len(keys) == len(set(keys)) == 26
+    by_key = {(c.family, c.system): c for c in cases}
+    # Llama 3.1 405B on H100: rows of releases 26.02, 26.06 and 25.11; the newest (26.06) is line 40
+    assert by_key[("Llama-3.1-405B", "dgx_h100")].line == 40 and by_key[("Llama-3.1-405B", "dgx_h100")].release == "26.06"
+    assert by_key[("Qwen3-30B-A3B", "dgx_h100")].line == 49
+
+
+def test_the_failing_cases_are_the_named_gaps(cases):
+    failing = {(c.family, c.system) for c in cases if not c.passes}
+    assert failing == set(KNOWN_GAPS)
+    assert all(c.published_fits for c in cases)  # never calls a published layout infeasible
+    summary = decision_summary(cases)
+    assert summary == {"cases": 26, "passing": 26 - len(KNOWN_GAPS), "share": (26 - len(KNOWN_GAPS)) / 26,
+                       "infeasible": 0, "holds": False}
+
+
+def test_each_case_is_consistent(cases):
+    for c in cases:
+        # the search's best is over a space that holds the published layout: never slower
+        assert c.best_s <= c.published_s * (1 + 1e-12), c
+        assert c.gap == pytest.approx(1 - c.best_s / c.published_s, rel=1e-12)
+        assert c.passes == (c.published_fits and c.gap <= GAP_BOUND)
+        assert c.published is not None and all(c.published[k] >= 1 for k in FIXED_KEYS)
+        assert c.published["d"] * c.published["t"] * c.published["p"] * c.published["cp"] == c.devices
+        assert c.best["d"] * c.best["t"] * c.best["p"] * c.best["cp"] == c.devices
+        assert c.published["d"] * c.published["b"] * c.published["m"] == c.global_batch
+
+
+def test_the_published_prediction_is_the_step_time_pricers(cases):
+    """Llama 3 8B on H100 (line 38): the published layout's predicted step is StepTimePricer's for that layout with
+    the recompute mode and ZeRO level the case reports, through the pricer's own path (not the search)."""
+    case = next(c for c in cases if c.line == 38)
+    table = read_table(DEFAULT_DATA)
+    row = next(r for r in read_rows(table) if r["line"] == 38)
+    model, layout, _ = model_and_layout(row, row["model"], str(DEFAULT_DATA))
+    values = {k: np.array([case.published[k]], dtype=np.int64) for k in (*FIXED_KEYS, "m")}
+    mode, zero = case.published["recompute"], case.published["zero"]
+    chunk = Chunk(Setting(mode, zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
+    pricer = StepTimePricer(model, system=row["system"], comm=time_family_comm(model, row["system"]),
+                            precision=row["precision"], overlap=recipe_overlap(row)[0])
+    got = pricer.price(values, mode, chunk, zero=zero)["step_time_s"][0]
+    assert got == pytest.approx(case.published_s, rel=1e-9)
+
+
+def test_bad_table_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    lines = DEFAULT_DATA.read_text(encoding="utf-8").splitlines()
+    bad = tmp_path / "rows.csv"
+    bad.write_text("\n".join([lines[0], lines[1].replace("FP8-MX", "FP7", 1)]) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "codegen.cli", "validate", "decision", "--data", str(bad)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "precision" in done.stderr and "FP7" in done.stderr
+    assert "Traceback" not in done.stderr
