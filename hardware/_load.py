@@ -29,7 +29,8 @@ File layout (every key below is checked; any other key is an error)::
                                             # peak_flops_fp8_per_s, peak_flops_fp4_per_s,
                                             # compute_efficiency, compute_efficiency_fp8,
                                             # hbm_bytes_per_s, hbm_efficiency,
-                                            # vector_flops_per_s, vector_efficiency (optional)
+                                            # vector_flops_per_s, vector_efficiency,
+                                            # attention_efficiency (optional)
     [[unused_helper_levels]]                # optional: figures the original never uses
     name = "NODE"
     bandwidth_bytes_per_s = 300e9
@@ -82,7 +83,7 @@ _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", 
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
 _GPU_OPTIONAL = ("peak_flops_fp8_per_s", "peak_flops_fp4_per_s", "compute_efficiency",
                  "compute_efficiency_fp8", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
-                 "vector_efficiency")
+                 "vector_efficiency", "attention_efficiency")
 _HELPER_REQUIRED = ("name", "bandwidth_bytes_per_s", "efficiency", "latency_s")
 
 

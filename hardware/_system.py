@@ -259,6 +259,10 @@ class Gpu:
             operations; ``None`` where not stated.
         vector_efficiency: achieved fraction of that peak for a training layer's element-wise operations, one
             published figure per GPU generation; ``None`` where none is published.
+        attention_efficiency: achieved fraction of the BF16 peak a fused attention kernel (FlashAttention, cuDNN)
+            reaches on a causal layer's forward and backward passes, counted as the step counts its FLOPs (three
+            forward passes), one published figure per GPU generation; ``None`` where none is published (the
+            scores' matmuls are then sized as GEMMs).
     """
 
     model: str
@@ -275,6 +279,7 @@ class Gpu:
     hbm_efficiency: float | None = None
     vector_flops_per_s: float | None = None
     vector_efficiency: float | None = None
+    attention_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         _text("model", self.model)
@@ -304,6 +309,9 @@ class Gpu:
             object.__setattr__(self, "vector_flops_per_s", positive_real("vector_flops_per_s", self.vector_flops_per_s))
         if self.vector_efficiency is not None:
             object.__setattr__(self, "vector_efficiency", _fraction("vector_efficiency", self.vector_efficiency))
+        if self.attention_efficiency is not None:
+            object.__setattr__(self, "attention_efficiency",
+                               _fraction("attention_efficiency", self.attention_efficiency))
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ lowp_sym, lowp_peak, lowp_eff = syms("stage_lowp_flops", "lowp_peak_flops_per_s"
 n_dense_stage, n_dense_full, n_dense_sel = syms("n_dense_layers_stage", "n_dense_full_rec", "n_dense_sel_rec")
 n_window_stage, n_window_full, n_window_sel, window = syms(
     "n_window_layers_stage", "n_window_full_rec", "n_window_sel_rec", "sliding_window")
+attn_ratio, = syms("attention_ratio")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
@@ -162,6 +163,24 @@ def gemm_efficiency_ratio(size: sympy.Expr) -> sympy.Expr:
     return Piecewise((sympy.Rational(1, 9), size < 10**9), (sympy.Rational(2, 3), size < 16 * 10**9), (1, True))
 
 
+FUSED_ATTENTION = ("a fused attention kernel's measured throughput, per GPU generation (the catalog's "
+                   "attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default backend, "
+                   "at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5, BF16, head "
+                   "dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a "
+                   "backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3 forward passes' "
+                   "FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's count of "
+                   "three passes")
+
+
+def score_gemm_ratio(size: sympy.Expr) -> sympy.Expr:
+    """The efficiency of the attention scores' matmuls over the reference GEMM efficiency, by their size in FLOPs:
+    under a fused attention kernel the kernel's own (``attention_ratio``: its achieved fraction of the peak over
+    ``compute_efficiency``, ``FUSED_ATTENTION``), at most the size's GEMM ratio (:func:`gemm_efficiency_ratio`: the
+    kernel is no faster than a GEMM of its size); 1 where no kernel's figure is published, the GEMM curve's alone
+    (unit: 1)."""
+    return sympy.Min(attn_ratio, gemm_efficiency_ratio(size))
+
+
 def _linear_gemms(variant: AttentionParams, moe: bool) -> list[tuple[sympy.Expr, sympy.Expr]]:
     """One layer's linear GEMMs as ``(forward FLOPs per token of a rank's share, size in FLOPs of one GEMM)``.
 
@@ -204,21 +223,25 @@ def stage_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     The GEMMs: the linear layers (:func:`_linear_gemms`), the MoE router (``b·s/(t·cp)`` tokens by ``h`` by
     ``n_exp``), the attention scores (``QKᵀ`` and ``A·V``, each one batched kernel over the micro-batch's heads)
     and the output layer; their sizes are a micro-batch's on one rank, the same in the forward, input-gradient
-    and weight-gradient passes (equal FLOPs). Sources: ``NARAYANAN``, ``GEMM_CURVE``, ``GROUPED_GEMM``.
+    and weight-gradient passes (equal FLOPs); under a fused attention kernel the scores at its own efficiency
+    (:func:`score_gemm_ratio`). Sources: ``NARAYANAN``, ``GEMM_CURVE``, ``GROUPED_GEMM``, ``FUSED_ATTENTION``.
     """
     tokens = b * s / (t * cp)
-    scores = (1 - flash / 2) * score_flops(variant)
     gemms = _linear_gemms(variant, moe)
     if moe:
         gemms.append((2 * h * n_exp, tokens * 2 * h * n_exp))
     layer = _weighted(gemms)
-    core = scores / gemm_efficiency_ratio(tokens * scores / 2)
+    # Under a fused kernel (flash = 1) the causal half of the scores at the kernel's efficiency; without one the
+    # whole matrix as two GEMMs (QKᵀ and A·V, each half the FLOPs) on the GEMM curve.
+    causal = score_flops(variant) / 2
+    core = (flash * causal / score_gemm_ratio(tokens * causal / 2)
+            + (1 - flash) * score_flops(variant) / gemm_efficiency_ratio(tokens * score_flops(variant) / 2))
     output = 2 * h * v / gemm_efficiency_ratio(tokens * 2 * h * v)
     return m * tokens * (3 * n_layers_stage * (layer + core) + n_full_rec * (layer + core) + n_sel_rec * core
                          + 3 * n_output * output)
 
 
-__all__ += ["gemm_efficiency_ratio", "stage_gemm_flops", "stage_lowp_gemm_flops"]
+__all__ += ["gemm_efficiency_ratio", "score_gemm_ratio", "stage_gemm_flops", "stage_lowp_gemm_flops"]
 
 
 #: Bytes of a 16-bit activation element; dropout masks take one byte (Korthikanti et al. 2022, §4.1).
@@ -361,13 +384,14 @@ def window_saved_gemm_flops(variant: AttentionParams) -> sympy.Expr:
     heads, :func:`stage_gemm_flops`) are smaller than causal attention's, so what it saves is the causal scores'
     FLOPs over their size's ratio less its own windowed scores' over theirs, per token ``score_flops/2`` and
     ``score_flops · w'·(1 − w'/(2s))/s`` with ``w' = min(w, s)`` (their difference :func:`window_saved_flops`'
-    ``score_flops · (s − w')²/(2s²)``). Sources: ``WINDOW``, ``CAUSAL``, ``GEMM_CURVE``."""
+    ``score_flops · (s − w')²/(2s²)``), each at the fused kernel's efficiency (:func:`score_gemm_ratio`). Sources:
+    ``WINDOW``, ``CAUSAL``, ``GEMM_CURVE``, ``FUSED_ATTENTION``."""
     tokens = b * s / (t * cp)
     w = sympy.Min(window, s)
     causal = score_flops(variant) / 2
     windowed = score_flops(variant) * w * (1 - w / (2 * s)) / s
-    saved = (causal / gemm_efficiency_ratio(tokens * causal / 2)
-             - windowed / gemm_efficiency_ratio(tokens * windowed / 2))
+    saved = (causal / score_gemm_ratio(tokens * causal / 2)
+             - windowed / score_gemm_ratio(tokens * windowed / 2))
     return flash * m * tokens * (3 * n_window_stage + n_window_full + n_window_sel) * saved
 
 
@@ -398,7 +422,7 @@ def _build() -> tuple[Formula, ...]:
                           "FLOPs per rank per step of one pipeline stage (as compute_*_stage_flop), each GEMM's over "
                           "its size's efficiency relative to the generation's reference GEMM efficiency: the FLOPs "
                           "that take the stage's GEMM seconds at peak x compute_efficiency.",
-                          f"{NARAYANAN}; {CAUSAL}; {GEMM_CURVE}; {GROUPED_GEMM}"))
+                          f"{NARAYANAN}; {CAUSAL}; {GEMM_CURVE}; {GROUPED_GEMM}; {FUSED_ATTENTION}"))
             out.append(_f(f"{key}_stage_lowp_gemm_flop", stage_lowp_gemm_flops(variant, moe), key, "FLOP",
                           "The low-precision GEMM FLOPs per rank per step of one pipeline stage (as "
                           "compute_*_stage_lowp_flop), each GEMM's over its size's efficiency relative to the "
@@ -437,7 +461,7 @@ def _build() -> tuple[Formula, ...]:
                       "The score FLOPs a stage's sliding-window layers save (as compute_*_window_saved_flop), each "
                       "score GEMM's over its size's efficiency relative to the generation's reference GEMM "
                       "efficiency: the causal scores' less the windowed scores'.",
-                      f"{WINDOW}; {CAUSAL}; {GEMM_CURVE}"))
+                      f"{WINDOW}; {CAUSAL}; {GEMM_CURVE}; {FUSED_ATTENTION}"))
     out.append(_f("output_forward_flop", 2 * h * v, "output", "FLOP",
                   "Forward FLOPs per token of the output layer (logits).", NARAYANAN))
     # Every FLOP at the BF16 rate, then the low-precision GEMMs' at theirs instead: (F − L)/R + L/R_low written as

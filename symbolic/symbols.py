@@ -289,6 +289,9 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
      "ZeRO stage over the data-parallel group: 0 none, 1 optimizer states, 2 and gradients, 3 and weights (FSDP)"),
     ("flash_attention", "nonnegative", "1",
      "1 when a fused attention kernel (FlashAttention) keeps no s-by-s score matrices, else 0"),
+    ("attention_ratio", "positive", "1",
+     "a fused attention kernel's achieved fraction of the BF16 peak over the reference GEMM efficiency (1: sized "
+     "as a GEMM)"),
     ("dropout", "nonnegative", "1", "1 when dropout layers keep their 1-byte masks for the backward pass, else 0"),
     ("bytes_logits", "positive", "bytes", "bytes per stored output logit for the cross-entropy loss (4: fp32)"),
     ("tie_emb_out", "nonnegative", "1", "1 when the output layer reuses the embedding table, else 0"),

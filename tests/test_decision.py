@@ -27,8 +27,6 @@ RECOMPUTE = "it fits only with full recompute (the memory family's named gaps, t
 KNOWN_GAPS = {
     ("DeepSeek-V3", "dgx_b200"): CROSS_NODE_EP + " (EP 32: 44 s against 6 s at EP 8)",
     ("GPT-OSS-120B", "dgx_b200"): RECOMPUTE,
-    ("Llama-3-70B", "dgx_b200"): "CP 2 at micro-batch 1 against TP 4 at micro-batch 2: more compute (smaller GEMMs) "
-                                 "and more exposed communication (15.1 %, at the bound)",
     ("Llama-3.1-405B", "dgx_b200"): RECOMPUTE,
     ("Mixtral-8x7B", "dgx_b200"): "more exposed communication at EP 8, micro-batch 2 than at EP 4, micro-batch 4",
     ("Nemotron-4-340B", "dgx_b200"): "more exposed communication with 4 stages of 8 micro-batches than with 8 of 2",

@@ -104,7 +104,8 @@ def _print_gpu(system: System) -> None:
             ("HBM bandwidth", gpu.hbm_bytes_per_s, "bytes/s"),
             ("HBM efficiency", gpu.hbm_efficiency, "(fraction of peak)"),
             ("vector unit", gpu.vector_flops_per_s, "FLOP/s"),
-            ("vector efficiency", gpu.vector_efficiency, "(fraction of peak)"))
+            ("vector efficiency", gpu.vector_efficiency, "(fraction of peak)"),
+            ("fused attention efficiency", gpu.attention_efficiency, "(fraction of the BF16 peak)"))
     for label, value, unit in rows:
         print(f"  {label}: {'not stated' if value is None else _quantity(value, unit)}")
 

@@ -276,6 +276,16 @@ COMPUTE_PARTS = {"flops": "stage_gemm_flop", "lowp_flops": "stage_lowp_gemm_flop
 REAL_FLOP_PARTS = ("flops", "dense_flops", "window_saved_flops")
 
 
+def _attention_ratio(system: System | str) -> float:
+    """The fused attention kernel's efficiency over the reference GEMM efficiency on *system*'s GPU
+    (``attention_efficiency / compute_efficiency``; ``symbolic.compute.score_gemm_ratio``), 1 where the catalog states
+    no kernel figure (the scores' matmuls then sized as GEMMs). Call after :func:`_gpu_facts` has checked the GPU."""
+    gpu = inputs.system("system", system).gpu
+    if gpu is None or gpu.attention_efficiency is None or not gpu.compute_efficiency:
+        return 1.0
+    return gpu.attention_efficiency / gpu.compute_efficiency
+
+
 def compute_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, precision: str = "bf16"
                   ) -> dict[str, str]:
     """The compute family's stage terms of *model* (its attention variant and whether it has experts pick them;
@@ -337,7 +347,8 @@ def compute_family(system: System | str, *, flash_attention: float = 1.0, dropou
         system, precision)
     facts = {"peak_flops_per_s": peak, "compute_efficiency": efficiency, "hbm_bytes_per_s": hbm,
              "hbm_efficiency": hbm_efficiency, "vector_flops_per_s": vector, "vector_efficiency": vector_efficiency,
-             "lowp_peak_flops_per_s": lowp, "lowp_efficiency": lowp_efficiency}
+             "lowp_peak_flops_per_s": lowp, "lowp_efficiency": lowp_efficiency,
+             "attention_ratio": _attention_ratio(system)}
 
     def settings(_model: ModelConfig, batch: LayoutBatch) -> dict[str, float]:
         level = zero_level_of(batch) if zero is None else zero
@@ -460,6 +471,7 @@ class StepTimePricer:
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
         fields["sliding_window"] = float(model.sliding_window)
+        fields["attention_ratio"] = _attention_ratio(system)
         names = (set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
                  | set(self._lowp_arguments)).union(*(arguments for _, arguments in self._extra.values()),
                                                     *(arguments for _, arguments in self._real.values()))

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from symbolic.vocabulary import SEARCH_KEYS
+
 from ..search import SearchSpec, search
 from .csvfile import DATA_DIR, Table
 from .step_rows import model_and_layout, read_rows, recipe_overlap
@@ -49,7 +51,7 @@ GAP_BOUND = 0.15
 #: The share of cases that must pass.
 PASS_SHARE = 0.8
 #: The degrees fixed to price the published layout (``m`` follows from the global batch, ``d`` and ``b``).
-FIXED_KEYS = ("d", "t", "p", "cp", "ep", "etp", "vp", "b")
+FIXED_KEYS = tuple(key for key in SEARCH_KEYS if key != "m")
 #: The columns of a layout a case reports (its degrees and run settings).
 _LAYOUT_COLUMNS = (*FIXED_KEYS, "m", "recompute", "zero")
 
@@ -171,7 +173,7 @@ def decision_summary(cases: list[DecisionCase]) -> dict[str, Any]:
 def _degrees(layout: dict[str, Any] | None) -> str:
     if layout is None:
         return "does not fit"
-    return (" ".join(f"{k}{layout[k]}" for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m"))
+    return (" ".join(f"{k}{layout[k]}" for k in SEARCH_KEYS)
             + f" {layout['recompute']}")
 
 
