@@ -38,7 +38,7 @@ from .params import (attention_params, dense_ffn_params, norm_params, router_par
 from .symbols import syms
 from .vocabulary import AttentionParams
 
-__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "dense_layers_of_moe", "window_saved_flops", "window_saved_gemm_flops", "FORMULAS"]
+__all__ = ["layer_forward_flops", "linear_forward_flops", "score_flops", "stage_flops", "stage_lowp_flops", "stage_hbm_bytes", "stage_vector_flops", "dense_layers_of_moe", "window_saved_flops", "window_saved_gemm_flops", "permuted_elements", "FORMULAS"]
 
 s, b, h, a, dh, dhr, qk_nope, v = syms("s", "b", "h", "a", "dh", "dhr", "qk_nope_head_dim", "v")
 hff, hff_exp, n_exp, n_shared_exp, n_chosen_exp, n_ffMM = syms(
@@ -248,6 +248,21 @@ __all__ += ["gemm_efficiency_ratio", "score_gemm_ratio", "stage_gemm_flops", "st
 _E = 2
 
 
+PERMUTE = ("Megatron-Core's token dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, "
+           "an index_select copying each token's row once per chosen expert, and unpermute, the expert outputs scaled "
+           "by their routing probabilities and summed back into the tokens' rows; token_dispatcher.py, "
+           "MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h elements each, forward and "
+           "mirrored backward; the all-to-all's own chunk sorting is left out")
+
+
+def permuted_elements() -> sympy.Expr:
+    """Elements a MoE layer's token permutation and un-permutation move through HBM in one pass of one micro-batch on
+    one rank (``PERMUTE``; unit: elements, 16-bit each): each of the rank's ``b·s/(cp·t)`` tokens read once and
+    written once per chosen expert before the dispatch, each chosen expert's output read and summed back into its
+    token's row after the combine — ``2·(b·s/(cp·t))·h·(1 + k)``; the backward pass mirrors it."""
+    return 2 * (b * s / (cp * t)) * h * (1 + n_chosen_exp)
+
+
 def _rank_weights(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """Parameters of one layer held by one rank: the non-expert part over TP, routed experts over EP."""
     if moe:
@@ -265,10 +280,12 @@ def _layer_hbm(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.E
     heads = a / t
     d_v = head_width() if variant is AttentionParams.STANDARD else dh
     scores = (1 - flash) * b * heads * s * s / cp  # s-by-s score elements unless a fused kernel keeps them on chip
+    permute = 0
     if moe:
         active = (n_chosen_exp + n_shared_exp) * hff_exp
         act = tokens * active / t
         ffn_io = tokens * (n_chosen_exp + n_shared_exp) * n_ffMM * (h + hff_exp) / t
+        permute = permuted_elements()
     else:
         act = tokens * hff / t
         ffn_io = tokens * (n_ffMM * h + n_ffMM * hff / t)
@@ -279,11 +296,11 @@ def _layer_hbm(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.E
     gemm = _E * (attn_io + ffn_io + _rank_weights(variant, moe) + core + 2 * scores)
     # Per block (attention, MLP): layer norm in + out, dropout in + out + mask, residual add 2 in + 1 out.
     softmax = scores * (2 * _E + dropout * (2 * _E + 1))
-    fwd = 2 * resid * (2 * _E + dropout * (2 * _E + 1) + 3 * _E) + n_ffMM * _E * act + softmax
+    fwd = 2 * resid * (2 * _E + dropout * (2 * _E + 1) + 3 * _E) + n_ffMM * _E * act + softmax + _E * permute
     # Backward: layer norm (input gradient and weight gradient), dropout, residual, the fork summing the two
     # users' gradients (3 elements), and the attention block's gathered input forked to Q, K and V (4 elements).
     bwd = (2 * resid * (4 * _E + dropout * (2 * _E + 1) + 3 * _E + 3 * _E) + 4 * _E * gathered
-           + n_ffMM * _E * act + softmax)
+           + n_ffMM * _E * act + softmax + _E * permute)
     attention_core = _E * (core + 2 * scores) + softmax
     return fwd, bwd, gemm, attention_core
 
@@ -331,7 +348,8 @@ def stage_vector_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
 def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """HBM bytes one rank of a pipeline stage moves per step in memory-bound work.
 
-    Per layer and micro-batch: the element-wise operations (forward and backward), the GEMMs' operands
+    Per layer and micro-batch: the element-wise operations (forward and backward), a MoE layer's token permutation
+    and un-permutation (``PERMUTE``: ``2·(b·s/(cp·t))·h·(1 + k)`` elements each pass), the GEMMs' operands
     (inputs, outputs and weights; forward once, backward twice: input and weight gradients), the
     weight-gradient GEMM's accumulation into the gradient buffer (Megatron-LM's ``main_grad += dY^T·X``, in
     place, every micro-batch: the buffer read and written in the gradient dtype, ``2·bytes_grad`` a parameter,
@@ -430,9 +448,9 @@ def _build() -> tuple[Formula, ...]:
                           f"{LOW_PRECISION}; {GEMM_CURVE}; {GROUPED_GEMM}"))
             out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
-                          "operations, GEMM operands and weights, the weight gradients' accumulation, "
-                          "recomputation, the Adam update.",
-                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks); {ACCUMULATE}"))
+                          "operations, a MoE layer's token permutation, GEMM operands and weights, the weight "
+                          "gradients' accumulation, recomputation, the Adam update.",
+                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks); {ACCUMULATE}; {PERMUTE} (MoE)"))
             out.append(_f(f"{key}_stage_vector_flop", stage_vector_flops(variant, moe), key, "FLOP",
                           "Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations "
                           "(layer norms, dropouts, residual adds, the activation function, the scores' softmax "

@@ -171,3 +171,27 @@ def test_a_chunks_flops_alone_are_every_stages_flops(name, system, precision):
                 np.testing.assert_array_equal(only_lowp, lowp)
             assert no_bytes is None and no_vector is None
         assert (np.maximum.reduce([flops for flops, *_ in full]) >= pricer.stage_flops(values, recompute)).all()
+
+
+def test_a_moe_layers_token_permutation_by_hand(monkeypatch):
+    """Qwen3-30B-A3B (h 2048, top-8) at b = 1, s = 4096, t = cp = 1, 8 micro-batches on one stage of 48 layers: the
+    dispatcher's permutation reads each of the 4096 tokens once and writes it once per chosen expert (4096·2048·9
+    elements), the un-permutation reads each chosen output and writes each token's sum (the same count): 2·4096·2048·9
+    = 150,994,944 elements, 301,989,888 bytes at 2 bytes, in the forward pass and again in the backward pass:
+    8 · 48 · 2 · 301,989,888 = 231,928,233,984 bytes a step, the HBM bytes the stage gains over a dispatcher that moved
+    nothing (and none in a dense model, which has no router)."""
+    model = load_model("qwen3-30b-a3b")
+    values = {k: np.array([v]) for k, v in dict(d=16, t=1, p=1, cp=1, ep=8, etp=1, vp=1, b=1, m=8).items()}
+    with_permutation = StepTimePricer(model, system="dgx_h100").stage_parts(values, "none", 1)[0][2]
+    variant = AttentionParams.STANDARD
+    form, dense = (symbolic.compute.stage_hbm_bytes(variant, moe) for moe in (True, False))
+    monkeypatch.setattr(symbolic.compute, "permuted_elements", lambda: sympy.Integer(0))
+    without = symbolic.compute.stage_hbm_bytes(variant, True)
+    assert symbolic.compute.stage_hbm_bytes(variant, False) == dense
+    fields = {**model.fields(), "s": 4096.0, "t": 1.0, "cp": 1.0, "ep": 8.0, "m": 8.0, "b": 1.0, "d": 16.0,
+              "n_layers_stage": 48.0, "n_full_rec": 0.0, "n_sel_rec": 0.0, "n_output": 1.0, "sp": 1.0,
+              "flash_attention": 1.0, "dropout": 0.0, "zero_level": 1.0, "etp": 1.0}
+    difference = form - without
+    extra = float(difference.subs({x: fields[x.name] for x in difference.free_symbols}))
+    assert extra == 8 * 48 * 2 * 301_989_888 == 231_928_233_984
+    assert with_permutation[0] > extra
