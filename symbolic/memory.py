@@ -23,13 +23,21 @@ Every value is in bytes on one rank (one device) unless stated. The families:
   check it).
 * **In-flight micro-batches** of a pipeline stage under 1F1B and the
   interleaved schedule.
+* **Low precision** (FP8, MXFP8, NVFP4 runs: ``MemoryVariant.low_precision``):
+  the inputs Transformer Engine's linear layers save for their weight-gradient
+  GEMM kept quantized instead of at 16 bits (:func:`lowp_saved_elements`), and
+  the quantized weight copies it caches across micro-batches
+  (:func:`layer_weight_copies`), each priced in bytes per element or parameter
+  the run's recipe gives (``symbolic.vocabulary.Precision``).
 * **Stage totals** over the layer-kind counts of ``symbolic.model``
   (``n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec,
   n_sel_rec``), headroom against a capacity and a reserve, and a 0/1 ``fits``.
 
 Variants resolved in Python before an expression is built: the attention
-parameter layout (``params.AttentionParams``), dense or MoE, and the layer's
-recompute kind. Numeric settings (ZeRO stage, flash attention, dropout, tied
+parameter layout (``params.AttentionParams``), dense or MoE, the layer's
+recompute kind, and a BF16 or a low-precision run (a BF16 run's forms are
+built exactly as without the low-precision terms, so its numbers stay to the
+bit). Numeric settings (ZeRO stage, flash attention, dropout, tied
 embedding, interleaving) are symbols, so that one expression covers a batch
 of layouts.
 """
@@ -66,6 +74,10 @@ __all__ = [
     "embedding_activations",
     "output_activations",
     "in_flight",
+    "lowp_saved_elements",
+    "layer_lowp_activations_change",
+    "layer_linear_weights",
+    "layer_weight_copies",
     "stage_formulas",
     "stage_slopes",
     "variants",
@@ -83,6 +95,9 @@ bytes_p, bytes_grad, bytes_optimizer, bytes_compute, bytes_logits = syms(
     "bytes_p", "bytes_grad", "bytes_optimizer", "bytes_compute", "bytes_logits")
 zero_level, flash_attention, dropout, tie_emb_out = syms("zero_level", "flash_attention", "dropout", "tie_emb_out")
 memory_reserve, device_memory_bytes = syms("memory_reserve", "device_memory_bytes")
+bytes_lowp_input, bytes_lowp_weight, lowp_proj_copy = syms("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy")
+qkv_bias, o_bias, mlp_bias, attn_extra_p, shared_expert_gate, n_attMM = syms(
+    "qkv_bias", "o_bias", "mlp_bias", "attn_extra_p", "shared_expert_gate", "n_attMM")
 part_size, part_computed, part_sharded = syms("part_size", "part_computed", "part_sharded")
 (n_embedding, n_output, n_body, n_extra, n_extra_sel, n_full_rec, n_sel_rec) = syms(
     "n_embedding", "n_output", "n_body", "n_extra", "n_extra_sel", "n_full_rec", "n_sel_rec")
@@ -95,6 +110,15 @@ FSDP_PARTS = ("HyperParallel SAPP-ND parts: published memory_estimation/evaluato
 SCHEDULES = ("Megatron-LM megatron/core/pipeline_parallel/schedules.py: num_warmup_microbatches of "
              "forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving "
              "((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step")
+TE_SAVED = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (_Linear.forward: the quantized "
+            "input kept for the weight-gradient GEMM, one usage), layernorm_linear.py (_LayerNormLinear.forward: the "
+            "norm input in BF16, ln_out quantized), grouped_linear.py (the experts' inputs); Megatron-Core "
+            "megatron/core/transformer/attention.py (set_save_original_input(linear_proj) but under delayed scaling)")
+TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (Linear.forward: the quantized "
+              "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "
+              "usage), grouped_linear.py (the experts' weight workspaces); Megatron-Core "
+              "megatron/core/extensions/transformer_engine.py (TELinear.forward passes is_first_microbatch unless "
+              "disable_parameter_transpose_cache)")
 
 #: Bytes per element of the log-sum-exp a fused attention kernel keeps per query row and head (fp32),
 #: FlashAttention's only per-row state for the backward pass (Dao et al. 2022, Algorithm 2).
@@ -114,19 +138,29 @@ class Recompute(enum.Enum):
 
 @dataclass(frozen=True)
 class MemoryVariant:
-    """What picks a different memory expression: the attention parameter layout and dense or MoE."""
+    """What picks a different memory expression: the attention parameter layout, dense or MoE, and whether the
+    run's linear layers compute in a low precision (FP8, MXFP8, NVFP4: key suffix ``_lowp``)."""
 
     attention: AttentionParams
     moe: bool
+    low_precision: bool = False
 
     @property
     def key(self) -> str:
-        return f"{self.attention.value}_{'moe' if self.moe else 'dense'}"
+        key = f"{self.attention.value}_{'moe' if self.moe else 'dense'}"
+        return f"{key}_lowp" if self.low_precision else key
+
+    @property
+    def tag(self) -> tuple[tuple[str, str], ...]:
+        """The variant as a formula's ``variant`` pairs (a BF16 run's as before: attention and ffn alone)."""
+        tag = (("attention", self.attention.value), ("ffn", "moe" if self.moe else "dense"))
+        return (*tag, ("precision", "low")) if self.low_precision else tag
 
 
 def variants() -> tuple[MemoryVariant, ...]:
-    """Every memory variant, in a fixed order."""
-    return tuple(MemoryVariant(att, moe) for att in AttentionParams for moe in (False, True))
+    """Every memory variant, in a fixed order: the BF16 ones, then the low-precision ones."""
+    return tuple(MemoryVariant(att, moe, low) for low in (False, True) for att in AttentionParams
+                 for moe in (False, True))
 
 
 # ---------------------------------------------------------------- model states
@@ -278,7 +312,9 @@ def layer_activations(variant: MemoryVariant, recompute: Recompute) -> sympy.Exp
     with two 1-byte dropout masks (after attention and after the MLP).
     Selective: the same without the scores (Korthikanti §5). Full: the layer's
     input only, ``bytes_compute·h/sp`` per token (Table 2's 2sbh; sharded
-    under SP as Megatron-LM checkpoints it).
+    under SP as Megatron-LM checkpoints it; a checkpoint keeps it in BF16
+    whatever the GEMMs' precision). In a low-precision run the linear layers'
+    saved inputs change bytes (:func:`layer_lowp_activations_change`).
     """
     tokens = _tokens()
     if recompute is Recompute.FULL:
@@ -287,7 +323,86 @@ def layer_activations(variant: MemoryVariant, recompute: Recompute) -> sympy.Exp
     kept = bytes_compute * elements + dropout * 2 * h / sp
     if recompute is Recompute.NONE:
         kept = kept + _score_bytes()
+    if variant.low_precision:
+        low, replaced = lowp_saved_elements(variant)
+        kept = kept + bytes_lowp_input * low - bytes_compute * replaced
     return tokens * kept
+
+
+def lowp_saved_elements(variant: MemoryVariant) -> tuple[sympy.Expr, sympy.Expr]:
+    """Per token of ``s·b/cp``: (elements the linear layers save quantized, 16-bit elements of the count they
+    replace) in a low-precision run, over the attention and MLP blocks of :func:`_attention_elements` and
+    :func:`_mlp_elements`.
+
+    Transformer Engine quantizes each linear layer's input for its GEMMs and keeps one quantized copy of it
+    (row- or column-wise) for the weight-gradient GEMM, instead of the BF16 input (``TE_SAVED``). Where no other
+    operation keeps that BF16 input, the 16-bit count is replaced; where one does, the quantized copy is kept
+    beside it. Standard attention: the QKV projection's input (its norm's output, ``h/sp``; the norm's input
+    stays BF16); the output projection's input ``a·dh/t`` only under delayed scaling (``lowp_proj_copy``), beside
+    the BF16 attention output the fused kernel keeps (in its place without flash attention). MLA: the norm's
+    output feeds two linear layers (query and key/value down-projections, or the query projection), each with
+    its own copy (``2h/sp``) in place of the one BF16 tensor; the up-projections' inputs (the latents' norm
+    outputs ``dc_q``, ``dc_kv``). Dense MLP: FC1's input (``h/sp``) and FC2's (``hff/t``; the activation keeps
+    its BF16 input). MoE: per routed copy of a token the expert FC1's input (the dispatched token, ``h/sp``) and
+    FC2's (``hff_exp/t_exp``); the shared experts' FC2 inputs and one copy of their FC1 input beside the BF16
+    norm output the router keeps. Not quantized: the router, the attention's core (Q, K, V, softmax state), the
+    norms, the output layer.
+    """
+    if variant.attention is AttentionParams.STANDARD:
+        proj = a * head_width() / t
+        low = h / sp + lowp_proj_copy * proj
+        replaced = h / sp + lowp_proj_copy * (1 - flash_attention) * proj
+    else:
+        latents = dc_kv + (dc_q if variant.attention is AttentionParams.MLA_Q_LATENT else 0)
+        proj = a * dh / t
+        low = 2 * h / sp + latents + lowp_proj_copy * proj
+        replaced = h / sp + latents + lowp_proj_copy * (1 - flash_attention) * proj
+    if not variant.moe:
+        mlp = h / sp + hff / t
+        return low + mlp, replaced + mlp
+    routed = n_chosen_exp * cap_fact * (h / sp + hff_exp / t_exp)
+    shared = n_shared_exp * hff_exp / t
+    return low + routed + shared + Min(n_shared_exp, 1) * h / sp, replaced + routed + shared
+
+
+def layer_lowp_activations_change(variant: MemoryVariant) -> sympy.Expr:
+    """Bytes a body layer (not fully recomputed) keeps per micro-batch in a low-precision run beyond its 16-bit
+    count: ``s·b/cp · (bytes_lowp_input·low − bytes_compute·replaced)`` (:func:`lowp_saved_elements`); negative
+    where the quantized copies replace BF16 inputs."""
+    low, replaced = lowp_saved_elements(variant)
+    return _tokens() * (bytes_lowp_input * low - bytes_compute * replaced)
+
+
+def layer_linear_weights(variant: MemoryVariant) -> tuple[Part, Part, Part]:
+    """The linear-layer weights of one body layer as parts (non-expert, routed, shared), sliced and sharded as
+    :func:`layer_parts` slices them: the attention projections (``symbolic.params``' counts without biases, norm
+    weights and ``attn_extra_p``), the dense MLP or the experts' projections; not the router, the norms or the
+    shared-expert gate (no Transformer Engine linear layers)."""
+    plain = {qkv_bias: 0, o_bias: 0, mlp_bias: 0, attn_extra_p: 0, shared_expert_gate: 0}
+    attention = params.attention_params(variant.attention).xreplace(plain)
+    if variant.attention is not AttentionParams.STANDARD:  # the latents' norm weights
+        norms = dc_kv + (dc_q if variant.attention is AttentionParams.MLA_Q_LATENT else 0)
+        attention = attention - n_attMM * norms / 4
+    zero = sympy.Integer(0)
+    if not variant.moe:
+        non_expert, routed, shared = attention + params.dense_ffn_params().xreplace(plain), zero, zero
+    else:
+        non_expert = attention
+        routed = params.routed_expert_params().xreplace(plain)
+        shared = params.shared_expert_params().xreplace(plain)
+    expert_tp = Max(1, etp)
+    return (Part(non_expert, t, shard_non_exp, zero),
+            Part(routed / ep, t_exp / expert_tp, shard_exp / expert_tp, zero),
+            Part(shared, t_exp, shard_exp_partial, zero))
+
+
+def layer_weight_copies(variant: MemoryVariant) -> sympy.Expr:
+    """Bytes per rank of the quantized weight copies Transformer Engine caches across the micro-batches of a step
+    for one body layer: ``bytes_lowp_weight`` per parameter of the rank's TP slice of each linear weight
+    (:func:`layer_linear_weights`), beside the BF16 weights. None with the weights sharded (ZeRO stage 3: TE keeps
+    no cache under FSDP2, ``cache_name`` None in ``Linear.forward``, and quantizes each gathered weight again)."""
+    copies = sympy.Add(*(_slice_and_shard(part)[0] for part in layer_linear_weights(variant)))
+    return Piecewise((0, zero_level >= 3), (bytes_lowp_weight * copies, True))
 
 
 def embedding_activations() -> sympy.Expr:
@@ -359,6 +474,10 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     states = [n_embedding * e + n_output * o + _body_layers() * x for e, o, x in zip(emb, out, layer)]
     model_states = (n_embedding * part_model_states(embedding_part()) + n_output * part_model_states(output_part())
                     + _body_layers() * sympy.Add(*(part_model_states(x) for x in layer_parts(variant))))
+    if variant.low_precision:  # the cached quantized weight copies count with the weights
+        copies = _body_layers() * layer_weight_copies(variant)
+        states[0] = states[0] + copies
+        model_states = model_states + copies
 
     kept = {r: layer_activations(variant, r) for r in Recompute}
     not_recomputed = _body_layers() - n_full_rec - n_sel_rec
@@ -379,31 +498,35 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     key = variant.key
     states_src = f"{ZERO}; parts: {FSDP_PARTS}; parameter counts: symbolic.params"
     act_src = f"{KORTHIKANTI}, Table 2 and §4 (Eq. 5, interleaving factor); in flight: {SCHEDULES}"
+    if variant.low_precision:
+        states_src = f"{states_src}; quantized weight copies: {TE_WEIGHTS}"
+        act_src = f"{act_src}; quantized saved inputs: {TE_SAVED}"
 
     def f(name: str, expr: sympy.Expr, doc: str, source: str, unit: str = "bytes") -> Formula:
         return Formula(name=f"memory_{key}_stage_{name}", expr=expr, dimension="memory", algorithm=key, unit=unit,
-                       doc=doc, source=source, variant=(("attention", variant.attention.value),
-                                                        ("ffn", "moe" if variant.moe else "dense")))
+                       doc=doc, source=source, variant=variant.tag)
 
     what = "per rank of one pipeline stage, summed over its embedding, output and body layers"
+    lowp = (" In a low-precision run: with the body layers' cached quantized weight copies (none when "
+            "zero_level >= 3), the linear layers' saved inputs quantized.") if variant.low_precision else ""
     return StageMemory(
-        weights=f("weights_bytes", states[0], f"Weight bytes {what}, ZeRO-3 sharded when zero_level >= 3.",
+        weights=f("weights_bytes", states[0], f"Weight bytes {what}, ZeRO-3 sharded when zero_level >= 3.{lowp}",
                   states_src),
         gradients=f("gradients_bytes", states[1], f"Gradient bytes {what}, sharded when zero_level >= 2.",
                     states_src),
         optimizer=f("optimizer_bytes", states[2], f"Optimizer-state bytes {what}, sharded when zero_level >= 1.",
                     states_src),
-        model_states=f("model_states_bytes", model_states, f"Weights, gradients and optimizer states {what}.",
+        model_states=f("model_states_bytes", model_states, f"Weights, gradients and optimizer states {what}.{lowp}",
                        states_src),
         activations=f("activations_bytes", activations,
                       "Activation bytes one rank of stage pp_rank keeps at its peak: the in-flight micro-batches "
-                      "times its layers' activations per micro-batch, by recompute kind.", act_src),
+                      f"times its layers' activations per micro-batch, by recompute kind.{lowp}", act_src),
         recompute_workspace=f("recompute_workspace_bytes", workspace,
                               "Bytes a recomputed layer of the stage holds again for one micro-batch during its "
                               "backward pass: the largest of a fully and a selectively recomputed layer's dropped "
                               "activations (0 without recompute).", f"{KORTHIKANTI}, §5 (recompute)"),
         total=f("total_bytes", total, "Memory per rank of one pipeline stage: model states, activations and the "
-                "recompute workspace.", f"{states_src}; {act_src}"),
+                f"recompute workspace.{lowp}", f"{states_src}; {act_src}"),
         headroom=f("headroom_bytes", headroom, "Device memory left per rank of one stage: capacity minus reserve "
                    "minus the stage total (negative when it does not fit).", "capacity - reserve - total"),
         fits=f("fits", fits, "1 when one stage's total fits into device memory after the reserve, else 0.",
@@ -488,8 +611,11 @@ def _build() -> tuple[Formula, ...]:
                             f"{what.capitalize()} bytes one rank keeps of the {label} table, ZeRO-sharded as "
                             "zero_level says.", f"{ZERO}; part: {FSDP_PARTS}"))
     for variant in variants():
+        tag = variant.tag
+        if variant.low_precision:
+            out += _low_precision_layer_forms(variant)
+            continue
         w, g, o = _sum_states(layer_parts(variant))
-        tag = (("attention", variant.attention.value), ("ffn", "moe" if variant.moe else "dense"))
         for what, expr in (("weights", w), ("gradients", g), ("optimizer", o)):
             out.append(_mem(f"{variant.key}_layer_{what}_bytes", expr, variant.key,
                             f"{what.capitalize()} bytes one rank keeps of one body layer ({variant.key}): "
@@ -518,8 +644,33 @@ def _build() -> tuple[Formula, ...]:
     for variant in variants():
         out += stage_formulas(variant).all()
     for variant in variants():
-        out += stage_slopes(variant)
+        if not variant.low_precision:  # (a low-precision run's memory has no generated slopes)
+            out += stage_slopes(variant)
     return tuple(out)
+
+
+def _low_precision_layer_forms(variant: MemoryVariant) -> list[Formula]:
+    """One body layer's low-precision terms (a variant with ``low_precision``): its activations per micro-batch
+    (not and selectively recomputed), their change from the 16-bit count, and its cached quantized weights."""
+    out = []
+    for recompute in (Recompute.NONE, Recompute.SELECTIVE):
+        suffix = "" if recompute is Recompute.NONE else "_selective"
+        out.append(_mem(f"{variant.key}_layer{suffix}_activations_bytes", layer_activations(variant, recompute),
+                        variant.key,
+                        f"Activation bytes one body layer ({variant.key}, recompute {recompute.value}) keeps per "
+                        "micro-batch on one rank in a low-precision run, the linear layers' saved inputs quantized.",
+                        f"{KORTHIKANTI}, Table 2 and §4.1; {TE_SAVED}", variant=variant.tag))
+    out += [
+        _mem(f"{variant.key}_layer_activations_change_bytes", layer_lowp_activations_change(variant), variant.key,
+             "Bytes per micro-batch on one rank a body layer (not fully recomputed) keeps in a low-precision run "
+             "beyond its 16-bit count: its linear layers' quantized saved inputs less the BF16 ones they replace "
+             "(negative where they replace more than they add).", TE_SAVED, variant=variant.tag),
+        _mem(f"{variant.key}_layer_weight_copies_bytes", layer_weight_copies(variant), variant.key,
+             "Bytes per rank of the quantized copies of one body layer's linear weights Transformer Engine caches "
+             "across a step's micro-batches (the rank's TP slice, bytes_lowp_weight per parameter; 0 when "
+             "zero_level >= 3).", TE_WEIGHTS, variant=variant.tag),
+    ]
+    return out
 
 
 FORMULAS: tuple[Formula, ...] = _build()

@@ -295,6 +295,15 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("dropout", "nonnegative", "1", "1 when dropout layers keep their 1-byte masks for the backward pass, else 0"),
     ("bytes_logits", "positive", "bytes", "bytes per stored output logit for the cross-entropy loss (4: fp32)"),
     ("tie_emb_out", "nonnegative", "1", "1 when the output layer reuses the embedding table, else 0"),
+    ("bytes_lowp_input", "positive", "bytes",
+     "bytes per element of the quantized input a linear layer saves for its weight-gradient GEMM in a low-precision "
+     "run, block scales included (1 FP8, 1 + 1/32 MXFP8, 1/2 + 1/16 NVFP4)"),
+    ("bytes_lowp_weight", "nonnegative", "bytes",
+     "bytes per linear-layer weight parameter of the low-precision copies Transformer Engine caches across "
+     "micro-batches (row-wise and, where distinct, column-wise; block scales included)"),
+    ("lowp_proj_copy", "nonnegative", "1",
+     "1 when the attention output projection saves its own quantized copy of its input (delayed scaling), 0 when "
+     "it saves the BF16 attention output"),
     ("pp_rank", "nonnegative_integer", "stages", "index of the pipeline stage, 0 for the first"),
     ("memory_reserve", "nonnegative", "bytes",
      "device memory set aside per device for the framework, CUDA context, workspaces and fragmentation"),

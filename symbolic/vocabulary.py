@@ -425,6 +425,22 @@ class Precision:
         min_capability: the CUDA compute capability (× 10) its GEMMs need: FP8 from Hopper (89/90), the MX block
             formats from Blackwell (100).
         meaning: one line for ``--help`` and the docs.
+        input_bytes: bytes per element of one quantized copy of a tensor, its block scales included: what a
+            linear layer saves of its input for the weight-gradient GEMM (one copy, row- or column-wise,
+            Transformer Engine ``transformer_engine/pytorch/module/linear.py`` ``_Linear.forward``: "Discard
+            row-wise data since it is not needed in backward pass"). FP8 1 (a per-tensor scale, negligible);
+            MXFP8 1 + 1/32 (one E8M0 scale per 32 elements, ``MXFP8_BLOCK_SCALING_SIZE``); NVFP4 1/2 + 1/16
+            (4-bit data, one E4M3 scale per 16 elements, ``NVFP4Quantizer.get_scale_shape``). BF16: 2, unread.
+        columnwise_copy: the weight copy Transformer Engine caches across micro-batches holds a second,
+            column-wise copy (for the input-gradient GEMM) on every GPU: MXFP8 and NVFP4, whose block scales run
+            along the other axis (``MXFP8Quantizer`` / ``NVFP4Quantizer``: ``columnwise_data`` and its own
+            ``columnwise_scale_inv``). FP8 with per-tensor scales keeps a transpose only where the GPU's FP8
+            GEMMs take the TN layout alone (``Float8Quantizer``: ``_transpose`` unless
+            ``is_non_tn_fp8_gemm_supported()``, compute capability 10.x, 11.x and 13+).
+        own_proj_copy: the attention output projection saves its own quantized copy of its input (delayed
+            scaling). The other recipes save the BF16 attention output the fused attention kernel keeps anyway
+            (Megatron-Core ``megatron/core/transformer/attention.py`` ``Attention.__init__``:
+            ``set_save_original_input(self.linear_proj)`` when ``fp8_recipe != 'delayed'`` or FP4).
     """
 
     name: str
@@ -432,19 +448,38 @@ class Precision:
     efficiency: str
     min_capability: int
     meaning: str
+    input_bytes: float = 2.0
+    columnwise_copy: bool = False
+    own_proj_copy: bool = False
+
+    def weight_copy_bytes(self, compute_capability: int) -> float:
+        """Bytes per linear-layer weight parameter of the low-precision copies Transformer Engine caches across
+        micro-batches on a GPU of *compute_capability* (× 10): the row-wise copy for the forward GEMM and, where
+        it is a second tensor (:attr:`columnwise_copy`, or an FP8 transpose on a TN-only GPU), the column-wise
+        one for the input-gradient GEMM (``_Linear.forward``: ``weight_quantizer.set_usage(rowwise=True,
+        columnwise=...)``, cached under ``_fp8_workspaces["weight"]`` while Megatron-Core passes
+        ``is_first_microbatch``). 0 for BF16 (no copy)."""
+        if self.name == "bf16":
+            return 0.0
+        non_tn = 100 <= compute_capability < 120 or compute_capability >= 130
+        return self.input_bytes * (2 if self.columnwise_copy or not non_tn else 1)
 
 
 #: The precisions a run can train in, by name; ``bf16`` first (the default: no GEMM in a lower precision).
 PRECISIONS: Mapping[str, Precision] = MappingProxyType({p.name: p for p in (
     Precision("bf16", "peak_flops_bf16_per_s", "compute_efficiency", 80, "every GEMM in BF16"),
     Precision("fp8", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 89,
-              "linear layers' GEMMs in FP8 (E4M3/E5M2) with delayed per-tensor scaling (TE DelayedScaling)"),
+              "linear layers' GEMMs in FP8 (E4M3/E5M2) with delayed per-tensor scaling (TE DelayedScaling)",
+              input_bytes=1.0, own_proj_copy=True),
     Precision("fp8-cs", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 89,
-              "linear layers' GEMMs in FP8 with per-tensor current scaling (TE Float8CurrentScaling)"),
+              "linear layers' GEMMs in FP8 with per-tensor current scaling (TE Float8CurrentScaling)",
+              input_bytes=1.0),
     Precision("mxfp8", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 100,
-              "linear layers' GEMMs in MXFP8 (32-element blocks, E8M0 scales; TE MXFP8BlockScaling), Blackwell"),
+              "linear layers' GEMMs in MXFP8 (32-element blocks, E8M0 scales; TE MXFP8BlockScaling), Blackwell",
+              input_bytes=1.0 + 1.0 / 32, columnwise_copy=True),
     Precision("nvfp4", "peak_flops_fp4_per_s", "compute_efficiency_fp8", 100,
-              "linear layers' GEMMs in NVFP4 (16-element blocks, E4M3 scales; TE NVFP4BlockScaling), Blackwell"),
+              "linear layers' GEMMs in NVFP4 (16-element blocks, E4M3 scales; TE NVFP4BlockScaling), Blackwell",
+              input_bytes=0.5 + 1.0 / 16, columnwise_copy=True),
 )})
 
 #: The communication a run overlaps with its compute, by name (``--overlap``; docs/search.md, "Exposed

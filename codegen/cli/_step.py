@@ -7,6 +7,7 @@ for one layout, with each stage's memory per rank (``codegen.pricing.memory.stag
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from symbolic.vocabulary import DEFAULT_OVERLAP, SEARCH_KEYS
 
 from ..configs import Layout, ModelConfig
 from ..pricing.chunks import Chunk, Setting
-from ..pricing.memory import stage_memory, zero_level_of
+from ..pricing.memory import DEFAULT_SETTINGS, stage_memory, zero_level_of
 from ..pricing.step_time import NoComputeFactsError, StepTimePricer, time_family_comm
 from ..runtime.inputs import finite
 
@@ -48,7 +49,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     out: dict[str, Any] = {k: float(finite(k, v[0])) for k, v in parts.items()}
     out["comm_by_dimension_s"] = {k: float(finite(k, np.asarray(v).reshape(-1)[0])) for k, v in by_dimension.items()}
     out["exposed_comm_s"] = out["comm_s"]
-    memory = stage_memory(model, layout, system=system)
+    memory = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision))
     out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
                       "fits": row["fits"]} for row in memory["stages"]]
     out.update(system=system, precision=precision, overlap=list(pricer.overlap), recompute=mode, zero_level=zero,

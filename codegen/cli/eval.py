@@ -64,7 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", default=None, metavar="N",
                    help="the run's sequence length, overriding the model file's (as s=N in --layout)")
     p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
-                   help="with --cost step-time: the GEMM precision (default bf16; docs/search.md)")
+                   help="with --cost step-time or --memory: the linear layers' GEMM precision (default bf16; "
+                        "docs/search.md), and in memory their quantized saved inputs and weight copies "
+                        "(docs/memory.md)")
     p.add_argument("--overlap", default=None, metavar="LIST",
                    help=f"with --cost step-time: the communication the run overlaps with compute, "
                         f"{', '.join(OVERLAPS)} (comma-separated) or none (default {','.join(DEFAULT_OVERLAP)}; "
@@ -166,6 +168,8 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
         changes["zero_level"] = int(zero)
     if flash_off:
         changes["flash_attention"] = 0.0
+    if wanted and getattr(args, "precision", None) is not None:
+        changes["precision"] = args.precision
     return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 
@@ -231,6 +235,12 @@ def print_memory(memory: dict[str, Any]) -> None:
         print(f"bytes per parameter: weights {m['bytes_p']:g}{where['bytes_p']}, gradients {m['bytes_grad']:g}"
               f"{where['bytes_grad']}, optimizer {m['bytes_optimizer']:g}; activations {m['bytes_compute']:g} bytes"
               f"{where['bytes_compute']}; flash attention {'on' if m['flash_attention'] else 'off'}.")
+    if "precision" in memory:  # a low-precision run (docs/memory.md, "Low precision")
+        m = memory["settings"]
+        copies = ", ".join(f"{row['weight_copies'] / GIB:.3f}" for row in memory["stages"])
+        print(f"precision {memory['precision']}: linear layers' saved inputs {m['bytes_lowp_input']:g} bytes per "
+              f"element; cached weight copies {m['bytes_lowp_weight']:g} bytes per parameter (of the weights, GiB "
+              f"per stage: {copies}); output projection's own copy {'yes' if m['lowp_proj_copy'] else 'no'}.")
 
 
 TIME_UNITS = ("seconds per training step per rank (stage), NCCL's predicted time of each call times the calls per "
@@ -330,8 +340,9 @@ def check_applies(args: argparse.Namespace) -> None:
         if getattr(args, "memory", False):
             raise ValueError("--memory: --cost step-time prints each stage's memory already: drop --memory")
         return
-    refuse_options(args, ("--precision",), "the GEMM precision of --cost step-time; the volumes and --cost time do "
-                                           "not read it: drop it or add --cost step-time")
+    if not getattr(args, "memory", False):
+        refuse_options(args, ("--precision",), "the GEMM precision of --cost step-time and --memory; the volumes and "
+                                               "--cost time do not read it: drop it or add --cost step-time or --memory")
     refuse_options(args, ("--overlap",), "the overlap of --cost step-time's exposed communication; the volumes and "
                                          "--cost time do not read it: drop it or add --cost step-time")
     time = args.cost == "time"

@@ -74,7 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the run's sequence length, overriding the model file's (as s=N in eval's --layout)")
     p.add_argument("--precision", default="bf16", choices=tuple(PRECISIONS),
                    help="the run's GEMM precision (default bf16): fp8, fp8-cs (Hopper and newer), mxfp8, nvfp4 "
-                        "(Blackwell) run the linear layers' GEMMs at that precision's peak (docs/search.md)")
+                        "(Blackwell) run the linear layers' GEMMs at that precision's peak, and the memory filter "
+                        "counts Transformer Engine's quantized saved inputs and weight copies (docs/search.md, "
+                        "docs/memory.md)")
     p.add_argument("--overlap", default=None, metavar="LIST",
                    help=f"the communication the run overlaps with compute: {', '.join(OVERLAPS)} (comma-separated) "
                         f"or none (default {','.join(DEFAULT_OVERLAP)}: the data-parallel overlap of Megatron-Bridge's "
@@ -169,9 +171,10 @@ class _Writer:
             self._file.close()
 
 
-def _memory(model: Any, row: dict[str, Any], system: str) -> tuple[float, float] | None:
-    """(peak bytes per rank, least headroom) of a row's layout, from codegen.pricing.memory; None without GPU facts."""
-    from ..pricing.memory import NoCapacityError, stage_memory
+def _memory(model: Any, row: dict[str, Any], system: str, precision: str) -> tuple[float, float] | None:
+    """(peak bytes per rank, least headroom) of a row's layout in a run of *precision*, from codegen.pricing.memory;
+    None without GPU facts."""
+    from ..pricing.memory import DEFAULT_SETTINGS, NoCapacityError, stage_memory
     from dataclasses import replace
     from ..configs import RecomputePlan
 
@@ -183,7 +186,7 @@ def _memory(model: Any, row: dict[str, Any], system: str) -> tuple[float, float]
     if layout.os is not None and layout.d % layout.os:
         layout = replace(layout, os=None)
     try:
-        got = stage_memory(model, layout, system=system)
+        got = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision))
     except (NoCapacityError, LayoutError):
         return None
     totals = [s["total"] for s in got["stages"]]
@@ -283,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     rows = result.rows()
     for row in rows:
         if row["fits"] < 0:  # not priced by the search (--no-memory): the one-layout evaluation
-            mem = _memory(model, row, system)
+            mem = _memory(model, row, system, args.precision)
             row["memory_peak_bytes"], row["headroom_bytes"] = mem if mem is not None else (None, None)
             row["fits"] = None if mem is None else int(mem[1] >= 0)
     if args.json:

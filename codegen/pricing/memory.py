@@ -3,7 +3,10 @@
 The memory family of ``symbolic.memory`` is compiled into ``generated`` as one set of stage
 closed forms per variant (attention parameter layout × dense or MoE):
 ``memory_<variant>_stage_{weights,gradients,optimizer,activations,recompute_workspace,total,
-headroom,fits}``. This module feeds them a model, a layout, the layer-kind counts of each stage
+headroom,fits}``, and for a run whose linear layers compute in FP8, MXFP8 or NVFP4 (``MemorySettings.precision``)
+the ``<variant>_lowp`` forms: Transformer Engine's quantized saved inputs and cached weight copies, in the bytes
+:func:`low_precision_values` gives for the recipe and the GPU (docs/memory.md, "Low precision"). This module
+feeds them a model, a layout, the layer-kind counts of each stage
 and the run settings (:class:`MemorySettings`: the model file's byte widths unless a caller gives
 its own, and the settings a model file and a layout do not fix), and reads
 the capacity from the hardware catalog's GPU (``Gpu.hbm_bytes``). ``symcost eval --memory`` prints
@@ -19,13 +22,14 @@ Public API::
     MemorySettings, MODEL_WIDTHS, DEFAULT_SETTINGS, DEFAULT_RESERVE_BYTES, PARTS, NoCapacityError
     MemorySettings.for_model(model) -> MemorySettings  (the model's byte widths where left to it)
     width_sources(settings) -> dict[str, str]  ("model" or "given" per model width)
+    low_precision_values(precision, system) -> dict[str, float]  (bytes_lowp_input, bytes_lowp_weight, lowp_proj_copy)
     zero_level_of(layout) -> int
-    variant_key(model) -> str
+    variant_key(model, precision="bf16") -> str
     call(name, values) -> float | ndarray
     stage_inputs(model, layout, settings, counts) -> dict
     evaluate_stages(key, values, outputs=...) -> dict[str, ndarray]
     stage_memory(model, layout, *, system, settings=DEFAULT_SETTINGS) -> dict
-    stage_totals(model, layout, settings=DEFAULT_SETTINGS) -> ndarray  (bytes per rank per stage)
+    stage_totals(model, layout, settings=DEFAULT_SETTINGS, *, system=None) -> ndarray  (bytes per rank per stage)
     stage_slopes(model, layout, degrees, settings=DEFAULT_SETTINGS, *, relax_p=True) -> dict[str, ndarray]
     MemoryPricer(model, *, system, settings=DEFAULT_SETTINGS).price_batch(batch, *, validated=False)
         -> MemoryPrices  (arrays of layouts, for searchers)
@@ -42,7 +46,7 @@ import numpy as np
 
 import generated
 from hardware import System
-from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
+from symbolic.vocabulary import PRECISIONS, STAGE_COUNT_NAMES, attention_variant
 
 from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, ModelConfig,
                        batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
@@ -55,7 +59,8 @@ from .families import FamilySpec
 from .stages import batch_argument, degrees_argument, layout_argument, model_argument, stage_counts
 
 __all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "DEFAULT_RESERVE_BYTES", "width_sources", "PARTS", "OUTPUTS",
-           "NoCapacityError", "zero_level_of", "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages",
+           "NoCapacityError", "LOW_PRECISION_VALUES", "low_precision_values",
+           "zero_level_of", "variant_key", "memory_family", "call", "stage_inputs", "evaluate_stages",
            "stage_memory", "stage_totals", "stage_slopes", "slope_name", "MemoryPricer", "MemoryPrices"]
 
 #: The parts of a stage's total, in the order they are printed; they add up to ``total``.
@@ -96,6 +101,9 @@ class MemorySettings:
         reserve_bytes: device memory per GPU kept back from the model (framework, CUDA context,
             communication buffers, fragmentation); headroom is capacity − reserve − total. 0 unless given;
             :data:`DEFAULT_SETTINGS` keeps :data:`DEFAULT_RESERVE_BYTES`.
+        precision: the run's precision (``symbolic.vocabulary.PRECISIONS``): ``"bf16"`` (the default) prices the
+            BF16 forms; any other the low-precision ones, in the bytes :func:`low_precision_values` gives for it
+            on the system's GPU (so these need a system).
     """
 
     bytes_compute: float | None = None
@@ -107,8 +115,11 @@ class MemorySettings:
     bytes_optimizer: float
     zero_level: int | None = None
     reserve_bytes: float = 0.0
+    precision: str = "bf16"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
+            raise inputs.InputError(f"precision: one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.zero_level is not None and (isinstance(self.zero_level, bool) or self.zero_level not in (0, 1, 2, 3)):
             raise inputs.InputError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
         # Every byte count is a finite number >= 0 and the two switches lie in [0, 1]: then each stage's
@@ -158,6 +169,35 @@ def width_sources(settings: MemorySettings) -> dict[str, str]:
 #: states it (``--reserve``, or ``reserve_bytes``).
 DEFAULT_RESERVE_BYTES = 2.0 * 2 ** 30
 
+#: The values the low-precision forms read, besides the BF16 forms' (``symbolic.memory``): 0 in none of them.
+LOW_PRECISION_VALUES = ("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy")
+
+
+def low_precision_values(precision: str, system: System | str) -> dict[str, float]:
+    """The bytes of a low-precision run's quantized tensors on *system*'s GPU (``symbolic.vocabulary.Precision``):
+    ``bytes_lowp_input`` per element of a linear layer's saved input (``input_bytes``), ``bytes_lowp_weight`` per
+    linear weight parameter of the cached copies (``weight_copy_bytes`` for the GPU's compute capability: FP8 keeps
+    a transpose on Hopper, not on Blackwell) and ``lowp_proj_copy`` (1 under delayed scaling); ``{}`` for BF16.
+
+    Raises:
+        InputError: naming an unknown precision, or one the GPU cannot run (its compute capability).
+        NoCapacityError: when the system has no GPU facts.
+    """
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise inputs.InputError(f"--precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "bf16":
+        return {}
+    net = _system(system)
+    if net.gpu is None:
+        raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
+    chosen, have = PRECISIONS[precision], net.gpu.compute_capability
+    if have < chosen.min_capability:
+        need = chosen.min_capability
+        raise inputs.InputError(f"--precision {precision}: the {net.gpu.model} of {net.name} (compute capability "
+                                f"{have // 10}.{have % 10}) cannot run it; it needs {need // 10}.{need % 10} or newer")
+    return {"bytes_lowp_input": chosen.input_bytes, "bytes_lowp_weight": chosen.weight_copy_bytes(have),
+            "lowp_proj_copy": float(chosen.own_proj_copy)}
+
 #: Today's large-model training as ``symcost eval --memory`` assumes it: the model file's byte widths
 #: (its ``compute_dtype``, ``param_dtype`` and ``reduce_dtype``: every bundled model states BF16
 #: activations and weights and fp32 gradient reduction, Megatron-LM's main_grad), no dropout
@@ -185,11 +225,12 @@ def zero_level_of(layout: Layout | LayoutBatch) -> int:
     return 0
 
 
-def variant_key(model: ModelConfig) -> str:
-    """The memory variant of *model*, the ``<variant>`` of ``memory_<variant>_stage_*``."""
+def variant_key(model: ModelConfig, precision: str = "bf16") -> str:
+    """The memory variant of *model* in a run of *precision*, the ``<variant>`` of ``memory_<variant>_stage_*``
+    (``_lowp`` appended for any precision but BF16)."""
     model_argument(model, names=False)
     attention = attention_variant(dc_kv=float(model.dc_kv), dc_q=float(model.dc_q)).value
-    return f"{attention}_{'moe' if model.is_moe else 'dense'}"
+    return f"{attention}_{'moe' if model.is_moe else 'dense'}" + ("" if precision == "bf16" else "_lowp")
 
 
 #: The generated function *name* on the values it reads (``engine.call_term``).
@@ -197,14 +238,16 @@ call = call_term
 
 
 def stage_inputs(model: ModelConfig, layout: Layout, settings: MemorySettings,
-                 counts: Mapping[str, Sequence[float]], *, capacity_bytes: float = 0.0) -> dict[str, Any]:
+                 counts: Mapping[str, Sequence[float]], *, capacity_bytes: float = 0.0,
+                 system: System | str | None = None) -> dict[str, Any]:
     """The values the stage formulas read, one entry per stage in the arrays of *counts*.
 
     *counts* holds each stage's layer-kind counts (``STAGE_COUNT_NAMES``), stage ``i`` at index
-    ``i``; ``pp_rank`` is that index, so a caller may pass the first stage's counts alone.
+    ``i``; ``pp_rank`` is that index, so a caller may pass the first stage's counts alone. A low-precision
+    *settings* needs the *system* whose GPU sets its bytes (:func:`low_precision_values`).
     """
     values: dict[str, Any] = dict(derive_fields(model, layout))
-    values.update(_run_values(settings, model, layout))
+    values.update(_run_values(settings, model, layout, system))
     columns = {name: np.asarray(column, dtype=float) for name, column in counts.items()}
     values.update(columns)
     values["pp_rank"] = np.arange(len(next(iter(columns.values()))), dtype=float)
@@ -225,37 +268,55 @@ def _suffix(output: str) -> str:
     return output if output == "fits" else f"{output}_bytes"
 
 
-def _family_terms(model: ModelConfig, _batch: LayoutBatch | None = None) -> dict[str, str]:
-    """The memory family's stage terms of *model*'s variant (the model alone picks it): each part and the total."""
-    key = variant_key(model)
+def _family_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, precision: str = "bf16"
+                  ) -> dict[str, str]:
+    """The memory family's stage terms of *model*'s variant (the model and the run's precision pick it): each part
+    and the total."""
+    key = variant_key(model, precision)
     return {out: f"memory_{key}_stage_{_suffix(out)}" for out in PARTS + ("total",)}
 
 
-def _family_slopes(model: ModelConfig, _batch: LayoutBatch | None, degree: str) -> dict[str, str] | None:
+def _family_slopes(model: ModelConfig, _batch: LayoutBatch | None, degree: str, *, precision: str = "bf16"
+                   ) -> dict[str, str] | None:
     """The memory family's slopes: the generated derivative of the stage total in *degree* (:func:`slope_name`),
-    where one is generated."""
+    where one is generated (a BF16 run's alone)."""
     name = slope_name(model, degree)
-    return {"total": name} if name in generated.FORMULAS else None
+    return {"total": name} if precision == "bf16" and name in generated.FORMULAS else None
 
 
-def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch) -> dict[str, float]:
-    """The values the stage terms read from the run settings (byte widths, switches, the ZeRO stage); byte
-    widths left to the model are *model*'s (:meth:`MemorySettings.for_model`)."""
+def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch,
+                system: System | str | None = None) -> dict[str, float]:
+    """The values the stage terms read from the run settings (byte widths, switches, the ZeRO stage, and in a
+    low-precision run its bytes on *system*'s GPU); byte widths left to the model are *model*'s
+    (:meth:`MemorySettings.for_model`).
+
+    Raises:
+        InputError: for a low-precision run without a system (the bytes of its weight copies depend on the GPU).
+    """
     settings = settings.for_model(model)
     zero = zero_level_of(batch) if settings.zero_level is None else settings.zero_level
-    return {"bytes_compute": settings.bytes_compute, "dropout": settings.dropout,
-            "flash_attention": settings.flash_attention, "bytes_logits": settings.bytes_logits,
-            "bytes_p": settings.bytes_p, "bytes_grad": settings.bytes_grad, "bytes_optimizer": settings.bytes_optimizer,
-            "zero_level": float(zero)}
+    values = {"bytes_compute": settings.bytes_compute, "dropout": settings.dropout,
+              "flash_attention": settings.flash_attention, "bytes_logits": settings.bytes_logits,
+              "bytes_p": settings.bytes_p, "bytes_grad": settings.bytes_grad,
+              "bytes_optimizer": settings.bytes_optimizer, "zero_level": float(zero)}
+    if settings.precision != "bf16":
+        if system is None:
+            raise inputs.InputError(f"system: precision {settings.precision} needs the system its GPU sets the "
+                                    "bytes of the quantized weight copies by (system=...)")
+        values.update(low_precision_values(settings.precision, system))
+    return values
 
 
-def memory_family(settings: MemorySettings = DEFAULT_SETTINGS) -> FamilySpec:
+def memory_family(settings: MemorySettings = DEFAULT_SETTINGS, system: System | str | None = None) -> FamilySpec:
     """The memory family as a spec (``codegen.pricing.families``): a stage's value is its total bytes per rank,
     the step's the largest stage's (the peak), its slopes the generated derivatives of the total
-    (:func:`slope_name`). :class:`MemoryPricer` reads its terms and run values from here."""
-    return FamilySpec(name="memory", unit="bytes", terms=_family_terms, stage=lambda parts, _values: parts["total"],
-                      step="max", slopes=_family_slopes,
-                      settings=functools.partial(_run_values, settings))
+    (:func:`slope_name`; none in a low-precision run). :class:`MemoryPricer` reads its terms and run values from
+    here. A low-precision *settings* needs the *system* (:func:`low_precision_values`)."""
+    precision = settings.precision
+    return FamilySpec(name="memory", unit="bytes", terms=functools.partial(_family_terms, precision=precision),
+                      stage=lambda parts, _values: parts["total"], step="max",
+                      slopes=functools.partial(_family_slopes, precision=precision),
+                      settings=functools.partial(_run_values, settings, system=system))
 
 
 def _headroom(capacity: float, settings: MemorySettings, total: Any) -> Any:
@@ -289,12 +350,15 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
         model's byte widths where *settings* leaves them to it), ``widths_from`` says for each model
         width whether it is the model file's (``"model"``) or given (``"given"``, :func:`width_sources`);
         ``capacity`` is the GPU's HBM (``Gpu.hbm_bytes``), ``headroom = capacity − reserve −
-        total`` and ``fits`` is ``headroom >= 0``.
+        total`` and ``fits`` is ``headroom >= 0``. A low-precision run (``settings.precision``) adds
+        ``"precision"`` and, to ``settings``, the bytes :func:`low_precision_values` gives; its ``weights``
+        hold the cached quantized copies too, and each stage its ``weight_copies`` (bytes, of ``weights``).
 
     Raises:
         NoCapacityError: when the system's catalog entry has no GPU (the Ascend A2/A3 levels).
         LayoutError: when the layout does not fit the model (``validate``).
-        InputError: naming an argument of another kind (a model name, ``system=None``, layout text).
+        InputError: naming an argument of another kind (a model name, ``system=None``, layout text), or a
+            precision the GPU cannot run.
     """
     _checked(model, layout, settings)
     net = _system(system)
@@ -303,9 +367,12 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
     capacity = float(net.gpu.hbm_bytes)
     sources, settings = width_sources(settings), settings.for_model(model)
     counts = stage_counts(build_stages(model, layout), model.n_lay)
-    values = stage_inputs(model, layout, settings, counts, capacity_bytes=capacity)
-    key = variant_key(model)
+    values = stage_inputs(model, layout, settings, counts, capacity_bytes=capacity, system=net)
+    key = variant_key(model, settings.precision)
     got = evaluate_stages(key, values, PARTS + ("total",))
+    if settings.precision != "bf16":  # (the body layers' cached quantized weights, of ``weights``)
+        copies = np.asarray(call(f"memory_{key}_layer_weight_copies_bytes", values), dtype=float) * stage_layers(values)
+        got["weight_copies"] = np.broadcast_to(copies, np.shape(values["pp_rank"]))
     stages = []
     for i in range(layout.p):
         row: dict[str, Any] = {"stage": i}
@@ -314,12 +381,18 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
         # capacity − reserve − total as MemoryPricer forms it (the generated headroom's value to rounding).
         row["headroom"] = float(finite(f"stage {i} headroom bytes", _headroom(capacity, settings, got["total"][i])))
         row["fits"] = bool(row["headroom"] >= 0)
+        if "weight_copies" in got:
+            row["weight_copies"] = float(finite(f"stage {i} weight_copies bytes", got["weight_copies"][i]))
         stages.append(row)
     used = {name: float(getattr(settings, name)) for name in ("bytes_p", "bytes_grad", "bytes_optimizer",
                                                                "bytes_compute", "bytes_logits", "flash_attention",
                                                                "dropout")}
-    return {"variant": key, "units": "bytes", "capacity_bytes": capacity, "reserve_bytes": float(settings.reserve_bytes),
-            "zero_level": int(values["zero_level"]), "settings": used, "widths_from": sources, "stages": stages}
+    out = {"variant": key, "units": "bytes", "capacity_bytes": capacity, "reserve_bytes": float(settings.reserve_bytes),
+           "zero_level": int(values["zero_level"]), "settings": used, "widths_from": sources, "stages": stages}
+    if settings.precision != "bf16":  # (a BF16 run's result as before)
+        out["precision"] = settings.precision
+        used.update({name: float(values[name]) for name in LOW_PRECISION_VALUES})
+    return out
 
 
 
@@ -327,20 +400,24 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
 # ---------------------------------------------------------------- sensitivity
 
 
-def _values(model: ModelConfig, layout: Layout, settings: MemorySettings) -> dict[str, Any]:
+def _values(model: ModelConfig, layout: Layout, settings: MemorySettings,
+            system: System | str | None = None) -> dict[str, Any]:
     counts = stage_counts(build_stages(model, layout), model.n_lay)
-    return stage_inputs(model, layout, settings, counts)
+    return stage_inputs(model, layout, settings, counts, system=system)
 
 
-def stage_totals(model: ModelConfig, layout: Layout, settings: MemorySettings = DEFAULT_SETTINGS) -> np.ndarray:
-    """Each stage's memory total per rank (bytes), shape ``(p,)``: :func:`stage_memory`'s totals, no GPU needed.
+def stage_totals(model: ModelConfig, layout: Layout, settings: MemorySettings = DEFAULT_SETTINGS, *,
+                 system: System | str | None = None) -> np.ndarray:
+    """Each stage's memory total per rank (bytes), shape ``(p,)``: :func:`stage_memory`'s totals, no GPU needed
+    but in a low-precision run (``settings.precision``), whose weight copies' bytes the *system*'s GPU sets.
 
     Raises:
         LayoutError: when the layout does not fit the model.
-        InputError: naming an argument of another kind.
+        InputError: naming an argument of another kind, or a low-precision run without a system.
     """
     _checked(model, layout, settings)
-    return evaluate_stages(variant_key(model), _values(model, layout, settings), ("total",))["total"].copy()
+    return evaluate_stages(variant_key(model, settings.precision), _values(model, layout, settings, system),
+                           ("total",))["total"].copy()
 
 
 def slope_name(model: ModelConfig, degree: str, *, relax_p: bool = True) -> str:
@@ -365,6 +442,9 @@ def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
         LayoutError: when the layout does not fit the model.
     """
     _checked(model, layout, settings)
+    if settings.precision != "bf16":
+        raise inputs.InputError(f"settings: precision {settings.precision} has no generated memory slopes (a BF16 "
+                                "run's alone)")
     degrees = degrees_argument(degrees)
     relax_p = flag("relax_p", relax_p)
     values = _values(model, layout, settings)
@@ -381,7 +461,8 @@ def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
 
 #: The values :func:`stage_inputs` sets that are no configuration field.
 _NOT_FIELDS = frozenset(("bytes_compute", "dropout", "flash_attention", "bytes_logits", "bytes_p", "bytes_grad",
-                         "bytes_optimizer", "zero_level", "pp_rank", "device_memory_bytes", "memory_reserve"))
+                         "bytes_optimizer", "zero_level", "pp_rank", "device_memory_bytes", "memory_reserve",
+                         *LOW_PRECISION_VALUES))
 
 
 def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:
@@ -568,8 +649,9 @@ class MemoryPricer:
         # (resolved once: the model's byte widths where the settings leave them to it)
         self.model, self.system, self.settings = model, net, settings.for_model(model)
         self.capacity = float(net.gpu.hbm_bytes)
-        self.key = variant_key(model)
-        self.family = memory_family(self.settings)
+        self.key = variant_key(model, self.settings.precision)
+        low_precision_values(self.settings.precision, net)  # (a precision the GPU cannot run: refused here)
+        self.family = memory_family(self.settings, net)
         names = dict(self.family.terms(model, None))
         self._functions = {out: term_function(name, backend) for out, name in names.items()}
         self._fused = any(f is not term_function(names[out]) for out, f in self._functions.items())

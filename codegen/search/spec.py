@@ -57,7 +57,8 @@ class SearchSpec:
     value given twice, or two names of one CP algorithm, are merged under the first name); the switches real
     booleans. Lists and mappings are kept as tuples, so that a spec is hashable. *precision*: the run's
     (``symbolic.vocabulary.PRECISIONS``; the GEMMs Transformer Engine runs in it, ``StepTimePricer``), for the
-    step-time objective. *overlap*: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS``
+    step-time objective, and the memory per rank (its quantized saved inputs and weight copies, ``MemoryPricer``).
+    *overlap*: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS``
     names, or one comma-separated text; default ``DEFAULT_OVERLAP``, the data-parallel overlap of Megatron-Bridge's
     recipes; ``codegen.pricing.exposure``).
 
@@ -182,8 +183,9 @@ def _context(spec: SearchSpec) -> SearchContext:
 
         # The NumPy evaluators: the same numbers as the fused (numba) ones, without numba's import and kernel
         # load (about a second in a cold process), and as fast on the few rows a top-K search prices.
-        settings = DEFAULT_SETTINGS if spec.reserve_bytes is None else dataclasses.replace(
-            DEFAULT_SETTINGS, reserve_bytes=spec.reserve_bytes)
+        settings = dataclasses.replace(DEFAULT_SETTINGS, precision=spec.precision)  # (its quantized tensors' bytes)
+        if spec.reserve_bytes is not None:
+            settings = dataclasses.replace(settings, reserve_bytes=spec.reserve_bytes)
         memory = MemoryPricer(spec.model, system=spec.system, settings=settings, backend="numpy")
     return SearchContext(space, step, original, memory)
 

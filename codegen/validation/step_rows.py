@@ -25,7 +25,8 @@ on 32 and 64 A100, 90 layouts). One row is one run:
 
 Memory (:func:`memory_rows`): each row's memory per rank with the memory settings of NVIDIA's performance
 recipes that no column states (:data:`RECIPE_MEMORY`: BF16 gradients; the distributed optimizer over the
-data- and context-parallel ranks) and the recipe's recompute where the row leaves it out
+data- and context-parallel ranks), the row's precision (Transformer Engine's quantized saved inputs and weight
+copies in a low-precision row) and the recipe's recompute where the row leaves it out
 (:data:`RECIPE_RECOMPUTE`), against the GPU's HBM less the default reserve; the rows ran, so each should fit
 (docs/memory.md, "Published layouts"). The step time is priced with ``DEFAULTS`` as before.
 
@@ -431,8 +432,10 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
                settings: MemorySettings = DEFAULT_SETTINGS, *, nvidia_recipe: bool = True) -> dict[str, Any]:
     """Memory per rank of a row read by :func:`_row` with its recipe's settings, at its peak pipeline stage.
 
-    The recipe's settings are the row's flash attention, the distributed optimizer over the data- and
-    context-parallel ranks (or ZeRO 3 where ``fsdp`` is set), :func:`recipe_recompute` and, with
+    The recipe's settings are the row's flash attention and precision (a low-precision row with Transformer
+    Engine's quantized saved inputs and cached weight copies, docs/memory.md "Low precision"), the distributed
+    optimizer over the data- and context-parallel ranks (or ZeRO 3 where ``fsdp`` is set),
+    :func:`recipe_recompute` and, with
     *nvidia_recipe* (a row of NVIDIA's NeMo / Megatron-Bridge table), :data:`RECIPE_MEMORY`'s BF16 gradients,
     on top of *settings* (its reserve: ``DEFAULT_RESERVE_BYTES`` unless given; without *nvidia_recipe*, its
     gradient width: the model's fp32 unless given). Returns ``peak_bytes``, ``capacity_bytes``,
@@ -440,14 +443,16 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     parts (bytes), ``recompute`` (the plan, as text) and ``recompute_from``.
 
     Raises:
-        ValueError: why the row cannot be priced (a family not modelled, a layout rule).
+        ValueError: why the row cannot be priced (a family not modelled, a layout rule, a precision its GPU
+            lacks).
     """
     if r["family"].unpriced:
         raise ValueError(r["family"].unpriced)
     model, layout, zero = model_and_layout(r, name, source)
     plan, origin = recipe_recompute(r, layout.p)
     layout = dataclasses.replace(layout, recompute=plan)
-    used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]))
+    used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]),
+                               precision=r["precision"])
     if nvidia_recipe:
         used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"])
     got = stage_memory(model, layout, system=r["system"], settings=used)
