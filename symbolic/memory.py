@@ -78,6 +78,7 @@ __all__ = [
     "layer_lowp_activations_change",
     "layer_linear_weights",
     "layer_weight_copies",
+    "layer_quantized_weights_change",
     "stage_formulas",
     "stage_slopes",
     "variants",
@@ -95,7 +96,8 @@ bytes_p, bytes_grad, bytes_optimizer, bytes_compute, bytes_logits = syms(
     "bytes_p", "bytes_grad", "bytes_optimizer", "bytes_compute", "bytes_logits")
 zero_level, flash_attention, dropout, tie_emb_out = syms("zero_level", "flash_attention", "dropout", "tie_emb_out")
 memory_reserve, device_memory_bytes = syms("memory_reserve", "device_memory_bytes")
-bytes_lowp_input, bytes_lowp_weight, lowp_proj_copy = syms("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy")
+bytes_lowp_input, bytes_lowp_weight, lowp_proj_copy, lowp_primary_weights = syms(
+    "bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
 qkv_bias, o_bias, mlp_bias, attn_extra_p, shared_expert_gate, n_attMM = syms(
     "qkv_bias", "o_bias", "mlp_bias", "attn_extra_p", "shared_expert_gate", "n_attMM")
 part_size, part_computed, part_sharded = syms("part_size", "part_computed", "part_sharded")
@@ -118,7 +120,8 @@ TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear
               "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "
               "usage), grouped_linear.py (the experts' weight workspaces); Megatron-Core "
               "megatron/core/extensions/transformer_engine.py (TELinear.forward passes is_first_microbatch unless "
-              "disable_parameter_transpose_cache)")
+              "disable_parameter_transpose_cache); primary quantized weights: megatron/core/fp8_utils.py "
+              "(get_fp8_context(is_init=True): TE's fp8_model_init when config.fp8_param, fp8_param_gather)")
 
 #: Bytes per element of the log-sum-exp a fused attention kernel keeps per query row and head (fp32),
 #: FlashAttention's only per-row state for the backward pass (Dao et al. 2022, Algorithm 2).
@@ -396,13 +399,29 @@ def layer_linear_weights(variant: MemoryVariant) -> tuple[Part, Part, Part]:
             Part(shared, t_exp, shard_exp_partial, zero))
 
 
+def _linear_slice(variant: MemoryVariant) -> sympy.Expr:
+    """Parameters of one body layer's linear weights on one rank: the TP slice of each (:func:`layer_linear_weights`)."""
+    return sympy.Add(*(_slice_and_shard(part)[0] for part in layer_linear_weights(variant)))
+
+
 def layer_weight_copies(variant: MemoryVariant) -> sympy.Expr:
-    """Bytes per rank of the quantized weight copies Transformer Engine caches across the micro-batches of a step
-    for one body layer: ``bytes_lowp_weight`` per parameter of the rank's TP slice of each linear weight
-    (:func:`layer_linear_weights`), beside the BF16 weights. None with the weights sharded (ZeRO stage 3: TE keeps
-    no cache under FSDP2, ``cache_name`` None in ``Linear.forward``, and quantizes each gathered weight again)."""
-    copies = sympy.Add(*(_slice_and_shard(part)[0] for part in layer_linear_weights(variant)))
-    return Piecewise((0, zero_level >= 3), (bytes_lowp_weight * copies, True))
+    """Bytes per rank of one body layer's quantized linear weights: ``bytes_lowp_weight`` per parameter of the
+    rank's TP slice of each linear weight (:func:`layer_linear_weights`), the copies Transformer Engine caches
+    across the micro-batches of a step beside the BF16 weights, or the primary weights themselves where
+    Megatron-Core builds them quantized (``lowp_primary_weights``, :func:`layer_quantized_weights_change`). None
+    with the weights sharded (ZeRO stage 3: TE keeps no cache under FSDP2, ``cache_name`` None in
+    ``Linear.forward``, and quantizes each gathered weight again)."""
+    return Piecewise((0, zero_level >= 3), (bytes_lowp_weight * _linear_slice(variant), True))
+
+
+def layer_quantized_weights_change(variant: MemoryVariant) -> sympy.Expr:
+    """Bytes per rank one body layer's weights hold in a low-precision run beyond their BF16 count: the quantized
+    copies (:func:`layer_weight_copies`), less the BF16 linear weights (``bytes_p`` per parameter of the slice)
+    where the quantized ones are the primary weights (``lowp_primary_weights``: Megatron-Core's ``fp8_param``
+    builds Transformer Engine's modules under ``fp8_model_init``; the distributed optimizer keeps the fp32 main
+    weights). 0 with ZeRO stage 3, where neither is modelled."""
+    net = (bytes_lowp_weight - lowp_primary_weights * bytes_p) * _linear_slice(variant)
+    return Piecewise((0, zero_level >= 3), (net, True))
 
 
 def embedding_activations() -> sympy.Expr:
@@ -474,8 +493,8 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     states = [n_embedding * e + n_output * o + _body_layers() * x for e, o, x in zip(emb, out, layer)]
     model_states = (n_embedding * part_model_states(embedding_part()) + n_output * part_model_states(output_part())
                     + _body_layers() * sympy.Add(*(part_model_states(x) for x in layer_parts(variant))))
-    if variant.low_precision:  # the cached quantized weight copies count with the weights
-        copies = _body_layers() * layer_weight_copies(variant)
+    if variant.low_precision:  # the quantized weights count with the weights
+        copies = _body_layers() * layer_quantized_weights_change(variant)
         states[0] = states[0] + copies
         model_states = model_states + copies
 
@@ -507,8 +526,9 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
                        doc=doc, source=source, variant=variant.tag)
 
     what = "per rank of one pipeline stage, summed over its embedding, output and body layers"
-    lowp = (" In a low-precision run: with the body layers' cached quantized weight copies (none when "
-            "zero_level >= 3), the linear layers' saved inputs quantized.") if variant.low_precision else ""
+    lowp = (" In a low-precision run: with the body layers' quantized linear weights, beside the BF16 ones or in "
+            "their place (lowp_primary_weights; neither when zero_level >= 3), the linear layers' saved inputs "
+            "quantized.") if variant.low_precision else ""
     return StageMemory(
         weights=f("weights_bytes", states[0], f"Weight bytes {what}, ZeRO-3 sharded when zero_level >= 3.{lowp}",
                   states_src),
@@ -666,9 +686,13 @@ def _low_precision_layer_forms(variant: MemoryVariant) -> list[Formula]:
              "beyond its 16-bit count: its linear layers' quantized saved inputs less the BF16 ones they replace "
              "(negative where they replace more than they add).", TE_SAVED, variant=variant.tag),
         _mem(f"{variant.key}_layer_weight_copies_bytes", layer_weight_copies(variant), variant.key,
-             "Bytes per rank of the quantized copies of one body layer's linear weights Transformer Engine caches "
-             "across a step's micro-batches (the rank's TP slice, bytes_lowp_weight per parameter; 0 when "
-             "zero_level >= 3).", TE_WEIGHTS, variant=variant.tag),
+             "Bytes per rank of one body layer's quantized linear weights: the copies Transformer Engine caches "
+             "across a step's micro-batches, or the primary weights built quantized (the rank's TP slice, "
+             "bytes_lowp_weight per parameter; 0 when zero_level >= 3).", TE_WEIGHTS, variant=variant.tag),
+        _mem(f"{variant.key}_layer_weights_change_bytes", layer_quantized_weights_change(variant), variant.key,
+             "Bytes per rank one body layer's weights hold in a low-precision run beyond their BF16 count: the "
+             "quantized linear weights, less the BF16 ones where the quantized are the primary weights "
+             "(lowp_primary_weights; 0 when zero_level >= 3).", TE_WEIGHTS, variant=variant.tag),
     ]
     return out
 

@@ -301,6 +301,9 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("bytes_lowp_weight", "nonnegative", "bytes",
      "bytes per linear-layer weight parameter of the low-precision copies Transformer Engine caches across "
      "micro-batches (row-wise and, where distinct, column-wise; block scales included)"),
+    ("lowp_primary_weights", "nonnegative", "1",
+     "1 when the linear layers' primary weights are the quantized tensors (Megatron-Core fp8_param_gather): no BF16 "
+     "copy of them beside the quantized one, else 0"),
     ("lowp_proj_copy", "nonnegative", "1",
      "1 when the attention output projection saves its own quantized copy of its input (delayed scaling), 0 when "
      "it saves the BF16 attention output"),

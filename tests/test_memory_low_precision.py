@@ -73,6 +73,20 @@ def test_dense_layer_by_hand(precision, system):
     assert call("memory_standard_dense_lowp_layer_weight_copies_bytes", **dict(values, zero_level=3.0)) == 0.0
 
 
+@pytest.mark.parametrize("precision, system, change", [
+    # Quantized primary weights (Megatron-Core fp8_param_gather): the 6,291,456 BF16 linear parameters of the rank
+    # (2 bytes each) are not kept, the quantized ones are: FP8 on H100 2 − 2 = 0 bytes per parameter, on B200
+    # 1 − 2 = −1, MXFP8 2.0625 − 2 = 0.0625, NVFP4 1.125 − 2 = −0.875.
+    ("fp8", "dgx_h100", 0.0), ("fp8", "dgx_b200", -6291456), ("mxfp8", "dgx_b200", 0.0625 * 6291456),
+    ("nvfp4", "dgx_b200", -0.875 * 6291456)])
+def test_quantized_primary_weights_replace_the_bf16_ones(precision, system, change):
+    values = dict(DENSE, bytes_p=2.0, **low_precision_values(precision, system))
+    name = "memory_standard_dense_lowp_layer_weights_change_bytes"
+    assert call(name, **dict(values, lowp_primary_weights=1.0)) == pytest.approx(change, rel=1e-12, abs=1e-9)
+    assert call(name, **dict(values, lowp_primary_weights=0.0)) == pytest.approx(
+        DENSE_COPIES[(precision, system)], rel=1e-12)
+
+
 def test_delayed_scaling_without_flash_attention_quantizes_the_projection_input_in_place():
     # Without a fused kernel no one else keeps the attention output: the projection's FP8 copy replaces its 2-byte
     # count, 512 elements per token from 2 bytes to 1: −512 bytes per token beside the −3072 of the other inputs.
@@ -139,6 +153,12 @@ def test_a_low_precision_stage_adds_the_layers_changes_and_copies():
         assert b["activations"] == pytest.approx(a["activations"] + in_flight * layers * change, rel=1e-12)
         assert (b["gradients"], b["optimizer"]) == (a["gradients"], a["optimizer"])
     assert stage_totals(model, layout, settings, system="dgx_h100").tolist() == [r["total"] for r in low["stages"]]
+    # Quantized primary weights on H100: 2 bytes of FP8 data and transpose in place of 2 BF16 bytes per parameter.
+    primary = stage_memory(model, layout, system="dgx_h100",
+                           settings=dataclasses.replace(settings, lowp_primary_weights=True))
+    assert [r["weights"] for r in primary["stages"]] == pytest.approx([r["weights"] for r in bf16["stages"]],
+                                                                      rel=1e-12)
+    assert primary["settings"]["lowp_primary_weights"] == 1.0
 
 
 def test_bf16_is_the_default_and_unchanged():
@@ -172,6 +192,8 @@ def test_bad_precision_is_one_error():
         stage_totals(model, model.layout, low)
     with pytest.raises(InputError, match="^--precision mxfp8: "):
         MemoryPricer(model, system="dgx_h100", settings=dataclasses.replace(low, precision="mxfp8"))
+    with pytest.raises(InputError, match="^lowp_primary_weights: "):
+        dataclasses.replace(low, lowp_primary_weights="yes")
 
 
 def test_eval_memory_precision(capsys):
@@ -184,8 +206,13 @@ def test_eval_memory_precision(capsys):
     assert low["stages"][0]["activations"] < bf16["stages"][0]["activations"]
     assert cli.main([*args, "--precision", "fp8"]) == 0
     assert "precision fp8: linear layers' saved inputs 1 bytes per element" in capsys.readouterr().out
+    assert cli.main([*args, "--json", "--precision", "fp8-cs", "--quantized-weights"]) == 0
+    primary = json.loads(capsys.readouterr().out)["memory"]
+    assert primary["settings"]["lowp_primary_weights"] == 1.0
+    assert primary["stages"][0]["weights"] < low["stages"][0]["weights"]
     for extra, fragment in ((["--precision", "nvfp4"], "--precision nvfp4: the"),
-                            (["--precision", "fp9"], "--precision: invalid choice")):
+                            (["--precision", "fp9"], "--precision: invalid choice"),
+                            (["--quantized-weights"], "--quantized-weights: a setting of a low-precision run")):
         assert cli.main([*args, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert fragment in err and len(err.splitlines()) == 1 and "Traceback" not in err

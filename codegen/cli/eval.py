@@ -107,10 +107,14 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
                        help="keep the s-by-s attention scores for the backward pass (no fused attention kernel)")
     group.add_argument("--zero-level", metavar="Z", help="ZeRO stage 0-3 of every layout (default: from the "
                                                          "layout: fsdp 3, op with grad_shard 2, op 1, else 0)")
+    group.add_argument("--quantized-weights", action="store_true",
+                       help="with a --precision other than bf16: the linear layers' primary weights are the quantized "
+                            "tensors (Megatron-Core's fp8_param_gather, as NVIDIA's FP8 recipes set it), no BF16 copy "
+                            "beside them (default: BF16 weights and Transformer Engine's cached quantized copies)")
 
 
 #: Every memory option (``add_memory_options``), in the order a message names the first one given.
-MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level")
+MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--quantized-weights")
 
 
 def given_options(args: argparse.Namespace, options: Iterable[str]) -> list[str]:
@@ -170,6 +174,11 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
         changes["flash_attention"] = 0.0
     if wanted and getattr(args, "precision", None) is not None:
         changes["precision"] = args.precision
+    if getattr(args, "quantized_weights", False):
+        if changes.get("precision", "bf16") == "bf16":
+            raise ValueError("--quantized-weights: a setting of a low-precision run (eval --memory with --precision "
+                             "fp8, fp8-cs, mxfp8 or nvfp4)")
+        changes["lowp_primary_weights"] = True
     return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 
@@ -238,9 +247,10 @@ def print_memory(memory: dict[str, Any]) -> None:
     if "precision" in memory:  # a low-precision run (docs/memory.md, "Low precision")
         m = memory["settings"]
         copies = ", ".join(f"{row['weight_copies'] / GIB:.3f}" for row in memory["stages"])
+        kind = "primary weights, no BF16 copy" if m["lowp_primary_weights"] else "cached beside the BF16 weights"
         print(f"precision {memory['precision']}: linear layers' saved inputs {m['bytes_lowp_input']:g} bytes per "
-              f"element; cached weight copies {m['bytes_lowp_weight']:g} bytes per parameter (of the weights, GiB "
-              f"per stage: {copies}); output projection's own copy {'yes' if m['lowp_proj_copy'] else 'no'}.")
+              f"element; quantized weights {m['bytes_lowp_weight']:g} bytes per parameter, {kind} (of the weights, "
+              f"GiB per stage: {copies}); output projection's own copy {'yes' if m['lowp_proj_copy'] else 'no'}.")
 
 
 TIME_UNITS = ("seconds per training step per rank (stage), NCCL's predicted time of each call times the calls per "

@@ -104,6 +104,9 @@ class MemorySettings:
         precision: the run's precision (``symbolic.vocabulary.PRECISIONS``): ``"bf16"`` (the default) prices the
             BF16 forms; any other the low-precision ones, in the bytes :func:`low_precision_values` gives for it
             on the system's GPU (so these need a system).
+        lowp_primary_weights: in a low-precision run, the linear layers' primary weights are the quantized
+            tensors (Megatron-Core ``fp8_param_gather``: no BF16 copy beside them); False (Megatron-Core's default)
+            keeps the BF16 weights and counts Transformer Engine's cached quantized copies beside them.
     """
 
     bytes_compute: float | None = None
@@ -116,10 +119,12 @@ class MemorySettings:
     zero_level: int | None = None
     reserve_bytes: float = 0.0
     precision: str = "bf16"
+    lowp_primary_weights: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise inputs.InputError(f"precision: one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        flag("lowp_primary_weights", self.lowp_primary_weights)
         if self.zero_level is not None and (isinstance(self.zero_level, bool) or self.zero_level not in (0, 1, 2, 3)):
             raise inputs.InputError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
         # Every byte count is a finite number >= 0 and the two switches lie in [0, 1]: then each stage's
@@ -170,14 +175,15 @@ def width_sources(settings: MemorySettings) -> dict[str, str]:
 DEFAULT_RESERVE_BYTES = 2.0 * 2 ** 30
 
 #: The values the low-precision forms read, besides the BF16 forms' (``symbolic.memory``): 0 in none of them.
-LOW_PRECISION_VALUES = ("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy")
+LOW_PRECISION_VALUES = ("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
 
 
 def low_precision_values(precision: str, system: System | str) -> dict[str, float]:
     """The bytes of a low-precision run's quantized tensors on *system*'s GPU (``symbolic.vocabulary.Precision``):
     ``bytes_lowp_input`` per element of a linear layer's saved input (``input_bytes``), ``bytes_lowp_weight`` per
-    linear weight parameter of the cached copies (``weight_copy_bytes`` for the GPU's compute capability: FP8 keeps
-    a transpose on Hopper, not on Blackwell) and ``lowp_proj_copy`` (1 under delayed scaling); ``{}`` for BF16.
+    linear weight parameter of the quantized weights (``weight_copy_bytes`` for the GPU's compute capability: FP8
+    keeps a transpose on Hopper, not on Blackwell) and ``lowp_proj_copy`` (1 under delayed scaling); ``{}`` for
+    BF16. (``lowp_primary_weights`` is a setting, :class:`MemorySettings`.)
 
     Raises:
         InputError: naming an unknown precision, or one the GPU cannot run (its compute capability).
@@ -304,6 +310,7 @@ def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | La
             raise inputs.InputError(f"system: precision {settings.precision} needs the system its GPU sets the "
                                     "bytes of the quantized weight copies by (system=...)")
         values.update(low_precision_values(settings.precision, system))
+        values["lowp_primary_weights"] = float(settings.lowp_primary_weights)
     return values
 
 

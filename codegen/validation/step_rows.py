@@ -110,9 +110,17 @@ DEFAULTS = {"recompute_mode": "none", "sequence_parallel": "tp > 1", "flash_atte
 #: optimizer states are sharded over the data-parallel ranks with the context-parallel ones (Megatron-Core's
 #: data-parallel group ``with_context_parallel``: ``shard_p_os_non_exp_partial = R·t·cp``, docs/memory.md);
 #: and the default reserve (``codegen.pricing.memory.DEFAULT_RESERVE_BYTES``: CUDA context, kernels, NCCL
-#: buffers). The 24.07 rows ran NeMo 1.0's launcher, whose gradient width this table does not check.
-RECIPE_MEMORY = {"bytes_grad": 2.0, "source": "Megatron-Bridge@fa55da5f scripts/performance/configs/*/"
-                 "*_llm_pretrain.py and perf_recipes/_common.py: grad_reduce_in_fp32 = False"}
+#: buffers). In a low-precision row the linear layers' primary weights are the quantized tensors
+#: (``fp8_param_gather = True``: NeMo 2.0's ``nemo/collections/llm/recipes/precision/mixed_precision.py``
+#: ``bf16_with_fp8_mixed`` and ``bf16_with_fp8_current_scaling_mixed``, which ``scripts/performance/helpers.py``
+#: ``set_precision_configs`` picks for FP8 and FP8-CS; Megatron-Bridge's ``src/megatron/bridge/training/
+#: mixed_precision.py`` ``bf16_with_fp8_delayed_scaling_mixed``, ``bf16_with_fp8_current_scaling_mixed`` and
+#: ``bf16_with_mxfp8_mixed``), so no BF16 copy of them (``MemorySettings.lowp_primary_weights``). The 24.07 rows
+#: ran NeMo 1.0's launcher, whose gradient width and primary weights this table does not check.
+RECIPE_MEMORY = {"bytes_grad": 2.0, "lowp_primary_weights": True,
+                 "source": "Megatron-Bridge@fa55da5f scripts/performance/configs/*/*_llm_pretrain.py and "
+                           "perf_recipes/_common.py: grad_reduce_in_fp32 = False; NeMo 2.0 and Megatron-Bridge "
+                           "mixed_precision.py: fp8_param_gather = True"}
 
 #: Activation recompute a published recipe sets where the table's row does not say (the row's ``recompute_mode``
 #: column wins where given): ``(model, system, precision)`` → (fully recomputed layers per pipeline stage, source).
@@ -436,7 +444,8 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     Engine's quantized saved inputs and cached weight copies, docs/memory.md "Low precision"), the distributed
     optimizer over the data- and context-parallel ranks (or ZeRO 3 where ``fsdp`` is set),
     :func:`recipe_recompute` and, with
-    *nvidia_recipe* (a row of NVIDIA's NeMo / Megatron-Bridge table), :data:`RECIPE_MEMORY`'s BF16 gradients,
+    *nvidia_recipe* (a row of NVIDIA's NeMo / Megatron-Bridge table), :data:`RECIPE_MEMORY`'s BF16 gradients and
+    quantized primary weights,
     on top of *settings* (its reserve: ``DEFAULT_RESERVE_BYTES`` unless given; without *nvidia_recipe*, its
     gradient width: the model's fp32 unless given). Returns ``peak_bytes``, ``capacity_bytes``,
     ``reserve_bytes``, ``headroom_bytes`` (capacity − reserve − peak), ``fits``, ``peak_stage``, the peak stage's
@@ -454,7 +463,8 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]),
                                precision=r["precision"])
     if nvidia_recipe:
-        used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"])
+        used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"],
+                                   lowp_primary_weights=RECIPE_MEMORY["lowp_primary_weights"])
     got = stage_memory(model, layout, system=r["system"], settings=used)
     peak = max(got["stages"], key=lambda stage: stage["total"])  # the first largest, as MemoryPricer picks it
     return {"peak_bytes": peak["total"], "capacity_bytes": got["capacity_bytes"], "reserve_bytes": got["reserve_bytes"],
