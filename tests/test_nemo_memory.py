@@ -107,7 +107,7 @@ def test_low_precision_rows_count_the_quantized_tensors(rows, monkeypatch):
     ours = {r["line"]: r for r in rows}
     assert ours[43]["fits"] and not cached[43]["fits"]
     # 2 bytes of FP8 data and transpose per linear parameter of the rank beside the 2 BF16 bytes, or in their place.
-    assert cached[43]["parts"]["weights"] > 1.9 * ours[43]["parts"]["weights"]
+    assert cached[43]["parts"]["weights"] > 1.8 * ours[43]["parts"]["weights"]  # (the embedding and norms stay BF16)
     assert cached[43]["parts"]["activations"] == ours[43]["parts"]["activations"]
 
 

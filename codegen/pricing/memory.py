@@ -56,6 +56,7 @@ from ..runtime.inputs import finite, flag
 from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, PipelineShapes, RowGroups, blocks,
                      call_term, group_rows, term_arguments, term_function)
 from .families import FamilySpec
+from .low_precision import LOW_PRECISION_VALUES, low_precision_values
 from .stages import batch_argument, degrees_argument, layout_argument, model_argument, stage_counts
 
 __all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "DEFAULT_RESERVE_BYTES", "width_sources", "PARTS", "OUTPUTS",
@@ -104,9 +105,8 @@ class MemorySettings:
         precision: the run's precision (``symbolic.vocabulary.PRECISIONS``): ``"bf16"`` (the default) prices the
             BF16 forms; any other the low-precision ones, in the bytes :func:`low_precision_values` gives for it
             on the system's GPU (so these need a system).
-        lowp_primary_weights: in a low-precision run, the linear layers' primary weights are the quantized
-            tensors (Megatron-Core ``fp8_param_gather``: no BF16 copy beside them); False (Megatron-Core's default)
-            keeps the BF16 weights and counts Transformer Engine's cached quantized copies beside them.
+        lowp_primary_weights: in a low-precision run, the linear layers' primary weights are the quantized tensors
+            (Megatron-Core ``fp8_param_gather``); False (its default): BF16 weights and TE's cached copies beside.
     """
 
     bytes_compute: float | None = None
@@ -174,35 +174,6 @@ def width_sources(settings: MemorySettings) -> dict[str, str]:
 #: states it (``--reserve``, or ``reserve_bytes``).
 DEFAULT_RESERVE_BYTES = 2.0 * 2 ** 30
 
-#: The values the low-precision forms read, besides the BF16 forms' (``symbolic.memory``): 0 in none of them.
-LOW_PRECISION_VALUES = ("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
-
-
-def low_precision_values(precision: str, system: System | str) -> dict[str, float]:
-    """The bytes of a low-precision run's quantized tensors on *system*'s GPU (``symbolic.vocabulary.Precision``):
-    ``bytes_lowp_input`` per element of a linear layer's saved input (``input_bytes``), ``bytes_lowp_weight`` per
-    linear weight parameter of the quantized weights (``weight_copy_bytes`` for the GPU's compute capability: FP8
-    keeps a transpose on Hopper, not on Blackwell) and ``lowp_proj_copy`` (1 under delayed scaling); ``{}`` for
-    BF16. (``lowp_primary_weights`` is a setting, :class:`MemorySettings`.)
-
-    Raises:
-        InputError: naming an unknown precision, or one the GPU cannot run (its compute capability).
-        NoCapacityError: when the system has no GPU facts.
-    """
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise inputs.InputError(f"--precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "bf16":
-        return {}
-    net = _system(system)
-    if net.gpu is None:
-        raise NoCapacityError(f"{net.name} has no GPU facts in the hardware catalog (no HBM capacity)")
-    chosen, have = PRECISIONS[precision], net.gpu.compute_capability
-    if have < chosen.min_capability:
-        need = chosen.min_capability
-        raise inputs.InputError(f"--precision {precision}: the {net.gpu.model} of {net.name} (compute capability "
-                                f"{have // 10}.{have % 10}) cannot run it; it needs {need // 10}.{need % 10} or newer")
-    return {"bytes_lowp_input": chosen.input_bytes, "bytes_lowp_weight": chosen.weight_copy_bytes(have),
-            "lowp_proj_copy": float(chosen.own_proj_copy)}
 
 #: Today's large-model training as ``symcost eval --memory`` assumes it: the model file's byte widths
 #: (its ``compute_dtype``, ``param_dtype`` and ``reduce_dtype``: every bundled model states BF16
@@ -307,8 +278,8 @@ def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | La
               "bytes_optimizer": settings.bytes_optimizer, "zero_level": float(zero)}
     if settings.precision != "bf16":
         if system is None:
-            raise inputs.InputError(f"system: precision {settings.precision} needs the system its GPU sets the "
-                                    "bytes of the quantized weight copies by (system=...)")
+            raise inputs.InputError(f"system: precision {settings.precision} needs the system whose GPU sets the "
+                                    "bytes of its quantized weights (system=...)")
         values.update(low_precision_values(settings.precision, system))
         values["lowp_primary_weights"] = float(settings.lowp_primary_weights)
     return values
@@ -400,7 +371,6 @@ def stage_memory(model: ModelConfig, layout: Layout, *, system: System | str,
         out["precision"] = settings.precision
         used.update({name: float(values[name]) for name in LOW_PRECISION_VALUES})
     return out
-
 
 
 
