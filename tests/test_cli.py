@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -90,12 +91,12 @@ def test_derive_bad_input(argv, fragment, capsys):
 def test_eval_cost_step_time_prices_one_layout_as_the_search_does(capsys):
     """--cost step-time: the step time and its parts of one layout as StepTimePricer prices it with the time
     family's communication, step = compute + bubble + exposed communication, and each stage's memory as
-    stage_memory gives it; --precision applies here only."""
+    stage_memory gives it in the run's precision; --precision applies here and to --memory only."""
     import numpy as np
 
     from codegen.configs import load_model, parse_layout
     from codegen.pricing.chunks import Chunk, Setting
-    from codegen.pricing.memory import stage_memory
+    from codegen.pricing.memory import DEFAULT_SETTINGS, stage_memory
     from codegen.pricing.step_time import StepTimePricer, time_family_comm
 
     args = ["eval", "--model", "llama2-7b", "--layout", "d=8,t=2,p=2,m=16,b=1", "--device", "dgx_h100",
@@ -112,8 +113,9 @@ def test_eval_cost_step_time_prices_one_layout_as_the_search_does(capsys):
         assert got[key] == float(want[key][0])
     assert abs(got["step_time_s"] - (got["compute_s"] + got["bubble_s"] + got["comm_s"])) <= 1e-12 * got["step_time_s"]
     assert got["exposed_comm_s"] == got["comm_s"] > 0 and got["precision"] == "fp8"
+    fp8 = dataclasses.replace(DEFAULT_SETTINGS, precision="fp8")  # (the memory of the run's precision)
     assert [row["total_bytes"] for row in got["memory"]] == [
-        row["total"] for row in stage_memory(model, layout, system="dgx_h100")["stages"]]
+        row["total"] for row in stage_memory(model, layout, system="dgx_h100", settings=fp8)["stages"]]
     for extra, message in ((["--order", "tp-cp-ep-dp-pp"], "--order tp-cp-ep-dp-pp: --cost step-time"),
                            (["--memory"], "--memory: --cost step-time prints"),
                            (["--zero-level", "2"], "--zero-level 2: --cost step-time")):
