@@ -137,7 +137,8 @@ def test_a_low_precision_stage_adds_the_layers_changes_and_copies():
     model = load_model("llama3-8b")
     layout = parse_layout("d=2,t=4,p=2,cp=1,m=8,b=1,sp=1", model.layout)
     bf16 = stage_memory(model, layout, system="dgx_h100")
-    settings = dataclasses.replace(DEFAULT_SETTINGS, precision="fp8-cs")
+    # (BF16 weights with Transformer Engine's cached copies beside them: Megatron-Core's fp8_param_gather = False)
+    settings = dataclasses.replace(DEFAULT_SETTINGS, precision="fp8-cs", lowp_primary_weights=False)
     low = stage_memory(model, layout, system="dgx_h100", settings=settings)
     assert low["precision"] == "fp8-cs" and low["variant"] == bf16["variant"] + "_lowp"
     s, h, hff, t = model.s, 4096, 14336, 4  # sp = t: sequence parallel with TP
@@ -200,19 +201,20 @@ def test_eval_memory_precision(capsys):
     args = ["eval", "--model", "llama3-8b", "--layout", "d=2,t=4,p=2,cp=1,m=8,b=1,sp=1", "--device", "dgx_h100", "--memory"]
     assert cli.main([*args, "--json"]) == 0
     bf16 = json.loads(capsys.readouterr().out)["memory"]
-    assert cli.main([*args, "--json", "--precision", "fp8-cs"]) == 0
+    assert cli.main([*args, "--json", "--precision", "fp8-cs", "--bf16-weights"]) == 0
     low = json.loads(capsys.readouterr().out)["memory"]
     assert low["precision"] == "fp8-cs" and low["settings"]["bytes_lowp_weight"] == 2.0
+    assert low["settings"]["lowp_primary_weights"] == 0.0
     assert low["stages"][0]["activations"] < bf16["stages"][0]["activations"]
     assert cli.main([*args, "--precision", "fp8"]) == 0
     assert "precision fp8: linear layers' saved inputs 1 bytes per element" in capsys.readouterr().out
-    assert cli.main([*args, "--json", "--precision", "fp8-cs", "--quantized-weights"]) == 0
+    assert cli.main([*args, "--json", "--precision", "fp8-cs"]) == 0  # the recipes' quantized primary weights
     primary = json.loads(capsys.readouterr().out)["memory"]
     assert primary["settings"]["lowp_primary_weights"] == 1.0
     assert primary["stages"][0]["weights"] < low["stages"][0]["weights"]
     for extra, fragment in ((["--precision", "nvfp4"], "--precision nvfp4: the"),
                             (["--precision", "fp9"], "--precision: invalid choice"),
-                            (["--quantized-weights"], "--quantized-weights: a setting of a low-precision run")):
+                            (["--bf16-weights"], "--bf16-weights: a setting of a low-precision run")):
         assert cli.main([*args, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert fragment in err and len(err.splitlines()) == 1 and "Traceback" not in err

@@ -107,14 +107,14 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
                        help="keep the s-by-s attention scores for the backward pass (no fused attention kernel)")
     group.add_argument("--zero-level", metavar="Z", help="ZeRO stage 0-3 of every layout (default: from the "
                                                          "layout: fsdp 3, op with grad_shard 2, op 1, else 0)")
-    group.add_argument("--quantized-weights", action="store_true",
-                       help="with a --precision other than bf16: the linear layers' primary weights are the quantized "
-                            "tensors (Megatron-Core's fp8_param_gather, as NVIDIA's FP8 recipes set it), no BF16 copy "
-                            "beside them (default: BF16 weights and Transformer Engine's cached quantized copies)")
+    group.add_argument("--bf16-weights", action="store_true",
+                       help="with a --precision other than bf16: keep the linear layers' weights in BF16 with Transformer "
+                            "Engine's cached quantized copies beside them (Megatron-Core's fp8_param_gather = False; "
+                            "default: the quantized weights are the primary ones, as NVIDIA's FP8 recipes set it)")
 
 
 #: Every memory option (``add_memory_options``), in the order a message names the first one given.
-MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--quantized-weights")
+MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--bf16-weights")
 
 
 def given_options(args: argparse.Namespace, options: Iterable[str]) -> list[str]:
@@ -174,11 +174,11 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
         changes["flash_attention"] = 0.0
     if wanted and getattr(args, "precision", None) is not None:
         changes["precision"] = args.precision
-    if getattr(args, "quantized_weights", False):
+    if getattr(args, "bf16_weights", False):
         if changes.get("precision", "bf16") == "bf16":
-            raise ValueError("--quantized-weights: a setting of a low-precision run (eval --memory with --precision "
+            raise ValueError("--bf16-weights: a setting of a low-precision run (eval --memory with --precision "
                              "fp8, fp8-cs, mxfp8 or nvfp4)")
-        changes["lowp_primary_weights"] = True
+        changes["lowp_primary_weights"] = False
     return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 

@@ -106,7 +106,8 @@ class MemorySettings:
             BF16 forms; any other the low-precision ones, in the bytes :func:`low_precision_values` gives for it
             on the system's GPU (so these need a system).
         lowp_primary_weights: in a low-precision run, the linear layers' primary weights are the quantized tensors
-            (Megatron-Core ``fp8_param_gather``); False (its default): BF16 weights and TE's cached copies beside.
+            (``fp8_param_gather``, as NVIDIA's FP8 and MXFP8 recipes set it); False: BF16 weights and Transformer
+            Engine's cached quantized copies beside them (Megatron-Core's own default).
     """
 
     bytes_compute: float | None = None
@@ -119,7 +120,7 @@ class MemorySettings:
     zero_level: int | None = None
     reserve_bytes: float = 0.0
     precision: str = "bf16"
-    lowp_primary_weights: bool = False
+    lowp_primary_weights: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
