@@ -214,14 +214,19 @@ def closed_forms() -> ClosedForms:
     """``closed_form`` of every formula in FORMULA_NAMES, computed once, with each pass's rewrites recorded.
 
     The passes are wrapped for the computation only; every closed form is computed here (the cache is
-    emptied first), so each pass application is seen.
+    emptied first), so each pass application is seen. A pass is a function of its input: one met again
+    (the passes after a round's last improvement see the same expression in the next round) gives the
+    output it gave, recorded again, without being computed again.
     """
     rewrites: dict[str, list[tuple[str, sympy.Expr, sympy.Expr]]] = {name: [] for name, _ in PASSES}
     current = [""]
+    given: dict[tuple[str, sympy.Expr], sympy.Expr] = {}
 
     def recorded(pass_name, fn):
         def run(expr):
-            out = fn(expr)  # a pass that raises is skipped by closed_form, as before
+            out = given.get((pass_name, expr))
+            if out is None:
+                out = given[pass_name, expr] = fn(expr)  # a pass that raises is skipped by closed_form, as before
             if out != expr:
                 rewrites[pass_name].append((current[0], expr, out))
             return out
