@@ -46,9 +46,41 @@ def _draw(name: str, rng: random.Random) -> sympy.Expr:
     return sympy.Float(0 if rng.random() < 0.25 else rng.uniform(0.1, 6.0))
 
 
-def _value(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Expr]) -> float | None:
-    """*expr* at *point*, None where it is undefined (a division by 0 in a branch taken)."""
-    value = sympy.sympify(expr).xreplace(point)
+def _substituted(expr: sympy.Basic, point: dict[sympy.Symbol, sympy.Expr],
+                 done: dict[sympy.Basic, tuple[sympy.Basic, bool]]) -> tuple[sympy.Basic, bool]:
+    """``expr.xreplace(point)`` and whether anything was replaced, as SymPy's ``Basic._xreplace`` computes
+    them (each node rebuilt from its rebuilt arguments where one changed), each distinct subexpression once
+    per point: *done* holds those of the point's earlier calls.
+
+    The expressions checked share most of their pieces (a pass's input and output, the passes of one round,
+    a stage total and its terms): the passes' checks visit some 480 000 nodes per point, under 10 000 of
+    them distinct, and rebuilding a node (a Min, a Piecewise on numbers) is what costs. Equal expressions
+    (``==``: the same types and arguments; a Float is never equal to an Integer) rebuild to the same
+    value, so a remembered one is the one xreplace would compute again.
+    """
+    if expr in point:
+        return point[expr], True
+    if not expr.args:
+        return expr, False
+    known = done.get(expr)
+    if known is None:
+        args, changed = [], False
+        for arg in expr.args:
+            if getattr(arg, "_xreplace", None) is None:  # (as Basic._xreplace: a non-SymPy argument is kept)
+                args.append(arg)
+                continue
+            new, replaced = _substituted(arg, point, done)
+            args.append(new)
+            changed |= replaced
+        known = done[expr] = (expr.func(*args), True) if changed else (expr, False)
+    return known
+
+
+def _value(expr: sympy.Expr, point: dict[sympy.Symbol, sympy.Expr],
+           done: dict[sympy.Basic, tuple[sympy.Basic, bool]]) -> float | None:
+    """*expr* at *point*, None where it is undefined (a division by 0 in a branch taken); *done*: see
+    ``_substituted``."""
+    value, _ = _substituted(sympy.sympify(expr), point, done)
     if not value.is_number or value.has(sympy.zoo, sympy.nan) or not value.is_finite:
         return None
     return float(value)
@@ -62,9 +94,15 @@ def _points(n: int, seed: int) -> tuple[dict[sympy.Symbol, sympy.Expr], ...]:
 
 
 @functools.cache
+def _substitutions(n: int, seed: int) -> tuple[dict[sympy.Basic, tuple[sympy.Basic, bool]], ...]:
+    # Per point of _points(n, seed): every subexpression substituted so far (``_substituted``), for the module.
+    return tuple({} for _ in range(n))
+
+
+@functools.cache
 def _values(expr: sympy.Expr, n: int, seed: int) -> tuple[float | None, ...]:
     # Once per expression: the passes of a round all start from the same one.
-    return tuple(_value(expr, point) for point in _points(n, seed))
+    return tuple(_value(expr, point, done) for point, done in zip(_points(n, seed), _substitutions(n, seed)))
 
 
 @functools.cache
@@ -176,14 +214,19 @@ def closed_forms() -> ClosedForms:
     """``closed_form`` of every formula in FORMULA_NAMES, computed once, with each pass's rewrites recorded.
 
     The passes are wrapped for the computation only; every closed form is computed here (the cache is
-    emptied first), so each pass application is seen.
+    emptied first), so each pass application is seen. A pass is a function of its input: one met again
+    (the passes after a round's last improvement see the same expression in the next round) gives the
+    output it gave, recorded again, without being computed again.
     """
     rewrites: dict[str, list[tuple[str, sympy.Expr, sympy.Expr]]] = {name: [] for name, _ in PASSES}
     current = [""]
+    given: dict[tuple[str, sympy.Expr], sympy.Expr] = {}
 
     def recorded(pass_name, fn):
         def run(expr):
-            out = fn(expr)  # a pass that raises is skipped by closed_form, as before
+            out = given.get((pass_name, expr))
+            if out is None:
+                out = given[pass_name, expr] = fn(expr)  # a pass that raises is skipped by closed_form, as before
             if out != expr:
                 rewrites[pass_name].append((current[0], expr, out))
             return out
