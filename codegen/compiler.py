@@ -154,9 +154,10 @@ def check_output_directory(directory: str | Path) -> None:
 _RESERVED_MODULES = frozenset({"__init__", "_runtime"})
 
 #: Dimensions whose formulas the NumPy package holds in one module per variant (``Formula.algorithm``):
-#: a model prices one variant of each, and compiling a module from source (no bytecode cache) costs
-#: about 0.1 ms per kilobyte, so a cold pricer should not compile the other variants' hundreds.
-SPLIT_DIMENSIONS = frozenset({"stage", "stage_slope"})
+#: a model prices one variant of each (its stage terms; its memory forms, in BF16 or a low precision), and
+#: compiling a module from source (no bytecode cache) costs about 0.1 ms per kilobyte, so a cold pricer should
+#: not compile the other variants' hundreds.
+SPLIT_DIMENSIONS = frozenset({"stage", "stage_slope", "memory", "memory_slope"})
 
 
 def module_of(formula: Formula | Lowered) -> str:

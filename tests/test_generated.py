@@ -230,6 +230,9 @@ def test_stage_terms_are_one_module_per_variant():
             assert module_of(formula) == f"{formula.dimension}__{formula.algorithm}"
             assert (DEFAULT_DIRECTORY / f"{module_of(formula)}.py").is_file()
     assert not (DEFAULT_DIRECTORY / "stage.py").exists()
+    # a model's memory forms likewise: the BF16 and the low-precision ones of its variant, not the others'
+    assert {"memory__standard_dense", "memory__standard_dense_lowp"} <= {
+        module_of(f) for f in registry.FORMULAS.values() if f.dimension == "memory"}
     code = ("import sys, generated; generated.stage_tp_dense_layer; "
             "assert not [m for m in sys.modules if m.startswith('generated.stage') and m != 'generated.stage__dense'], "
             "sorted(sys.modules)")
