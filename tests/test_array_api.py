@@ -43,7 +43,12 @@ def test_plain_path_on_numpy_agrees_with_the_in_place_path(monkeypatch):
         with np.errstate(all="ignore"):
             got = getattr(generated, name)(**values[name])
         assert got.shape == want[name].shape, name
-        assert_close(got, want[name], rtol=RTOL, atol=0.0)
+        # An absolute floor of RTOL times the function's largest value over the points: a form that is a
+        # difference (a low-precision run's change of bytes) may cancel to a value far below its terms, where the two
+        # paths' rounding orders differ by more than RTOL of the small result.
+        finite = np.abs(want[name][np.isfinite(want[name])]) if np.ndim(want[name]) else np.abs(want[name])
+        floor = RTOL * float(np.max(finite, initial=0.0))
+        assert_close(got, want[name], rtol=RTOL, atol=floor, msg=name)
     assert len(taken) == sum(1 for n in NAMES if registry.get(n).arguments)
 
 
