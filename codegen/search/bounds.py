@@ -135,10 +135,10 @@ def floors(spec: SearchSpec) -> tuple[tuple[FloorPart, ...], ...]:
     """The levels of the communication floor of *spec*, each a tuple of parts (none without the time family).
 
     ``step_time.time_item_keys`` says what each item's seconds per stage follow from; an item that reads a
-    ZeRO level is left out, as is an item of a dimension the run overlaps with compute (``spec.overlap``: its
-    seconds may be hidden; codegen.pricing.exposure) (every table is shared by the ZeRO levels; the tables are per
-    recompute mode, and
-    per CP algorithm where an item reads it: the CP items, ring send/recvs or Ulysses all-to-alls). Level 1:
+    ZeRO level is left out (every table is shared by the ZeRO levels; the tables are per recompute mode, and
+    per CP algorithm where an item reads it: the CP items, ring send/recvs or Ulysses all-to-alls), and so is an
+    item of a dimension the run overlaps with compute (``spec.overlap``: its seconds may be hidden,
+    ``codegen.pricing.exposure``). Level 1:
     the items that read the base row ``(t, cp, p, vp)`` and ``b`` alone (tensor-, context-, pipeline-parallel
     on DeepSeek-V3), keyed by the base row and ``b``: shared by every ``ep`` and ``etp`` too. Level 2: every
     item left (the expert all-to-all too), keyed by the whole structure row and ``b``; only when a key is shared

@@ -79,11 +79,10 @@ from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, Inp
     parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
-__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "RECIPE_OVERLAP", "Family",
-           "is_step_rows_table", "read_rows", "model_and_layout", "step_rows", "recipe_recompute", "recipe_overlap",
-           "row_memory",
-           "memory_rows", "spearman", "regret",
-           "sweep_stats", "group_stats", "summary_json", "print_report"]
+__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "RECIPE_OVERLAP",
+           "Family", "is_step_rows_table", "read_rows", "model_and_layout", "step_rows", "recipe_recompute",
+           "recipe_overlap", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats", "group_stats",
+           "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
 REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
@@ -143,9 +142,10 @@ RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[int, str]] = {
 
 
 _MB = "NVIDIA-NeMo/Megatron-Bridge@"
-_TP_MB = ("Megatron-Bridge's Llama 3 / 3.1 recipes, CommOverlapConfig(tp_comm_overlap=True) with the fn's userbuffers "
-          "config (" + _MB + "7af9601c9 (v0.2.0, 25.11), 21b02e0cf (v0.3.0, 26.02), fcbb60311 (v0.5.0, 26.06): "
-          "src/megatron/bridge/recipes/llama/llama3.py; scripts/performance/configs/llama*/llama3*_llm_pretrain.py)")
+_TP_MB = ("Megatron-Bridge's Llama 3 / 3.1 recipes, CommOverlapConfig(tp_comm_overlap=True) with the performance "
+          "script's userbuffers config (" + _MB + "7af9601c9 (v0.2.0, 25.11), 21b02e0cf (v0.3.0, 26.02), "
+          "fcbb60311 (v0.5.0, 26.06): src/megatron/bridge/recipes/llama/llama3.py; "
+          "scripts/performance/configs/llama*/llama3*_llm_pretrain.py)")
 _TP_NEMO = ("NeMo 2.2.0's recipe callback tp_comm_overlap=True with the script's userbuffers config (NVIDIA/NeMo@"
             "7192a2c944: nemo/collections/llm/recipes/{gpt3_175b,llama3_70b,llama31_405b,nemotron4_340b}.py; "
             "scripts/llm/performance/pretrain_*.py)")
