@@ -62,3 +62,24 @@ def test_spec_reserve_of_another_kind_names_it(value):
 def test_spec_reserve_needs_memory():
     with pytest.raises(InputError, match="^reserve_bytes: a memory setting"):
         SearchSpec(load_model("llama3-8b"), 8, 128, "dgx_h100", reserve_bytes=GIB, memory=False)
+
+
+def test_bytes_grad_is_a_memory_setting_of_the_search():
+    """--bytes-grad 2 (the recipes' BF16 gradients) prices less memory than the model file's fp32 gradients, layout
+    for layout: by 2 bytes for each gradient a rank keeps (its weights over TP and PP; ZeRO 1 keeps them whole);
+    bad values are one clear error."""
+    from codegen.search import search
+
+    model = load_model("llama3-8b")
+    fix = (("d", 8), ("t", 1), ("p", 1), ("cp", 1), ("b", 1))
+    rows = {grad: search(SearchSpec(model, 8, 128, "dgx_h100", fix=fix, recompute=("none",), keep_infeasible=True,
+                                    bytes_grad=grad), top=1).rows()[0] for grad in (None, 2.0)}
+    assert model.bytes_grad == 4.0
+    # Llama 3 8B: 8.03e9 weights, all on the one stage of the one TP rank: 2 bytes less each
+    saved = rows[None]["memory_peak_bytes"] - rows[2.0]["memory_peak_bytes"]
+    assert saved == pytest.approx(2 * 8.03e9, rel=0.01)
+    for bad in (0, -1.0, True, "2"):
+        with pytest.raises(ValueError, match="bytes_grad"):
+            SearchSpec(model, 8, 128, "dgx_h100", bytes_grad=bad)
+    with pytest.raises(ValueError, match="bytes_grad"):
+        SearchSpec(model, 8, 128, "dgx_h100", bytes_grad=2.0, memory=False)

@@ -89,6 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reserve", metavar="GIB", default=None,
                    help="device memory per GPU kept back from the model (CUDA context, NCCL buffers, "
                         "fragmentation), GiB; default 2 (docs/memory.md)")
+    p.add_argument("--bytes-grad", metavar="B", default=None, dest="bytes_grad",
+                   help="bytes per gradient in the memory filter (default: the model file's, "
+                        "train.mixed_precision.reduce_dtype; 2 where a recipe keeps gradients in BF16)")
     p.add_argument("--out", metavar="FILE.csv|FILE.parquet",
                    help="write every valid layout with the figures the search prices (a new file)")
     p.add_argument("--plot", metavar="FILE.png", help="plot step time against peak memory of the top layouts into FILE "
@@ -258,6 +261,13 @@ def run(args: argparse.Namespace) -> int:
         if args.no_memory:
             raise ValueError(f"--reserve {args.reserve}: a memory setting; drop --no-memory to use it")
         reserve = parse_number("--reserve", args.reserve, minimum=0.0, maximum=COUNT_MAX) * 2.0 ** 30
+    bytes_grad = None
+    if args.bytes_grad is not None:
+        if args.no_memory:
+            raise ValueError(f"--bytes-grad {args.bytes_grad}: a memory setting; drop --no-memory to use it")
+        bytes_grad = parse_number("--bytes-grad", args.bytes_grad, minimum=0.0, maximum=COUNT_MAX)
+        if not bytes_grad > 0:
+            raise ValueError(f"--bytes-grad: expected bytes per gradient > 0, got {args.bytes_grad!r}")
     model = load_model(args.model)
     if args.seq_len is not None:
         # (the layout's s overrides the model file's for every family, as eval's --layout s=N does)
@@ -267,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
                       keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
-                      overlap=overlap)
+                      overlap=overlap, bytes_grad=bytes_grad)
     if args.scheduler is not None:
         check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)

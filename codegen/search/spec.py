@@ -47,6 +47,8 @@ class SearchSpec:
     as the system's own name); *original_device* the catalog device of the original's cost (``--objective
     original``; default *system*). *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``)
     and drop the layouts that do not fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
+    *bytes_grad*: bytes per gradient in the memory filter (2 where a recipe keeps its gradients in BF16);
+    ``None``, the model file's.
     *reserve_bytes*: device memory per GPU kept back from the capacity; ``None``, the memory family's default
     (``codegen.pricing.memory.DEFAULT_RESERVE_BYTES``, docs/memory.md "The reserve").
 
@@ -83,6 +85,7 @@ class SearchSpec:
     precision: str = "bf16"
     reserve_bytes: float | None = None
     overlap: tuple[str, ...] = DEFAULT_OVERLAP
+    bytes_grad: float | None = None
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -112,6 +115,15 @@ class SearchSpec:
             put("reserve_bytes", float(nonnegative("reserve_bytes", self.reserve_bytes)))
             if not self.memory:
                 raise InputError("reserve_bytes: a memory setting; it needs memory priced (memory=True)")
+        if self.bytes_grad is not None:
+            if isinstance(self.bytes_grad, (bool, np.bool_)) or not isinstance(self.bytes_grad, (int, float, np.number)):
+                raise InputError(f"bytes_grad: expected bytes per gradient > 0 or None, got {_show(self.bytes_grad)}")
+            grad = float(nonnegative("bytes_grad", self.bytes_grad))
+            if not grad > 0:
+                raise InputError(f"bytes_grad: expected bytes per gradient > 0, got {_show(self.bytes_grad)}")
+            put("bytes_grad", grad)
+            if not self.memory:
+                raise InputError("bytes_grad: a memory setting; it needs memory priced (memory=True)")
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise InputError(f"precision: one of {', '.join(PRECISIONS)}, got {_show(self.precision)}")
         put("overlap", overlap_names("overlap", self.overlap))
@@ -186,6 +198,8 @@ def _context(spec: SearchSpec) -> SearchContext:
         settings = dataclasses.replace(DEFAULT_SETTINGS, precision=spec.precision)  # (its quantized tensors' bytes)
         if spec.reserve_bytes is not None:
             settings = dataclasses.replace(settings, reserve_bytes=spec.reserve_bytes)
+        if spec.bytes_grad is not None:
+            settings = dataclasses.replace(settings, bytes_grad=spec.bytes_grad)
         memory = MemoryPricer(spec.model, system=spec.system, settings=settings, backend="numpy")
     return SearchContext(space, step, original, memory)
 

@@ -9,7 +9,9 @@ system and communication overlap (its recipe's, ``step_rows.recipe_overlap``) ar
 ``model_and_layout``); then
 
 * the **search**: ``codegen.search.search`` over every valid layout (every recompute mode, the ZeRO levels 1 and the
-  row's: 3 where it shards with FSDP), the search's default reserve and memory filter, as ``symcost search`` runs;
+  row's: 3 where it shards with FSDP), the search's default reserve and memory filter with the recipes' BF16
+  gradients (``step_rows.RECIPE_MEMORY``, as the published layouts' memory check counts them), as ``symcost search
+  --bytes-grad 2`` runs;
 * the **published layout**: the same search with every degree fixed to the row's (``--fix`` ``d, t, p, cp, ep,
   etp, vp, b``; ``m`` follows from the global batch): its best recompute mode and ZeRO level of those, priced as
   any other layout; infeasible when no mode fits in memory.
@@ -38,7 +40,7 @@ from symbolic.vocabulary import SEARCH_KEYS
 
 from ..search import SearchSpec, search
 from .csvfile import DATA_DIR, Table
-from .step_rows import model_and_layout, read_rows, recipe_overlap
+from .step_rows import RECIPE_MEMORY, model_and_layout, read_rows, recipe_overlap
 
 __all__ = ["DEFAULT_DATA", "GAP_BOUND", "PASS_SHARE", "FIXED_KEYS", "DecisionCase", "decision_cases",
            "decision_summary", "print_decision_report"]
@@ -134,7 +136,7 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
         model, layout, zero = model_and_layout(r, r["model"], str(table.path))
         zeros = tuple(sorted({1, zero}))
         common = dict(model=model, devices=r["gpus"], global_batch=r["global_batch"], system=r["system"],
-                      precision=r["precision"], overlap=recipe_overlap(r)[0])
+                      precision=r["precision"], overlap=recipe_overlap(r)[0], bytes_grad=RECIPE_MEMORY["bytes_grad"])
         best, layouts = _best(SearchSpec(**common, zero_levels=zeros))
         if best is None:
             raise ValueError(f"{where}: the search finds no layout that fits")
