@@ -51,7 +51,7 @@ import numpy as np
 import generated
 from symbolic.vocabulary import OVERLAPS, RECOMPUTE_MODES, CpAlgorithm
 
-from ..runtime.inputs import InputError
+from ..runtime.inputs import InputError, one_of
 
 __all__ = ["EXPOSED_DIMENSIONS", "exposed_comm", "forward_shares", "overlap_names"]
 
@@ -107,16 +107,13 @@ def overlap_names(field: str, value: Any) -> tuple[str, ...]:
     """
     if isinstance(value, str):
         text = value.strip()
-        names = [] if text.lower() in ("", "none") else [part.strip() for part in text.split(",")]
-    elif isinstance(value, (tuple, list, frozenset, set)) and all(isinstance(v, str) for v in value):
-        names = list(value)
+        given = [] if text.lower() in ("", "none") else [part.strip() for part in text.split(",")]
+    elif isinstance(value, (tuple, list, frozenset, set)):
+        given = list(value)
     else:
         raise InputError(f"{field}: expected overlap names ({', '.join(OVERLAPS)}) or none, got {value!r}")
-    unknown = [name for name in names if name not in OVERLAPS]
-    if unknown:
-        raise InputError(f"{field}: {unknown[0]!r} is no overlap; one or more of {', '.join(OVERLAPS)} "
-                         f"(comma-separated), or none")
-    return tuple(name for name in OVERLAPS if name in names)
+    chosen = {one_of(field, name, OVERLAPS) for name in given}
+    return tuple(name for name in OVERLAPS if name in chosen)
 
 
 def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None, *,

@@ -8,19 +8,33 @@ Public API::
 
     LOW_PRECISION_VALUES
     low_precision_values(precision, system) -> dict[str, float]
+    require_capability(precision, system, error=InputError) -> Precision   # the GPU can run it, else one error
 """
 
 from __future__ import annotations
 
 from hardware import System
-from symbolic.vocabulary import PRECISIONS
+from symbolic.vocabulary import PRECISIONS, Precision
 
 from ..runtime import inputs
 
-__all__ = ["LOW_PRECISION_VALUES", "low_precision_values"]
+__all__ = ["LOW_PRECISION_VALUES", "low_precision_values", "require_capability"]
 
 #: The values the low-precision forms read, besides the BF16 forms' (``symbolic.memory``): 0 in none of them.
 LOW_PRECISION_VALUES = ("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
+
+
+def require_capability(precision: str, system: System, error: type[ValueError] = inputs.InputError) -> Precision:
+    """The recipe of *precision* (a name of ``PRECISIONS``) if *system*'s GPU (not ``None``) can run it.
+
+    Raises:
+        error: naming the precision, the GPU, its compute capability and the one the precision needs.
+    """
+    chosen, have = PRECISIONS[precision], system.gpu.compute_capability
+    if have < (need := chosen.min_capability):
+        raise error(f"--precision {precision}: the {system.gpu.model} of {system.name} (compute capability "
+                    f"{have // 10}.{have % 10}) cannot run it; it needs {need // 10}.{need % 10} or newer")
+    return chosen
 
 
 def low_precision_values(precision: str, system: System | str) -> dict[str, float]:
@@ -39,9 +53,6 @@ def low_precision_values(precision: str, system: System | str) -> dict[str, floa
     net = inputs.system("system", system)
     if net.gpu is None:
         raise inputs.InputError(f"system: {net.name} has no GPU facts in the hardware catalog (no compute capability)")
-    chosen, have = PRECISIONS[precision], net.gpu.compute_capability
-    if have < (need := chosen.min_capability):
-        raise inputs.InputError(f"--precision {precision}: the {net.gpu.model} of {net.name} (compute capability "
-                                f"{have // 10}.{have % 10}) cannot run it; it needs {need // 10}.{need % 10} or newer")
+    chosen, have = require_capability(precision, net), net.gpu.compute_capability
     return {"bytes_lowp_input": chosen.input_bytes, "bytes_lowp_weight": chosen.weight_copy_bytes(have),
             "lowp_proj_copy": float(chosen.own_proj_copy)}

@@ -67,6 +67,7 @@ from .engine import distinct_rows, term_arguments, term_function
 from .exposure import exposed_comm, forward_shares, overlap_names
 from .families import FamilySpec
 from .layer_kinds import combined_flops, combined_parts, kind_inputs, kind_stages
+from .low_precision import require_capability
 from .memory import zero_level_of
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
@@ -141,12 +142,7 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
         if getattr(gpu, name) is None:
             raise NoComputeFactsError(f"--system {spec.name}: its GPU {gpu.model} has no {name} in the catalog (no "
                                       f"published figure for its generation), so no compute time")
-    chosen = PRECISIONS[precision]
-    if gpu.compute_capability < chosen.min_capability:
-        have, need = gpu.compute_capability, chosen.min_capability
-        raise NoComputeFactsError(f"--precision {precision}: the {gpu.model} of --system {spec.name} (compute "
-                                  f"capability {have // 10}.{have % 10}) cannot run it; it needs "
-                                  f"{need // 10}.{need % 10} or newer")
+    chosen = require_capability(precision, spec, NoComputeFactsError)
     for name in (chosen.peak, chosen.efficiency):
         if getattr(gpu, name) is None:
             raise NoComputeFactsError(f"--precision {precision}: the {gpu.model} of --system {spec.name} has no "

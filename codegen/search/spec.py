@@ -107,29 +107,33 @@ class SearchSpec:
             put("original_device", system_name("original_device", self.original_device))
         for name in ("tp_cross_node", "memory", "keep_infeasible"):
             put(name, flag(name, getattr(self, name)))
-        if self.reserve_bytes is not None:
-            if isinstance(self.reserve_bytes, (bool, np.bool_)) or not isinstance(self.reserve_bytes, (int, float,
-                                                                                                       np.number)):
-                raise InputError(f"reserve_bytes: expected a number of bytes >= 0 or None, got "
-                                 f"{_show(self.reserve_bytes)}")
-            put("reserve_bytes", float(nonnegative("reserve_bytes", self.reserve_bytes)))
-            if not self.memory:
-                raise InputError("reserve_bytes: a memory setting; it needs memory priced (memory=True)")
-        if self.bytes_grad is not None:
-            if isinstance(self.bytes_grad, (bool, np.bool_)) or not isinstance(self.bytes_grad, (int, float, np.number)):
-                raise InputError(f"bytes_grad: expected bytes per gradient > 0 or None, got {_show(self.bytes_grad)}")
-            grad = float(nonnegative("bytes_grad", self.bytes_grad))
-            if not grad > 0:
-                raise InputError(f"bytes_grad: expected bytes per gradient > 0, got {_show(self.bytes_grad)}")
-            put("bytes_grad", grad)
-            if not self.memory:
-                raise InputError("bytes_grad: a memory setting; it needs memory priced (memory=True)")
+        for name, what, zero_ok in (("reserve_bytes", "a number of bytes >= 0", True),
+                                    ("bytes_grad", "bytes per gradient > 0", False)):
+            if getattr(self, name) is not None:
+                put(name, _memory_number(name, getattr(self, name), what, zero_ok, self.memory))
         if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
             raise InputError(f"precision: one of {', '.join(PRECISIONS)}, got {_show(self.precision)}")
         put("overlap", overlap_names("overlap", self.overlap))
         if self.precision != "bf16" and self.objective != "step-time":
             raise InputError(f"precision: {self.precision} prices the compute of --objective step-time; "
                              f"--objective {self.objective} has none")
+
+
+def _memory_number(name: str, value: object, what: str, zero_ok: bool, memory: bool) -> float:
+    """A memory setting's number (*what*: its unit and bound, for the error), checked: a real number, finite, ``>= 0``
+    (``> 0`` unless *zero_ok*), and memory priced.
+
+    Raises:
+        InputError: naming *name* and the value.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise InputError(f"{name}: expected {what} or None, got {_show(value)}")
+    number = float(nonnegative(name, value))
+    if not (zero_ok or number > 0):
+        raise InputError(f"{name}: expected {what}, got {_show(value)}")
+    if not memory:
+        raise InputError(f"{name}: a memory setting; it needs memory priced (memory=True)")
+    return number
 
 
 def _show(value: object) -> str:
