@@ -59,6 +59,27 @@ def test_ep_overlap_needs_a_second_micro_batch_and_full_recompute_counts_in_the_
     assert full[0] == pytest.approx(5.0, rel=1e-15)
 
 
+@pytest.mark.parametrize("dp,p,vp,want_dp", [
+    # u = 4 / (4·2) = 0.5; window 0.5·(1 + 2·1) = 1.5 hides the 1 s; the last chunk's 0.5 s behind its 0.5 s
+    (1.0, 2, 2, 0.0),
+    # 3 s: 1.5 s beyond the window; the last chunk's floor 1.5 − 0.5 = 1 s is less
+    (3.0, 2, 2, 1.5),
+    # p 4 × vp 4: u = 0.25, window 0.25·13 = 3.25 hides all 3 s but the last chunk's 0.75 − 0.25 = 0.5 s
+    (3.0, 4, 4, 0.5),
+    # vp 1: one micro-batch's compute, 1 s, whatever p
+    (3.0, 4, 1, 2.0),
+])
+def test_an_interleaved_pipeline_reduces_each_chunk_behind_the_chunks_after_it(dp, p, vp, want_dp):
+    parts = dict(PARTS, dp=np.array([dp]))
+    got = exposed_comm(parts, "none", overlap=("dp",), compute_s=np.array([4.0]), m=np.array([4]), zero=1,
+                       p=np.array([p]), vp=np.array([vp]))
+    assert got[0] == pytest.approx(3.0 + 2.0 + 0.5 + want_dp, rel=1e-15)
+    # FSDP's window is the whole compute, interleaved or not
+    fsdp = exposed_comm(parts, "none", overlap=("dp",), compute_s=np.array([4.0]), m=np.array([4]), zero=3,
+                        p=np.array([p]), vp=np.array([vp]))
+    assert fsdp[0] == pytest.approx(5.5, rel=1e-15)
+
+
 def test_overlap_names_are_checked():
     assert overlap_names("x", "tp, dp") == ("dp", "tp")  # the vocabulary's order, each once
     assert overlap_names("x", "none") == overlap_names("x", "") == overlap_names("x", ()) == ()
@@ -89,6 +110,22 @@ def test_the_pricer_applies_its_overlap_to_the_time_familys_seconds():
     assert got[()] == pytest.approx(sum(float(v[0]) for v in seconds.values()), rel=1e-15)
     assert got[("dp",)] < got[()]  # FSDP's gathers and reductions (16 micro-batches) largely hidden
     assert StepTimePricer(model, system="dgx_h100").overlap == DEFAULT_OVERLAP
+
+
+def test_the_pricer_gives_the_exposure_its_pipeline_depths():
+    """An interleaved layout's data-parallel window comes from its own p and vp (StepTimePricer.price)."""
+    model = load_model("nemotron4-340b")  # NVIDIA's layout on 128 B200: the DP reduction crosses nodes
+    values = {k: np.array([v], dtype=np.int64) for k, v in dict(d=4, t=8, p=4, cp=1, ep=1, etp=1, vp=12, b=1,
+                                                                 m=8).items()}
+    chunk = Chunk(Setting("none", 1, model.layout.cp_algo), values, np.zeros(1, np.int64), model)
+    comm = time_family_comm(model, "dgx_b200")
+    pricer = StepTimePricer(model, system="dgx_b200", comm=comm, precision="fp8", overlap=("dp",))
+    parts = pricer.price(values, "none", chunk, zero=1)
+    seconds = comm(chunk)
+    want = exposed_comm(seconds, "none", overlap=("dp",), compute_s=parts["compute_s"], m=values["m"], zero=1,
+                        p=values["p"], vp=values["vp"])
+    flat = exposed_comm(seconds, "none", overlap=("dp",), compute_s=parts["compute_s"], m=values["m"], zero=1)
+    assert parts["comm_s"][0] == want[0] < flat[0]
 
 
 def test_step_rows_read_an_overlap_column(tmp_path):

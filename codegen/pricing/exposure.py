@@ -17,9 +17,17 @@ stage (``by_dimension``: ``{"tp", "cp", "ep", "dp", "pp": (n,) seconds}``), each
     gradients are reduced once per step, bucket by bucket as the last micro-batch's backward pass produces them,
     and the updated weights gathered as the next step's first forward pass asks for them
     (``megatron/core/distributed/param_and_grad_buffer.py``, ``distributed_data_parallel.py``): a window of one
-    micro-batch's compute, ``compute_s / m``. At levels 2 and 3 the calls come every micro-batch (ZeRO-2's
-    gradient shards, FSDP's weight gathers, prefetched a layer ahead) beside that micro-batch's compute: a
-    window of ``compute_s``.
+    micro-batch's compute, ``compute_s / m``. With an interleaved pipeline (``vp`` model chunks a stage, ``p``
+    stages) each chunk's gradients are reduced as soon as its last micro-batch's backward pass ends and each
+    chunk's weights gathered as the chunk before it starts its first micro-batch
+    (``megatron/core/pipeline_parallel/schedules.py``, ``forward_backward_pipelining_with_interleaving``:
+    ``grad_sync_func`` / ``param_sync_func`` per model chunk). The schedule runs micro-batches in groups of
+    ``p`` a chunk, so the chunk reduced first (the last, backward runs them in reverse) still has ``p·(vp − 1)``
+    chunk-passes of compute behind it: a window of ``u·(1 + p·(vp − 1))`` with ``u = compute_s / (m·vp)`` one
+    micro-batch through one chunk, and the last chunk's own share ``c / vp`` waits behind ``u`` alone (exposed
+    at least ``c / vp − u``). At ``vp = 1`` both are the window of one micro-batch. At levels 2 and 3 the calls
+    come every micro-batch (ZeRO-2's gradient shards, FSDP's weight gathers, prefetched a layer ahead) beside
+    that micro-batch's compute: a window of ``compute_s``.
   - ``tp`` (Transformer Engine's userbuffers, ``tp_comm_overlap``): each all-gather / reduce-scatter is split
     and run beside the GEMM it feeds or follows: a window of ``compute_s``. The streaming multiprocessors the
     communication kernels take from the GEMMs are not counted.
@@ -34,7 +42,8 @@ stage (``by_dimension``: ``{"tp", "cp", "ep", "dp", "pp": (n,) seconds}``), each
 
 Public API::
 
-    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1) -> seconds
+    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1, p=1, vp=1)
+        -> seconds
     forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     overlap_names(field, value) -> tuple of overlap names (checked)
     EXPOSED_DIMENSIONS
@@ -117,7 +126,8 @@ def overlap_names(field: str, value: Any) -> tuple[str, ...]:
 
 
 def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None, *,
-                 overlap: tuple[str, ...] = (), compute_s: Any = None, m: Any = None, zero: int = 1) -> np.ndarray:
+                 overlap: tuple[str, ...] = (), compute_s: Any = None, m: Any = None, zero: int = 1,
+                 p: Any = 1, vp: Any = 1) -> np.ndarray:
     """Exposed communication seconds from the time family's per-dimension seconds of the bottleneck stage.
 
     The time family prices each collective once per pass (TP: the forward half, the backward half).
@@ -130,8 +140,8 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
 
     *overlap*: the dimensions whose seconds run beside compute (names of ``OVERLAPS``, checked by the caller:
     :func:`overlap_names`), each up to its window of *compute_s* (seconds per layout, the bottleneck stage's
-    compute per step) over *m* micro-batches at ZeRO level *zero* (the module's docstring); needs *compute_s*
-    and *m* when not empty.
+    compute per step) over *m* micro-batches at ZeRO level *zero*, with *p* pipeline stages of *vp* model chunks
+    each (the module's docstring); needs *compute_s* and *m* when not empty.
 
     Raises:
         InputError: an unknown *recompute* mode, or an *overlap* without *compute_s* and *m*.
@@ -150,7 +160,11 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
         raise InputError("overlap: the exposed communication of an overlap needs the compute seconds and m")
     compute = np.asarray(compute_s, dtype=np.float64)
     micro = np.asarray(m, dtype=np.float64)
-    windows = {"dp": compute if zero >= 2 else compute / micro, "tp": compute, "ep": compute * (micro - 1) / micro}
+    virtual = np.asarray(vp, dtype=np.float64)
+    unit = compute / (micro * virtual)  # one micro-batch through one model chunk of the stage
+    dp_window = compute if zero >= 2 else np.minimum(unit * (1 + np.asarray(p, dtype=np.float64) * (virtual - 1)),
+                                                     compute)
+    windows = {"dp": dp_window, "tp": compute, "ep": compute * (micro - 1) / micro}
     exposed = np.zeros(np.broadcast_shapes(compute.shape, micro.shape))
     hidden_sum = np.zeros_like(exposed)  # Σ c_d of the overlapped dimensions
     beyond = np.zeros_like(exposed)      # Σ max(0, c_d − w_d) of them
@@ -160,7 +174,10 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
         seconds = np.asarray(parts[dim], dtype=np.float64) * (1 + float(shares.get(dim, 0)))
         if dim in overlap:
             hidden_sum = hidden_sum + seconds
-            beyond = beyond + np.maximum(seconds - windows[dim], 0.0)
+            left = seconds - windows[dim]
+            if dim == "dp" and zero < 2:  # the last chunk's share waits behind its own micro-batch alone
+                left = np.maximum(left, seconds / virtual - unit)
+            beyond = beyond + np.maximum(left, 0.0)
         else:
             exposed = exposed + seconds
     return exposed + np.maximum(beyond, hidden_sum - compute)

@@ -29,7 +29,8 @@ Public API::
     NoComputeFactsError
     StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0, precision="bf16",
                    overlap=DEFAULT_OVERLAP)
-    pricer.exposed(by_dimension, recompute, cp_algo, compute_s, m, zero) -> exposed seconds under its overlap
+    pricer.exposed(by_dimension, recompute, cp_algo, compute_s, m, zero, p=1, vp=1) -> exposed seconds under
+        its overlap
     pricer.price(values, recompute, chunk=None, zero=None, *, validated=False) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
@@ -390,7 +391,7 @@ def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | 
     def comm(batch: LayoutBatch, compute_s: np.ndarray | None = None) -> np.ndarray:
         parts = pricer.price_batch(batch, validated=True).by_dimension
         return exposed_comm(parts, batch.recompute.mode, batch.cp_algo, overlap=overlap, compute_s=compute_s,
-                            m=batch.m, zero=zero_level_of(batch))
+                            m=batch.m, zero=zero_level_of(batch), p=batch.p, vp=batch.vp)
 
     return comm
 
@@ -692,12 +693,12 @@ class StepTimePricer:
         return self.slowest(self.stage_parts(values, recompute, zero))
 
     def exposed(self, by_dimension: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None,
-                compute_s: np.ndarray, m: np.ndarray, zero: int) -> np.ndarray:
+                compute_s: np.ndarray, m: np.ndarray, zero: int, p: Any = 1, vp: Any = 1) -> np.ndarray:
         """The exposed communication seconds of layouts whose bottleneck stage's communication is *by_dimension*
-        (``comm(chunk)``) and compute *compute_s*, with *m* micro-batches, under this pricer's overlap
-        (``codegen.pricing.exposure.exposed_comm``)."""
+        (``comm(chunk)``) and compute *compute_s*, with *m* micro-batches over *p* stages of *vp* model chunks,
+        under this pricer's overlap (``codegen.pricing.exposure.exposed_comm``)."""
         return exposed_comm(by_dimension, recompute, cp_algo, overlap=self.overlap, compute_s=compute_s, m=m,
-                            zero=zero)
+                            zero=zero, p=p, vp=vp)
 
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray, *,
                   validated: bool = False) -> np.ndarray:
@@ -748,7 +749,8 @@ class StepTimePricer:
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
-            comm = self.exposed(self.comm(chunk), recompute, chunk.setting.cp_algo, compute, values["m"], zero)
+            comm = self.exposed(self.comm(chunk), recompute, chunk.setting.cp_algo, compute, values["m"], zero,
+                                values["p"], values["vp"])
             if not validated:  # a caller's comm: seconds, never negative (they would be subtracted) nor NaN
                 comm = _per_layout("comm (the exposed communication the pricer's comm callable gives)", comm,
                                    len(flops))

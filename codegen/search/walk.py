@@ -90,7 +90,7 @@ def _complete(spec: SearchSpec, chunk: Chunk, table: dict[str, np.ndarray], rows
     filled: dict[str, np.ndarray] = {}
     if step is not None and step.comm is not None:
         comm = step.exposed(step.comm(sub), chunk.setting.recompute, chunk.setting.cp_algo, table["compute_s"][rows],
-                            sub.values["m"], chunk.setting.zero)
+                            sub.values["m"], chunk.setting.zero, sub.values["p"], sub.values["vp"])
         comm = np.broadcast_to(comm, rows.shape).astype(np.float64)
         filled["comm_s"] = comm
         filled["step_time_s"] = step.step_time(table["compute_s"][rows], sub.values, comm, validated=True)
