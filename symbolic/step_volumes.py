@@ -26,9 +26,9 @@ from .symbols import syms
 __all__ = ["FORMULAS"]
 
 (s, b, h, a, n_kv, dh, cp, t, ep, d, m, vp, bytes_compute, bytes_p, bytes_grad, n_chosen_exp, cap_fact,
- P_ne, P_r, d_exp, t_exp, layers, moe_layers) = syms(
+ P_ne, P_r, d_exp, t_exp, etp, layers, moe_layers) = syms(
     "s", "b", "h", "a", "n_kv", "dh", "cp", "t", "ep", "d", "m", "vp", "bytes_compute", "bytes_p", "bytes_grad",
-    "n_chosen_exp", "cap_fact", "P_ne", "P_r", "d_exp", "t_exp", "n_layers_stage", "n_moe_layers_stage")
+    "n_chosen_exp", "cap_fact", "P_ne", "P_r", "d_exp", "t_exp", "etp", "n_layers_stage", "n_moe_layers_stage")
 
 _ULYSSES = ("Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv:2309.14509) Sec. 3.1: an all-to-all of each of Q, K, V "
             "before the attention and one of its output after it, forward; their gradients backward")
@@ -54,7 +54,10 @@ _ep_msg = cap_fact * n_chosen_exp * (s / cp) * b * h * bytes_compute / t
 _ep_calls = 4 * moe_layers * m
 _dp_grad = P_ne * layers * bytes_grad / t
 _dp_param = P_ne * layers * bytes_p / t
-_exp_grad = P_r * moe_layers * bytes_grad / (ep * t_exp)
+#: A rank's routed-expert gradients: the layer's experts over EP and expert TP. P_r already holds one expert-TP
+#: slice of each expert (symbolic.params: hff_exp / max(etp, 1)), so the slice is undone before dividing by t_exp
+#: (etp where given, else t): P_r / ep with etp given, P_r / (ep·t) without (as the memory family's expert part).
+_exp_grad = P_r * sympy.Max(etp, 1) * moe_layers * bytes_grad / (ep * t_exp)
 _pp_msg = (s / cp) * b * h * bytes_compute / t
 _pp_calls = 2 * m * vp
 

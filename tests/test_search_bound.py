@@ -40,21 +40,24 @@ def test_item_keys_declare_what_the_floors_share():
 def test_every_floor_is_at_most_the_exposed_communication():
     """On every layout of a small grid (three ZeRO levels, two CP algorithms, two recompute modes): the
     floors of both levels, priced on other layouts and shared, never exceed the layout's own exposed
-    communication; and they are not trivially 0."""
+    communication; and they are not trivially 0: positive everywhere, and above a quarter of it on most (the
+    data-parallel reductions, which no floor holds, are most of it on the expert-TP layouts)."""
     spec = _spec()
     bounds._floor_table.cache_clear()
     space, step, _, _ = search_context(spec)
-    checked, positive = 0, 0
+    checked, positive, tight = 0, 0, 0
     for chunk in space.chunks(chunk=4000):
         exposed = exposed_comm(step.comm(chunk), chunk.setting.recompute, chunk.setting.cp_algo)
         everywhere = np.ones(len(chunk), bool)
         for level in range(len(bounds.floors(spec))):
             floor = bounds.level_floor(spec, chunk, level, everywhere)
             assert (floor <= exposed).all(), (chunk.setting, level, np.max(floor - exposed))
-            positive += int((floor > 0.5 * exposed).sum())
+            positive += int((floor > 0).sum())
+            tight += int((floor > 0.25 * exposed).sum())
         checked += len(chunk)
     assert checked == space.size > 50000
-    assert positive > checked // 2
+    assert positive == 2 * checked  # both levels
+    assert tight > checked // 2
 
 
 @pytest.mark.parametrize("top,chunk", [(1, 5000), (10, 20000), (37, 1 << 18)])

@@ -397,7 +397,7 @@ def test_placement_of_a_group_over_two_dimensions_counts_its_ranks(order, tp, cp
 
 def test_step_volumes_are_bytes_and_vanish_without_the_dimension():
     base = dict(s=4096, b=1, h=8192, a=64, n_kv=8, dh=128, cp=1, t=1, ep=1, d=1, m=8, vp=1, bytes_compute=2,
-                bytes_p=2, bytes_grad=4, n_chosen_exp=8, cap_fact=1, P_ne=2e8, P_r=1e9, d_exp=1, t_exp=1,
+                bytes_p=2, bytes_grad=4, n_chosen_exp=8, cap_fact=1, P_ne=2e8, P_r=1e9, d_exp=1, t_exp=1, etp=1,
                 n_layers_stage=10, n_moe_layers_stage=10)
     import symbolic.step_volumes
     for f in symbolic.step_volumes.FORMULAS:
@@ -412,6 +412,25 @@ def test_step_volumes_are_bytes_and_vanish_without_the_dimension():
     # ZeRO-1/2 moves what an all-reduce moves when gradients and parameters have one width.
     v = dict(base, d=8, bytes_grad=2)
     assert_close(_eval("dp_zero_step_bytes", v), _eval("dp_all_reduce_step_bytes", v))
+
+
+def test_expert_gradients_are_sliced_by_expert_tp_once():
+    """A rank's routed-expert gradients (the expert data-parallel message) are the layer's experts over EP and
+    expert TP, whichever of the two splits them: Mixtral 8x7B's 8 experts of 3 x 4096 x 14336 weights, 32 layers,
+    fp32 gradients, held by halves at EP 2 or at expert TP 2."""
+    import dataclasses
+
+    from codegen.configs import LayoutBatch, load_model
+    from codegen.pricing.time import TimePricer
+
+    model = dataclasses.replace(load_model("mixtral-8x7b"), s=4096)
+    pricer = TimePricer(model, system="dgx_b200")
+    want = 8 * 3 * 4096 * 14336 * 32 * 4 / 2
+    for ep, etp in ((2, 1), (1, 2)):
+        lay = dict(d=16, t=1, p=1, cp=1, ep=ep, etp=etp, vp=1, b=1, m=1)
+        batch = LayoutBatch(**{k: np.array([v]) for k, v in lay.items()}, os=np.array([1]), sp=True)
+        got = pricer.price_batch(batch, per_stage=True).stages["msg_bytes"]["dp.expert_reduce_scatter"][0][0]
+        assert got == want, (ep, etp)
 
 
 def test_step_volumes_leave_the_original_formulas_alone():
