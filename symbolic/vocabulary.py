@@ -441,6 +441,14 @@ class Precision:
             scaling). The other recipes save the BF16 attention output the fused attention kernel keeps anyway
             (Megatron-Core ``megatron/core/transformer/attention.py`` ``Attention.__init__``:
             ``set_save_original_input(self.linear_proj)`` when ``fp8_recipe != 'delayed'`` or FP4).
+        gather_bytes: bytes per parameter of the data-parallel weight all-gather when the primary weights are the
+            quantized tensors, 0 where the gather stays at the weights' BF16 width. FP8 1: Megatron-Core's
+            ``fp8_param_gather`` "perform[s] the param all-gather in fp8"
+            (``megatron/core/distributed/distributed_data_parallel_config.py``). MXFP8 none: its quantized weights
+            cannot be mapped into the contiguous parameter buffer, so the all-gather runs in the gradient buffer
+            (``reuse_grad_buf_for_mxfp8_param_ag``) and is cast into the MXFP8 tensors after it
+            (``param_and_grad_buffer.py`` ``_post_param_sync``). NVFP4 none (``fp4_param_gather`` is off unless
+            asked for).
     """
 
     name: str
@@ -451,6 +459,7 @@ class Precision:
     input_bytes: float = 2.0
     columnwise_copy: bool = False
     own_proj_copy: bool = False
+    gather_bytes: float = 0.0
 
     def weight_copy_bytes(self, compute_capability: int) -> float:
         """Bytes per linear-layer weight parameter of the low-precision copies Transformer Engine caches across
@@ -470,10 +479,10 @@ PRECISIONS: Mapping[str, Precision] = MappingProxyType({p.name: p for p in (
     Precision("bf16", "peak_flops_bf16_per_s", "compute_efficiency", 80, "every GEMM in BF16"),
     Precision("fp8", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 89,
               "linear layers' GEMMs in FP8 (E4M3/E5M2) with delayed per-tensor scaling (TE DelayedScaling)",
-              input_bytes=1.0, own_proj_copy=True),
+              input_bytes=1.0, own_proj_copy=True, gather_bytes=1.0),
     Precision("fp8-cs", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 89,
               "linear layers' GEMMs in FP8 with per-tensor current scaling (TE Float8CurrentScaling)",
-              input_bytes=1.0),
+              input_bytes=1.0, gather_bytes=1.0),
     Precision("mxfp8", "peak_flops_fp8_per_s", "compute_efficiency_fp8", 100,
               "linear layers' GEMMs in MXFP8 (32-element blocks, E8M0 scales; TE MXFP8BlockScaling), Blackwell",
               input_bytes=1.0 + 1.0 / 32, columnwise_copy=True),

@@ -4,6 +4,7 @@ volumes, the NCCL data table, the validation against the shipped nccl-tests swee
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 from pathlib import Path
 
@@ -418,8 +419,6 @@ def test_expert_gradients_are_sliced_by_expert_tp_once():
     """A rank's routed-expert gradients (the expert data-parallel message) are the layer's experts over EP and
     expert TP, whichever of the two splits them: Mixtral 8x7B's 8 experts of 3 x 4096 x 14336 weights, 32 layers,
     fp32 gradients, held by halves at EP 2 or at expert TP 2."""
-    import dataclasses
-
     from codegen.configs import LayoutBatch, load_model
     from codegen.pricing.time import TimePricer
 
@@ -431,6 +430,29 @@ def test_expert_gradients_are_sliced_by_expert_tp_once():
         batch = LayoutBatch(**{k: np.array([v]) for k, v in lay.items()}, os=np.array([1]), sp=True)
         got = pricer.price_batch(batch, per_stage=True).stages["msg_bytes"]["dp.expert_reduce_scatter"][0][0]
         assert got == want, (ep, etp)
+
+
+def test_fp8_primary_weights_are_gathered_in_fp8():
+    """Megatron-Core's fp8_param_gather: an FP8 run whose primary weights are FP8 all-gathers them at 1 byte a
+    parameter (the model's BF16: 2); MXFP8 gathers in the gradient buffer, at the BF16 width; the gradients'
+    reduce-scatter is the same in every precision."""
+    from codegen.configs import load_model
+    from codegen.pricing.chunks import Chunk, Setting
+    from codegen.pricing.step_time import time_family_comm
+
+    model = load_model("llama3-8b")
+    assert model.bytes_p == 2
+    values = {k: np.array([v], dtype=np.int64) for k, v in dict(d=16, t=1, p=1, cp=1, ep=1, etp=1, vp=1, b=1,
+                                                                 m=8).items()}
+    chunk = Chunk(Setting("none", 1, model.layout.cp_algo), values, np.zeros(1, np.int64), model)
+    got = {}
+    for system, precision, primary in (("dgx_b200", "bf16", True), ("dgx_b200", "fp8", True),
+                                       ("dgx_b200", "fp8", False), ("dgx_b200", "mxfp8", True)):
+        seconds = time_family_comm(model, system, precision, lowp_primary_weights=primary).stage_seconds(chunk)
+        got[precision, primary] = (float(seconds["dp.all_gather"][0, 0]), float(seconds["dp.reduce_scatter"][0, 0]))
+    bf16 = got["bf16", True]
+    assert got["fp8", True][0] < bf16[0] and got["fp8", True][1] == bf16[1]
+    assert got["fp8", False] == got["mxfp8", True] == bf16
 
 
 def test_step_volumes_leave_the_original_formulas_alone():

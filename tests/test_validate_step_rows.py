@@ -53,7 +53,7 @@ def _error(capsys, path: Path) -> str:
 
 def _direct(model: ModelConfig, system: str, precision: str, recompute: str, zero: int) -> dict[str, float]:
     layout = model.layout
-    pricer = StepTimePricer(model, system=system, comm=time_family_comm(model, system), precision=precision)
+    pricer = StepTimePricer(model, system=system, comm=time_family_comm(model, system, precision), precision=precision)
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b",
                                                                         "m")}
     chunk = Chunk(Setting(recompute, zero, layout.cp_algo), values, np.zeros(1, np.int64), model)

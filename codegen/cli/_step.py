@@ -35,7 +35,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     if layout.s is not None and layout.s != model.layout.s:
         # (the pricers read the run's sequence length from the model's layout: s=N of --layout is set there)
         model = model.with_sequence_length(layout.s)
-    comm = time_family_comm(model, system)
+    comm = time_family_comm(model, system, precision)
     try:
         pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap)
     except NoComputeFactsError as exc:  # (eval names the system --device)

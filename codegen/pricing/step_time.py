@@ -43,7 +43,8 @@ Public API::
         (re-exported from codegen.pricing.exposure)
     forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     stage_layer_counts(model, p, vp) -> (first, last) arrays
-    time_family_comm(model, system) -> comm callable (.stage_seconds(chunk), .item_keys), or None without
+    time_family_comm(model, system, precision="bf16", *, lowp_primary_weights=True)
+        -> comm callable (.stage_seconds(chunk), .item_keys), or None without
         codegen.pricing.time
     time_item_keys(model) -> {item: keys and settings its seconds per stage follow from}
 """
@@ -153,8 +154,14 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
             getattr(gpu, chosen.efficiency))
 
 
-def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
+def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *, lowp_primary_weights: bool = True
+                     ) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
     """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
+
+    A run in a low *precision* whose primary weights are the quantized tensors (*lowp_primary_weights*, the
+    recipes' default: docs/memory.md, "Low precision") gathers its weights over the data-parallel ranks at the
+    recipe's ``gather_bytes`` (``symbolic.vocabulary.Precision``: FP8 1 byte a parameter) where it has one, not
+    at the model's parameter width.
 
     ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
     mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
@@ -165,6 +172,9 @@ def time_family_comm(model: ModelConfig, system: str) -> Callable[[Any], Mapping
         from .time import TIME_DIMENSIONS, TimePricer
     except ImportError:
         return None
+    gather = PRECISIONS[inputs.one_of("precision", precision, PRECISIONS)].gather_bytes
+    if gather and inputs.flag("lowp_primary_weights", lowp_primary_weights):
+        model = dataclasses.replace(model, bytes_p=gather)  # read by the time family's weight gathers alone
     pricers: dict[tuple[int, str], Any] = {}
 
     def pricer(setting: Any) -> Any:

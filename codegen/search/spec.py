@@ -189,7 +189,7 @@ def _context(spec: SearchSpec) -> SearchContext:
 
         original = StagePricer(spec.model, device=spec.original_device or spec.system)
     else:
-        comm = time_family_comm(spec.model, spec.system)
+        comm = time_family_comm(spec.model, spec.system, spec.precision)
         if spec.objective == "comm-time" and comm is None:
             raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
         step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision, overlap=spec.overlap)

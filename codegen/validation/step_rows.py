@@ -395,7 +395,7 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     if r["family"].unpriced:
         raise ValueError(r["family"].unpriced)
     model, layout, zero = model_and_layout(r, name, source)
-    pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"]),
+    pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"], r["precision"]),
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
                             precision=r["precision"], overlap=recipe_overlap(r)[0])
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
