@@ -63,7 +63,8 @@ def _direct(model: ModelConfig, system: str, precision: str, recompute: str, zer
 def test_a_row_is_priced_as_the_pricer_prices_its_model_and_layout(capsys, tmp_path):
     """Llama 3 8B on DGX H100, FP8 (delayed scaling), tp 1, pp 1, cp 2, dp 4, 128 × 8192 tokens, micro-batch 1;
     Llama 3 is SwiGLU with 8 KV heads, no biases, untied, vocabulary 128,256 (blank in NeMo's table); NeMo's
-    defaults: no recompute, FlashAttention, no sequence parallelism at tp 1, the distributed optimizer (ZeRO 1).
+    defaults: no recompute, FlashAttention, no sequence parallelism at tp 1, the distributed optimizer (ZeRO 1),
+    BF16 gradients (RECIPE_MEMORY).
     GPT-3 175B on DGX B200 (FP8, tp 4, pp 4, vp 6, sequence parallel; fsdp set to 1: ZeRO 3): GeLU MLP, biases,
     LayerNorm, tied, 50,257."""
     header, _ = read_csv(NEMO)
@@ -73,11 +74,12 @@ def test_a_row_is_priced_as_the_pricer_prices_its_model_and_layout(capsys, tmp_p
     gpt = dict(gpt, fsdp="1")  # FSDP over the whole data-parallel group
     got, _ = _run(capsys, write_csv(tmp_path / "two.csv", header, [llama, gpt]))
     model = ModelConfig(name="llama", source="", s=8192, h=4096, a=32, n_kv=8, dh=128.0, hff=14336, v=128256,
-                        n_lay=32, layout=Layout(d=4, t=1, p=1, cp=2, m=32, b=1), hff_exp=14336)
+                        n_lay=32, layout=Layout(d=4, t=1, p=1, cp=2, m=32, b=1), hff_exp=14336, bytes_grad=2.0)
     want = _direct(model, "dgx_h100", "fp8", "none", 1)
     gpt_model = ModelConfig(name="gpt", source="", s=2048, h=12288, a=96, n_kv=96, dh=128.0, hff=49152, v=50257,
                             n_lay=96, layout=Layout(d=32, t=4, p=4, vp=6, m=32, b=2, sp=True), hff_exp=49152,
-                            n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, tie_emb_out=True)
+                            n_ffMM=2, qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, tie_emb_out=True,
+                            bytes_grad=2.0)
     want_gpt = _direct(gpt_model, "dgx_b200", "fp8", "none", 3)
     for row, expect, measured in zip(got["rows"], (want, want_gpt), (llama, gpt)):
         assert row["predicted_s"] == expect["step_time_s"] > 0

@@ -31,6 +31,7 @@ Public API::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -134,6 +135,8 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
         r = rows[i]
         where = f"{table.path}, line {r['line']}"
         model, layout, zero = model_and_layout(r, r["model"], str(table.path))
+        # the recipe's BF16 gradients in the step time as in the memory filter (step_rows.RECIPE_MEMORY)
+        model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
         zeros = tuple(sorted({1, zero}))
         common = dict(model=model, devices=r["gpus"], global_batch=r["global_batch"], system=r["system"],
                       precision=r["precision"], overlap=recipe_overlap(r)[0], bytes_grad=RECIPE_MEMORY["bytes_grad"])

@@ -101,7 +101,8 @@ DEFAULTS = {"recompute_mode": "none", "sequence_parallel": "tp > 1", "flash_atte
 
 
 #: The memory settings of NVIDIA's performance recipes that no column states, for every row (the memory check,
-#: :func:`row_memory`): gradients reduced and kept in BF16 (``grad_reduce_in_fp32 = False``: Megatron-Bridge
+#: :func:`row_memory`; the gradient width in the step time too, :func:`price_row`): gradients reduced and kept in
+#: BF16 (``grad_reduce_in_fp32 = False``: Megatron-Bridge
 #: ``scripts/performance/configs/{llama3,llama31,qwen3}/*_llm_pretrain.py`` at fa55da5f (release 25.11) and
 #: ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` (later releases); NeMo 2.0's
 #: ``scripts/performance/llm/pretrain_gpt3_175b.py`` for FP8), so 2 bytes per gradient, not the fp32 main_grad a
@@ -395,6 +396,8 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     if r["family"].unpriced:
         raise ValueError(r["family"].unpriced)
     model, layout, zero = model_and_layout(r, name, source)
+    if r.get("release"):  # a row of NVIDIA's tables: its recipe reduces and accumulates BF16 gradients
+        model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
     pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"], r["precision"]),
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
                             precision=r["precision"], overlap=recipe_overlap(r)[0])
