@@ -500,13 +500,16 @@ OVERLAPS: Mapping[str, str] = MappingProxyType({
           "tp_comm_overlap)",
     "ep": "the expert all-to-alls of one micro-batch beside another's compute (Megatron-Core's "
           "overlap_moe_expert_parallel_comm)",
+    "pp": "pipeline sends and receives beside the next model chunk's compute, in an interleaved pipeline (vp > 1) "
+          "only (Megatron-Core's overlap_p2p_comm)",
 })
 #: The overlap of a run that states none: Megatron-Bridge's pretraining recipes turn on the data-parallel overlap
-#: and leave the other two off (NVIDIA-NeMo/Megatron-Bridge@067f987: src/megatron/bridge/recipes/common.py, the
-#: pretraining config's DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True);
-#: src/megatron/bridge/training/comm_overlap.py, _get_model_comm_overlap_cfgs: tp_comm_overlap and
-#: overlap_moe_expert_parallel_comm "disabled by default").
-DEFAULT_OVERLAP: tuple[str, ...] = ("dp",)
+#: (NVIDIA-NeMo/Megatron-Bridge@067f987: src/megatron/bridge/recipes/common.py, the pretraining config's
+#: DistributedDataParallelConfig(overlap_grad_reduce=True, overlap_param_gather=True)) and, in an interleaved
+#: pipeline, the pipeline one (src/megatron/bridge/training/comm_overlap.py: overlap_p2p_comm = True when pp > 1
+#: and vp > 1, batch_p2p_comm otherwise), and leave the other two off (_get_model_comm_overlap_cfgs:
+#: tp_comm_overlap and overlap_moe_expert_parallel_comm "disabled by default").
+DEFAULT_OVERLAP: tuple[str, ...] = ("dp", "pp")
 
 # ---------------------------------------------------------------- network levels
 

@@ -80,11 +80,31 @@ def test_an_interleaved_pipeline_reduces_each_chunk_behind_the_chunks_after_it(d
     assert fsdp[0] == pytest.approx(5.5, rel=1e-15)
 
 
+def test_pipeline_sends_hide_in_an_interleaved_pipeline_only():
+    """pp: Megatron-Core's overlap_p2p_comm runs in the interleaved schedule; without it the sends are batched and
+    exposed, bit for bit as when pp is not overlapped."""
+    parts = dict(PARTS, pp=np.array([1.5]))
+    flat = exposed_comm(parts, "none", overlap=("dp",), compute_s=np.array([4.0]), m=np.array([4]), p=np.array([2]),
+                        vp=np.array([1]))
+    same = exposed_comm(parts, "none", overlap=("dp", "pp"), compute_s=np.array([4.0]), m=np.array([4]),
+                        p=np.array([2]), vp=np.array([1]))
+    assert same[0] == flat[0] == 3.0 + 2.0 + 1.5  # dp: 1 s within one micro-batch's 1 s
+    # vp 2: u = 0.5, dp's window 0.5·(1 + 2) = 1.5 hides its 1 s; pp's 1.5 s within the 4 s of compute, which the two
+    # share (2.5 s): only TP and EP left
+    interleaved = exposed_comm(parts, "none", overlap=("dp", "pp"), compute_s=np.array([4.0]), m=np.array([4]),
+                               p=np.array([2]), vp=np.array([2]))
+    assert interleaved[0] == pytest.approx(5.0, rel=1e-15)
+    # with tp overlapped too, 3 + 1 + 1.5 s beside 4 s of compute: 1.5 s left besides EP's 2
+    more = exposed_comm(parts, "none", overlap=("dp", "tp", "pp"), compute_s=np.array([4.0]), m=np.array([4]),
+                        p=np.array([2]), vp=np.array([2]))
+    assert more[0] == pytest.approx(2.0 + 1.5, rel=1e-15)
+
+
 def test_overlap_names_are_checked():
     assert overlap_names("x", "tp, dp") == ("dp", "tp")  # the vocabulary's order, each once
     assert overlap_names("x", "none") == overlap_names("x", "") == overlap_names("x", ()) == ()
-    assert DEFAULT_OVERLAP == ("dp",) and set(OVERLAPS) == {"dp", "tp", "ep"}
-    for bad in ("dp,pp", 3, ("dp", 1)):
+    assert DEFAULT_OVERLAP == ("dp", "pp") and set(OVERLAPS) == {"dp", "tp", "ep", "pp"}
+    for bad in ("dp,cp", 3, ("dp", 1)):
         with pytest.raises(InputError, match="overlap"):
             overlap_names("overlap", bad)
     with pytest.raises(InputError, match="compute seconds"):
@@ -143,7 +163,7 @@ def test_step_rows_read_an_overlap_column(tmp_path):
 
 @pytest.mark.parametrize("argv,named", [
     (["search", "--model", "llama3-8b", "--devices", "8", "--system", "dgx_h100", "--global-batch", "16",
-      "--overlap", "dp,pp"], "--overlap"),
+      "--overlap", "dp,cp"], "--overlap"),
     (["search", "--model", "llama3-8b", "--devices", "8", "--system", "dgx_h100", "--global-batch", "16",
       "--objective", "original", "--overlap", "tp"], "--overlap tp"),
     (["eval", "--model", "llama3-8b", "--device", "dgx_h100", "--overlap", "dp"], "--overlap"),

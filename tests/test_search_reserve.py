@@ -19,8 +19,9 @@ from codegen.runtime.inputs import InputError
 from codegen.search import SearchSpec
 
 GIB = 2 ** 30
+#: (The data-parallel overlap alone: a ranking whose fastest layout fits only without the reserve.)
 ARGV = ["search", "--model", "llama3-70b", "--devices", "64", "--system", "dgx_h100", "--global-batch", "128",
-        "--top", "5", "--json", "--no-progress"]
+        "--top", "5", "--json", "--no-progress", "--overlap", "dp"]
 
 
 def _top(capsys, *extra):

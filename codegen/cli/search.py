@@ -80,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overlap", default=None, metavar="LIST",
                    help=f"the communication the run overlaps with compute: {', '.join(OVERLAPS)} (comma-separated) "
                         f"or none (default {','.join(DEFAULT_OVERLAP)}: the data-parallel overlap of Megatron-Bridge's "
-                        f"recipes; tp: Transformer Engine's TP overlap; ep: Megatron-Core's EP all-to-all overlap; "
-                        f"docs/search.md)")
+                        f"recipes and, with vp > 1, their pipeline one; tp: Transformer Engine's TP overlap; ep: "
+                        f"Megatron-Core's EP all-to-all overlap; docs/search.md)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")

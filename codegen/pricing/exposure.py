@@ -34,6 +34,11 @@ stage (``by_dimension``: ``{"tp", "cp", "ep", "dp", "pp": (n,) seconds}``), each
   - ``ep`` (Megatron-Core's ``overlap_moe_expert_parallel_comm``): the 1F1B schedule runs one micro-batch's
     forward pass beside another's backward, each one's all-to-alls beside the other's compute; the first and
     last micro-batch have no partner: a window of ``compute_s · (m − 1) / m``.
+  - ``pp`` (Megatron-Core's ``overlap_p2p_comm``): the interleaved schedule posts the next transfers'
+    isend/irecv before a model chunk's forward or backward pass and waits for them after it
+    (``forward_backward_pipelining_with_interleaving``), each transfer beside a chunk's compute: a window of
+    ``compute_s`` where ``vp > 1``. Without interleaving Megatron-Core batches the sends (``batch_p2p_comm``)
+    and they stay exposed, bit for bit as without the overlap.
 
   The overlapped dimensions share one compute: together they hide at most ``compute_s``. So the exposed seconds
   are the sum over the dimensions not overlapped, plus ``max(Σ max(0, c_d − w_d), Σ c_d − compute_s)`` over
@@ -172,7 +177,13 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
         if dim not in parts:
             continue
         seconds = np.asarray(parts[dim], dtype=np.float64) * (1 + float(shares.get(dim, 0)))
-        if dim in overlap:
+        if dim == "pp" and dim in overlap:  # overlapped in an interleaved pipeline only; else exposed, as before
+            interleaved = virtual > 1
+            exposed = exposed + np.where(interleaved, 0.0, seconds)
+            seconds = np.where(interleaved, seconds, 0.0)
+            hidden_sum = hidden_sum + seconds
+            beyond = beyond + np.maximum(seconds - compute, 0.0)
+        elif dim in overlap:
             hidden_sum = hidden_sum + seconds
             left = seconds - windows[dim]
             if dim == "dp" and zero < 2:  # the last chunk's share waits behind its own micro-batch alone

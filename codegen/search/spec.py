@@ -62,7 +62,7 @@ class SearchSpec:
     step-time objective, and the memory per rank (its quantized saved inputs and weight copies, ``MemoryPricer``).
     *overlap*: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS``
     names, or one comma-separated text; default ``DEFAULT_OVERLAP``, the data-parallel overlap of Megatron-Bridge's
-    recipes; ``codegen.pricing.exposure``).
+    recipes and, in an interleaved pipeline, their pipeline one; ``codegen.pricing.exposure``).
 
     Raises:
         InputError: a ``ValueError`` naming the argument and the value.

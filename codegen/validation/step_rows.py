@@ -150,30 +150,49 @@ _TP_MB = ("Megatron-Bridge's Llama 3 / 3.1 recipes, CommOverlapConfig(tp_comm_ov
 _TP_NEMO = ("NeMo 2.2.0's recipe callback tp_comm_overlap=True with the script's userbuffers config (NVIDIA/NeMo@"
             "7192a2c944: nemo/collections/llm/recipes/{gpt3_175b,llama3_70b,llama31_405b,nemotron4_340b}.py; "
             "scripts/llm/performance/pretrain_*.py)")
+_TP_LAUNCHER = ("NeMo Framework Launcher 24.07's training configs, ub_tp_comm_overlap True with sequence parallelism "
+                "(NVIDIA/NeMo-Framework-Launcher@8325688d8, tag 24.07: launcher_scripts/conf/training/{gpt3/20b,"
+                "llama/llama2_70b,llama/llama3_70b,nemotron/nemotron_22b,nemotron/nemotron_8b}.yaml); their TP overlap "
+                "configs are named for the published runs' TP, micro-batch and sequence (ub_cfg_h100_h6144_tp2_mbs2_"
+                "seqlen2048, _h8192_tp4_mbs1_seqlen4096, _h8192_tp4_mbs1_seqlen8192)")
+_NO_P2P_LAUNCHER = ("NeMo Framework Launcher 24.07's training config, overlap_p2p_comm False and ub_tp_comm_overlap "
+                    "False (NVIDIA/NeMo-Framework-Launcher@8325688d8, tag 24.07: launcher_scripts/conf/training/"
+                    "nemotron/nemotron_340b.yaml)")
 _EP_MB = ("Megatron-Bridge's Qwen3 presets moe_a2a_overlap=True: overlap_moe_expert_parallel_comm and "
           "delay_wgrad_compute on (" + _MB + "7af9601c9, 21b02e0cf: scripts/performance/configs/qwen*/"
           "*workload_base_configs.py; scripts/performance/utils/helpers.py / overrides.py)")
-#: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe
-#: has (``DEFAULTS["overlap"]``; an ``overlap`` column wins where given): ``(model, system, precision, release)`` →
+#: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe has
+#: and the pipeline one every interleaved recipe has (``DEFAULTS["overlap"]``, ``symbolic.vocabulary.DEFAULT_OVERLAP``;
+#: an ``overlap`` column wins where given), or less: ``(model, system, precision, release)`` →
 #: (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of each release
 #: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.5.0 = 26.06: its docs/releases/software-versions.md; NeMo
 #: 2.2.0 for 25.02). Transformer Engine's TP overlap needs TP >= 2 and sequence parallelism (Megatron-Bridge
 #: ``comm_overlap.py``, ``_get_model_comm_overlap_cfgs``), so the recipes that ask for it at TP 1 run without.
-#: Not determined, so left at the default: the 24.07 rows (their benchmark configs are not published) and
-#: DeepSeek-V3's 26.04.01 row (its layout matches no preset of the release).
+#: The 24.07 rows (NeMo 1.0, whose benchmark configs are not published) take the release's launcher training
+#: config of the same model: its other settings (nodes, global batch) differ from the published runs', but the
+#: TP overlap configs it names are the published runs' shapes (``_TP_LAUNCHER``); GPT-3 175B's and Nemotron-4
+#: 340B's set ``ub_tp_comm_overlap`` False; the data-parallel overlap (``overlap_grad_sync``,
+#: ``overlap_param_sync``) is on in every one and ``overlap_p2p_comm`` in every interleaved one but Nemotron-4
+#: 340B's (``_NO_P2P_LAUNCHER``). Not determined, so left at the default: DeepSeek-V3's 26.04.01 row (its layout
+#: matches no preset of the release; the release's CommOverlapConfig turns the pipeline overlap on at vp > 1).
 RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
-    **{key: (("dp", "tp"), _TP_MB) for key in (
+    **{key: (("dp", "tp", "pp"), _TP_MB) for key in (
         ("llama3_1_405b", "dgx_b200", "fp8-cs", "25.11"), ("llama3_70b", "dgx_h100", "fp8", "26.02"),
         ("llama3_70b", "dgx_h100", "fp8-cs", "25.11"), ("llama3_1_405b", "dgx_h100", "fp8", "26.02"),
         ("llama3_1_405b", "dgx_h100", "fp8", "26.06"), ("llama3_1_405b", "dgx_h100", "fp8-cs", "25.11"))},
-    **{key: (("dp", "tp"), _TP_NEMO) for key in (
+    **{key: (("dp", "tp", "pp"), _TP_NEMO) for key in (
         ("gpt3_175b", "dgx_b200", "fp8", "25.02"), ("llama3_70b", "dgx_b200", "fp8", "25.02"),
         ("llama3_405b", "dgx_b200", "fp8", "25.02"), ("nemotron_340b", "dgx_b200", "fp8", "25.02"),
         ("gpt3_175b", "dgx_h100", "fp8", "25.02"))},
-    **{key: (("dp", "ep"), _EP_MB) for key in (
+    **{key: (("dp", "tp", "pp"), _TP_LAUNCHER) for key in (
+        ("gpt3_20b", "dgx_h100", "fp8", "24.07"), ("llama2_70b", "dgx_h100", "fp8", "24.07"),
+        ("llama3_70b", "dgx_h100", "fp8", "24.07"), ("nemotron_22b", "dgx_h100", "fp8", "24.07"),
+        ("nemotron_8b", "dgx_h100", "fp8", "24.07"))},
+    **{key: (("dp", "ep", "pp"), _EP_MB) for key in (
         ("qwen3_235b_a22b", "dgx_b200", "mxfp8", "25.11"), ("qwen3_235b_a22b", "dgx_h100", "fp8", "26.02"),
         ("qwen3_235b_a22b", "dgx_h100", "fp8-cs", "25.11"), ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.02"),
         ("qwen3_30b_a3b", "dgx_h100", "fp8-cs", "25.11"))},
+    ("nemotron_340b", "dgx_h100", "fp8", "24.07"): (("dp",), _NO_P2P_LAUNCHER),
 }
 
 
