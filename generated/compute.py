@@ -345,22 +345,22 @@ def compute_standard_dense_stage_gemm_flop(*, a, attention_ratio, attn_extra_p, 
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
     efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
-    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
-    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
-    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
-    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
-    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
-    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
-    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
-    from the EP group (tokens x top-k / experts per rank); a fused attention kernel's measured
-    throughput, per GPU generation (the catalog's attention_efficiency): on Hopper cuDNN's fused
-    attention, Transformer Engine's default backend, at 529 TFLOP/s forward with a causal mask and
-    518 TFLOP/s backward (H100 80GB SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024,
-    FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a backward pass is 2.5 forward passes of
-    matmul FLOPs (five matmuls to two), so 3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s:
-    0.45 of the 989 TFLOP/s peak in the step's count of three passes
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's
+    compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    that reference is the generation's measured maximum achievable matmul efficiency (S. Bekman,
+    "Machine Learning Engineering", compute/accelerator, MAMF table); Megatron-Core MoE
+    (NVIDIA/Megatron-LM, megatron/training/arguments.py and megatron/core/transformer/moe/README.md,
+    --moe-grouped-gemm: 'launch multiple local GEMM kernels in multiple streams ... with
+    GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local experts' GEMMs, one per
+    expert on its own tokens, are issued as separate GEMMs, so each is sized by its own tokens; a
+    rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x
+    top-k / experts per rank); a fused attention kernel's measured throughput, per GPU generation
+    (the catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's
+    default backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB
+    SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Figs. 5 and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so
+    3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the
+    step's count of three passes
     """
     # ops: 126 (SymPy count_ops of the CSE form below); NumPy calls per block: 63.
     xp = _runtime.namespace((a, attention_ratio, attn_extra_p, attn_output_gate, b, cp, dh, flash_attention, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, o_bias, qkv_bias, s, t, v))
@@ -599,10 +599,10 @@ def compute_standard_dense_stage_lowp_gemm_flop(*, a, attn_extra_p, attn_output_
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
     [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
-    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
-    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
-    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value,
+    which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16;
+    not above 1, since that reference is the generation's measured maximum achievable matmul
+    efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table);
     Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
     megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
     in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
@@ -1393,22 +1393,22 @@ def compute_standard_moe_stage_gemm_flop(*, a, attention_ratio, attn_extra_p, at
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
     efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
-    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
-    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
-    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
-    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
-    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
-    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
-    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
-    from the EP group (tokens x top-k / experts per rank); a fused attention kernel's measured
-    throughput, per GPU generation (the catalog's attention_efficiency): on Hopper cuDNN's fused
-    attention, Transformer Engine's default backend, at 529 TFLOP/s forward with a causal mask and
-    518 TFLOP/s backward (H100 80GB SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024,
-    FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a backward pass is 2.5 forward passes of
-    matmul FLOPs (five matmuls to two), so 3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s:
-    0.45 of the 989 TFLOP/s peak in the step's count of three passes
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's
+    compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    that reference is the generation's measured maximum achievable matmul efficiency (S. Bekman,
+    "Machine Learning Engineering", compute/accelerator, MAMF table); Megatron-Core MoE
+    (NVIDIA/Megatron-LM, megatron/training/arguments.py and megatron/core/transformer/moe/README.md,
+    --moe-grouped-gemm: 'launch multiple local GEMM kernels in multiple streams ... with
+    GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local experts' GEMMs, one per
+    expert on its own tokens, are issued as separate GEMMs, so each is sized by its own tokens; a
+    rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x
+    top-k / experts per rank); a fused attention kernel's measured throughput, per GPU generation
+    (the catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's
+    default backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB
+    SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Figs. 5 and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so
+    3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the
+    step's count of three passes
     """
     # ops: 147 (SymPy count_ops of the CSE form below); NumPy calls per block: 90.
     xp = _runtime.namespace((a, attention_ratio, attn_extra_p, attn_output_gate, b, cp, dh, ep, flash_attention, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, o_bias, qkv_bias, s, t, v))
@@ -1702,10 +1702,10 @@ def compute_standard_moe_stage_lowp_gemm_flop(*, a, attn_extra_p, attn_output_ga
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
     [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
-    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
-    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
-    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value,
+    which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16;
+    not above 1, since that reference is the generation's measured maximum achievable matmul
+    efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table);
     Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
     megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
     in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
@@ -2578,22 +2578,22 @@ def compute_mla_q_latent_dense_stage_gemm_flop(*, a, attention_ratio, b, cp, dc_
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
     efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
-    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
-    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
-    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
-    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
-    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
-    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
-    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
-    from the EP group (tokens x top-k / experts per rank); a fused attention kernel's measured
-    throughput, per GPU generation (the catalog's attention_efficiency): on Hopper cuDNN's fused
-    attention, Transformer Engine's default backend, at 529 TFLOP/s forward with a causal mask and
-    518 TFLOP/s backward (H100 80GB SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024,
-    FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a backward pass is 2.5 forward passes of
-    matmul FLOPs (five matmuls to two), so 3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s:
-    0.45 of the 989 TFLOP/s peak in the step's count of three passes
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's
+    compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    that reference is the generation's measured maximum achievable matmul efficiency (S. Bekman,
+    "Machine Learning Engineering", compute/accelerator, MAMF table); Megatron-Core MoE
+    (NVIDIA/Megatron-LM, megatron/training/arguments.py and megatron/core/transformer/moe/README.md,
+    --moe-grouped-gemm: 'launch multiple local GEMM kernels in multiple streams ... with
+    GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local experts' GEMMs, one per
+    expert on its own tokens, are issued as separate GEMMs, so each is sized by its own tokens; a
+    rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x
+    top-k / experts per rank); a fused attention kernel's measured throughput, per GPU generation
+    (the catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's
+    default backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB
+    SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Figs. 5 and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so
+    3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the
+    step's count of three passes
     """
     # ops: 105 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dc_kv, dc_q, dh, dhr, flash_attention, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
@@ -2816,10 +2816,10 @@ def compute_mla_q_latent_dense_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dc_q, dh
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
     [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
-    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
-    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
-    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value,
+    which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16;
+    not above 1, since that reference is the generation's measured maximum achievable matmul
+    efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table);
     Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
     megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
     in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
@@ -3552,22 +3552,22 @@ def compute_mla_q_latent_moe_stage_gemm_flop(*, a, attention_ratio, b, cp, dc_kv
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
     efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
-    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
-    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
-    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
-    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
-    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
-    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
-    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
-    from the EP group (tokens x top-k / experts per rank); a fused attention kernel's measured
-    throughput, per GPU generation (the catalog's attention_efficiency): on Hopper cuDNN's fused
-    attention, Transformer Engine's default backend, at 529 TFLOP/s forward with a causal mask and
-    518 TFLOP/s backward (H100 80GB SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024,
-    FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a backward pass is 2.5 forward passes of
-    matmul FLOPs (five matmuls to two), so 3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s:
-    0.45 of the 989 TFLOP/s peak in the step's count of three passes
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's
+    compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    that reference is the generation's measured maximum achievable matmul efficiency (S. Bekman,
+    "Machine Learning Engineering", compute/accelerator, MAMF table); Megatron-Core MoE
+    (NVIDIA/Megatron-LM, megatron/training/arguments.py and megatron/core/transformer/moe/README.md,
+    --moe-grouped-gemm: 'launch multiple local GEMM kernels in multiple streams ... with
+    GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local experts' GEMMs, one per
+    expert on its own tokens, are issued as separate GEMMs, so each is sized by its own tokens; a
+    rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x
+    top-k / experts per rank); a fused attention kernel's measured throughput, per GPU generation
+    (the catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's
+    default backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB
+    SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Figs. 5 and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so
+    3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the
+    step's count of three passes
     """
     # ops: 126 (SymPy count_ops of the CSE form below); NumPy calls per block: 91.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dc_kv, dc_q, dh, dhr, ep, flash_attention, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
@@ -3845,10 +3845,10 @@ def compute_mla_q_latent_moe_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dc_q, dh, 
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
     [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
-    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
-    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
-    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value,
+    which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16;
+    not above 1, since that reference is the generation's measured maximum achievable matmul
+    efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table);
     Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
     megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
     in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
@@ -4691,22 +4691,22 @@ def compute_mla_q_direct_dense_stage_gemm_flop(*, a, attention_ratio, b, cp, dc_
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
     efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
-    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
-    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
-    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
-    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
-    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
-    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
-    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
-    from the EP group (tokens x top-k / experts per rank); a fused attention kernel's measured
-    throughput, per GPU generation (the catalog's attention_efficiency): on Hopper cuDNN's fused
-    attention, Transformer Engine's default backend, at 529 TFLOP/s forward with a causal mask and
-    518 TFLOP/s backward (H100 80GB SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024,
-    FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a backward pass is 2.5 forward passes of
-    matmul FLOPs (five matmuls to two), so 3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s:
-    0.45 of the 989 TFLOP/s peak in the step's count of three passes
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's
+    compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    that reference is the generation's measured maximum achievable matmul efficiency (S. Bekman,
+    "Machine Learning Engineering", compute/accelerator, MAMF table); Megatron-Core MoE
+    (NVIDIA/Megatron-LM, megatron/training/arguments.py and megatron/core/transformer/moe/README.md,
+    --moe-grouped-gemm: 'launch multiple local GEMM kernels in multiple streams ... with
+    GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local experts' GEMMs, one per
+    expert on its own tokens, are issued as separate GEMMs, so each is sized by its own tokens; a
+    rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x
+    top-k / experts per rank); a fused attention kernel's measured throughput, per GPU generation
+    (the catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's
+    default backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB
+    SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Figs. 5 and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so
+    3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the
+    step's count of three passes
     """
     # ops: 101 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dc_kv, dh, dhr, flash_attention, h, hff, m, n_attMM, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, qk_nope_head_dim, s, t, v))
@@ -4929,10 +4929,10 @@ def compute_mla_q_direct_dense_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dh, dhr,
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
     [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
-    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
-    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
-    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value,
+    which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16;
+    not above 1, since that reference is the generation's measured maximum achievable matmul
+    efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table);
     Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
     megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
     in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
@@ -5680,22 +5680,22 @@ def compute_mla_q_direct_moe_stage_gemm_flop(*, a, attention_ratio, b, cp, dc_kv
     2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and h100_80g_nvl8.json,
     "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's
     efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band whose
-    lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's
-    compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the
-    measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
-    Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
-    megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
-    in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
-    local experts' GEMMs, one per expert on its own tokens, are issued as separate GEMMs, so each is
-    sized by its own tokens; a rank holds n_exp/ep experts, each receiving the tokens routed to it
-    from the EP group (tokens x top-k / experts per rank); a fused attention kernel's measured
-    throughput, per GPU generation (the catalog's attention_efficiency): on Hopper cuDNN's fused
-    attention, Transformer Engine's default backend, at 529 TFLOP/s forward with a causal mask and
-    518 TFLOP/s backward (H100 80GB SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024,
-    FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a backward pass is 2.5 forward passes of
-    matmul FLOPs (five matmuls to two), so 3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s:
-    0.45 of the 989 TFLOP/s peak in the step's count of three passes
+    lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's
+    compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
+    that reference is the generation's measured maximum achievable matmul efficiency (S. Bekman,
+    "Machine Learning Engineering", compute/accelerator, MAMF table); Megatron-Core MoE
+    (NVIDIA/Megatron-LM, megatron/training/arguments.py and megatron/core/transformer/moe/README.md,
+    --moe-grouped-gemm: 'launch multiple local GEMM kernels in multiple streams ... with
+    GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local experts' GEMMs, one per
+    expert on its own tokens, are issued as separate GEMMs, so each is sized by its own tokens; a
+    rank holds n_exp/ep experts, each receiving the tokens routed to it from the EP group (tokens x
+    top-k / experts per rank); a fused attention kernel's measured throughput, per GPU generation
+    (the catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's
+    default backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB
+    SXM5, BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608,
+    Figs. 5 and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so
+    3 forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the
+    step's count of three passes
     """
     # ops: 122 (SymPy count_ops of the CSE form below); NumPy calls per block: 91.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dc_kv, dh, dhr, ep, flash_attention, h, hff_exp, m, n_attMM, n_chosen_exp, n_exp, n_ffMM, n_full_rec, n_kv, n_layers_stage, n_output, n_sel_rec, n_shared_exp, qk_nope_head_dim, s, t, v))
@@ -5973,10 +5973,10 @@ def compute_mla_q_direct_moe_stage_lowp_gemm_flop(*, a, b, cp, dc_kv, dh, dhr, e
     BF16; Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json
     and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6],
     [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py:
-    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the
-    catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since
-    the measured maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, "Machine
-    Learning Engineering", compute/accelerator, MAMF table) is below Calculon's 0.95 band;
+    the first band whose lower edge the size reaches), taken relative to its 16-128 GFLOP value,
+    which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16;
+    not above 1, since that reference is the generation's measured maximum achievable matmul
+    efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table);
     Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and
     megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels
     in multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the
@@ -7561,16 +7561,16 @@ def compute_standard_window_saved_gemm_flop(*, a, attention_ratio, b, cp, dh, fl
     systems/a100_80g.json and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95],
     [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in
     calculon/processor.py: the first band whose lower edge the size reaches), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; a fused attention kernel's measured throughput, per GPU generation (the
-    catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default
-    backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5,
-    BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5
-    and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3
-    forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's
-    count of three passes
+    16-128 GFLOP value, which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP,
+    0.6/0.9 from 1 to 16; not above 1, since that reference is the generation's measured maximum
+    achievable matmul efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator,
+    MAMF table); a fused attention kernel's measured throughput, per GPU generation (the catalog's
+    attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default backend,
+    at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5, BF16, head
+    dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a
+    backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3 forward passes'
+    FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's count of three
+    passes
     """
     # ops: 48 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dh, flash_attention, h, m, n_window_full_rec, n_window_layers_stage, n_window_sel_rec, s, sliding_window, t))
@@ -8594,16 +8594,16 @@ def compute_mla_q_latent_window_saved_gemm_flop(*, a, attention_ratio, b, cp, dh
     systems/a100_80g.json and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95],
     [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in
     calculon/processor.py: the first band whose lower edge the size reaches), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; a fused attention kernel's measured throughput, per GPU generation (the
-    catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default
-    backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5,
-    BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5
-    and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3
-    forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's
-    count of three passes
+    16-128 GFLOP value, which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP,
+    0.6/0.9 from 1 to 16; not above 1, since that reference is the generation's measured maximum
+    achievable matmul efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator,
+    MAMF table); a fused attention kernel's measured throughput, per GPU generation (the catalog's
+    attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default backend,
+    at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5, BF16, head
+    dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a
+    backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3 forward passes'
+    FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's count of three
+    passes
     """
     # ops: 52 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dh, dhr, flash_attention, m, n_window_full_rec, n_window_layers_stage, n_window_sel_rec, qk_nope_head_dim, s, sliding_window, t))
@@ -9649,16 +9649,16 @@ def compute_mla_q_direct_window_saved_gemm_flop(*, a, attention_ratio, b, cp, dh
     systems/a100_80g.json and h100_80g_nvl8.json, "matrix" float16 gflops_efficiency [[128, 0.95],
     [16, 0.9], [1, 0.6], [0, 0.1]]: a GEMM's efficiency by its GFLOPs, looked up per operation in
     calculon/processor.py: the first band whose lower edge the size reaches), taken relative to its
-    16-128 GFLOP value (the catalog's compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to
-    16; not above 1, since the measured maximum achievable matmul efficiency of H100 (80.3 % of
-    peak, S. Bekman, "Machine Learning Engineering", compute/accelerator, MAMF table) is below
-    Calculon's 0.95 band; a fused attention kernel's measured throughput, per GPU generation (the
-    catalog's attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default
-    backend, at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5,
-    BF16, head dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5
-    and 6); a backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3
-    forward passes' FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's
-    count of three passes
+    16-128 GFLOP value, which the catalog's compute_efficiency stands for: 0.1/0.9 under 1 GFLOP,
+    0.6/0.9 from 1 to 16; not above 1, since that reference is the generation's measured maximum
+    achievable matmul efficiency (S. Bekman, "Machine Learning Engineering", compute/accelerator,
+    MAMF table); a fused attention kernel's measured throughput, per GPU generation (the catalog's
+    attention_efficiency): on Hopper cuDNN's fused attention, Transformer Engine's default backend,
+    at 529 TFLOP/s forward with a causal mask and 518 TFLOP/s backward (H100 80GB SXM5, BF16, head
+    dim 128, sequence 8k: Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Figs. 5 and 6); a
+    backward pass is 2.5 forward passes of matmul FLOPs (five matmuls to two), so 3 forward passes'
+    FLOPs take F/529 + 2.5 F/518 TFLOP/s: 0.45 of the 989 TFLOP/s peak in the step's count of three
+    passes
     """
     # ops: 52 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, attention_ratio, b, cp, dh, dhr, flash_attention, m, n_window_full_rec, n_window_layers_stage, n_window_sel_rec, qk_nope_head_dim, s, sliding_window, t))

@@ -143,10 +143,10 @@ def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
 GEMM_CURVE = ("Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and "
               "h100_80g_nvl8.json, \"matrix\" float16 gflops_efficiency [[128, 0.95], [16, 0.9], [1, 0.6], [0, 0.1]]: "
               "a GEMM's efficiency by its GFLOPs, looked up per operation in calculon/processor.py: the first band "
-              "whose lower edge the size reaches), taken relative to its 16-128 GFLOP value (the catalog's "
-              "compute_efficiency): 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since the measured "
-              "maximum achievable matmul efficiency of H100 (80.3 % of peak, S. Bekman, \"Machine Learning "
-              "Engineering\", compute/accelerator, MAMF table) is below Calculon's 0.95 band")
+              "whose lower edge the size reaches), taken relative to its 16-128 GFLOP value, which the catalog's "
+              "compute_efficiency stands for: 0.1/0.9 under 1 GFLOP, 0.6/0.9 from 1 to 16; not above 1, since that "
+              "reference is the generation's measured maximum achievable matmul efficiency (S. Bekman, \"Machine "
+              "Learning Engineering\", compute/accelerator, MAMF table)")
 GROUPED_GEMM = ("Megatron-Core MoE (NVIDIA/Megatron-LM, megatron/training/arguments.py and "
                 "megatron/core/transformer/moe/README.md, --moe-grouped-gemm: 'launch multiple local GEMM kernels in "
                 "multiple streams ... with GroupedLinear in TransformerEngine'; experts.py TEGroupedMLP): the local "

@@ -132,7 +132,7 @@ def test_a_first_stage_with_dense_layers_by_hand():
     pricer = StepTimePricer(model, system=SYSTEM)
     values = _values(p=16, vp=1, t=t, d=32, cp=1, ep=32, etp=1, b=b, m=m)
     first = pricer.stage_parts(values, "none", 1)[0]
-    # the scores' causal half at the fused attention kernel's efficiency over the reference (0.45 / 0.9 on Hopper)
+    # the scores' causal half at the fused attention kernel's efficiency over the reference (0.45 / 0.803 on Hopper)
     scores = m * b * s / t * 3 * 4 * causal_scores * (1 / _attention_ratio() - 1)
     assert first[0][0] == pytest.approx(want + m * b * s / t * 3 * router * (3 / 2 - 1) + scores, rel=1e-12)
     flops_only = pricer.stage_parts(values, "none", 1, flops_only=True)[0]
@@ -165,7 +165,7 @@ def test_a_windowed_layer_by_hand():
     the s × s causal triangle within w of the diagonal, area s·w − w²/2 (the causal triangle's s²/2 less the
     triangle of side s − w beyond the window), in place of s²/2; each score costs 2·(d_qk + d_v) FLOPs per head.
     At the reference GEMM efficiency (docs/search.md, "Compute") the scores run at the fused attention kernel's
-    efficiency over it (0.45 / 0.9 on Hopper), below the 2/3 a windowed layer's score GEMMs (QKᵀ and A·V, each half
+    efficiency over it (0.45 / 0.803 on Hopper), below the 2/3 a windowed layer's score GEMMs (QKᵀ and A·V, each half
     the band's FLOPs of a micro-batch: 4.2 GFLOP) would run at as GEMMs, and the 1 of the causal ones (69 GFLOP)."""
     model = load_model("gpt-oss-120b")
     s, a, d, w, m, b = 4096, 64, 64, 128, 2, 1
