@@ -146,6 +146,13 @@ def test_the_pricer_gives_the_exposure_its_pipeline_depths():
                         p=values["p"], vp=values["vp"])
     flat = exposed_comm(seconds, "none", overlap=("dp",), compute_s=parts["compute_s"], m=values["m"], zero=1)
     assert parts["comm_s"][0] == want[0] < flat[0]
+    # the default overlap hides this interleaved layout's pipeline sends as well (Megatron-Bridge's overlap_p2p_comm)
+    default = StepTimePricer(model, system="dgx_b200", comm=comm, precision="fp8")
+    assert default.overlap == ("dp", "pp")
+    hidden = default.price(values, "none", chunk, zero=1)["comm_s"][0]
+    assert hidden == exposed_comm(seconds, "none", overlap=("dp", "pp"), compute_s=parts["compute_s"],
+                                  m=values["m"], zero=1, p=values["p"], vp=values["vp"])[0]
+    assert seconds["pp"][0] > 0 and hidden < parts["comm_s"][0]
 
 
 def test_step_rows_read_an_overlap_column(tmp_path):
