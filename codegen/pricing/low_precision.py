@@ -7,6 +7,7 @@
 Public API::
 
     LOW_PRECISION_VALUES
+    precision_name(field, value) -> str          # a name of PRECISIONS, else one error naming *field*
     low_precision_values(precision, system) -> dict[str, float]
     require_capability(precision, system, error=InputError) -> Precision   # the GPU can run it, else one error
 """
@@ -18,10 +19,21 @@ from symbolic.vocabulary import PRECISIONS, Precision
 
 from ..runtime import inputs
 
-__all__ = ["LOW_PRECISION_VALUES", "low_precision_values", "require_capability"]
+__all__ = ["LOW_PRECISION_VALUES", "precision_name", "low_precision_values", "require_capability"]
 
 #: The values the low-precision forms read, besides the BF16 forms' (``symbolic.memory``): 0 in none of them.
 LOW_PRECISION_VALUES = ("bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
+
+
+def precision_name(field: str, value: object) -> str:
+    """*value* if it names a precision (``symbolic.vocabulary.PRECISIONS``).
+
+    Raises:
+        InputError: naming *field*, the precisions and the value.
+    """
+    if isinstance(value, str) and value in PRECISIONS:
+        return value
+    raise inputs.InputError(f"{field}: one of {', '.join(PRECISIONS)}, got {value!r}")
 
 
 def require_capability(precision: str, system: System, error: type[ValueError] = inputs.InputError) -> Precision:
@@ -46,9 +58,7 @@ def low_precision_values(precision: str, system: System | str) -> dict[str, floa
         InputError: naming an unknown precision, or one the GPU cannot run (its compute capability).
         hardware.HardwareSpecError: naming an unknown system.
     """
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise inputs.InputError(f"--precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "bf16":
+    if precision_name("--precision", precision) == "bf16":
         return {}
     net = inputs.system("system", system)
     if net.gpu is None:

@@ -46,7 +46,7 @@ import numpy as np
 
 import generated
 from hardware import System
-from symbolic.vocabulary import PRECISIONS, STAGE_COUNT_NAMES, attention_variant
+from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
 
 from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, ModelConfig,
                        batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
@@ -56,7 +56,7 @@ from ..runtime.inputs import finite, flag
 from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit, PipelineShapes, RowGroups, blocks,
                      call_term, group_rows, term_arguments, term_function)
 from .families import FamilySpec
-from .low_precision import LOW_PRECISION_VALUES, low_precision_values
+from .low_precision import LOW_PRECISION_VALUES, low_precision_values, precision_name
 from .stages import batch_argument, degrees_argument, layout_argument, model_argument, stage_counts
 
 __all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "DEFAULT_RESERVE_BYTES", "width_sources", "PARTS", "OUTPUTS",
@@ -123,8 +123,7 @@ class MemorySettings:
     lowp_primary_weights: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
-            raise inputs.InputError(f"precision: one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        precision_name("precision", self.precision)
         flag("lowp_primary_weights", self.lowp_primary_weights)
         if self.zero_level is not None and (isinstance(self.zero_level, bool) or self.zero_level not in (0, 1, 2, 3)):
             raise inputs.InputError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")

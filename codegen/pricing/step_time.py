@@ -64,12 +64,11 @@ from symbolic.vocabulary import DEFAULT_OVERLAP, PRECISIONS, SEARCH_KEYS, SEARCH
 
 from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
 from ..runtime import inputs
-from ..runtime.inputs import InputError
 from .engine import distinct_rows, term_arguments, term_function
 from .exposure import exposed_comm, forward_shares, overlap_names
 from .families import FamilySpec
 from .layer_kinds import combined_flops, combined_parts, kind_inputs, kind_stages
-from .low_precision import require_capability
+from .low_precision import precision_name, require_capability
 from .memory import zero_level_of
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
@@ -132,8 +131,7 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
         NoComputeFactsError: naming the system and the fact it lacks, or the precision its GPU cannot run.
         ValueError: naming an unknown precision.
     """
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise InputError(f"--precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
+    precision_name("--precision", precision)
     spec = inputs.system("system", system)
     gpu = spec.gpu
     if gpu is None:
@@ -172,7 +170,7 @@ def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *
         from .time import TIME_DIMENSIONS, TimePricer
     except ImportError:
         return None
-    gather = PRECISIONS[inputs.one_of("precision", precision, PRECISIONS)].gather_bytes
+    gather = PRECISIONS[precision_name("precision", precision)].gather_bytes
     if gather and inputs.flag("lowp_primary_weights", lowp_primary_weights):
         model = dataclasses.replace(model, bytes_p=gather)  # read by the time family's weight gathers alone
     pricers: dict[tuple[int, str], Any] = {}

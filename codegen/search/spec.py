@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_OVERLAP, RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
 from ..pricing.exposure import overlap_names
+from ..pricing.low_precision import precision_name
 from ..runtime.inputs import DEVICES_MAX, InputError, flag, nonnegative, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, recompute_modes, restrictions, system_name, zero_levels
 from .space import SearchSpace
@@ -111,8 +112,7 @@ class SearchSpec:
                                     ("bytes_grad", "bytes per gradient > 0", False)):
             if getattr(self, name) is not None:
                 put(name, _memory_number(name, getattr(self, name), what, zero_ok, self.memory))
-        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
-            raise InputError(f"precision: one of {', '.join(PRECISIONS)}, got {_show(self.precision)}")
+        precision_name("precision", self.precision)
         put("overlap", overlap_names("overlap", self.overlap))
         if self.precision != "bf16" and self.objective != "step-time":
             raise InputError(f"precision: {self.precision} prices the compute of --objective step-time; "
