@@ -19,8 +19,8 @@ other one but the last, and the last.
 Communication. :class:`StepTimePricer` adds what the compute does not hide of the seconds a ``comm`` callable
 returns per layout (``comm(chunk) -> {"tp", "cp", "ep", "dp", "pp": (n,) seconds}``), under the run's overlap
 (``codegen.pricing.exposure.exposed_comm``, docs/search.md "Exposed communication"): a dimension not overlapped
-is exposed entirely, one overlapped (``dp`` by default, the recipes'; ``tp``, ``ep``) only beyond its window of
-the stage's compute; full recompute repeats the forward TP, EP and CP collectives (the shares
+is exposed entirely, one overlapped (``dp`` and, in an interleaved pipeline, ``pp`` by default, the recipes';
+``tp``, ``ep``) only beyond its window of the stage's compute; full recompute repeats the forward TP, EP and CP collectives (the shares
 ``symbolic.stage_time``'s items declare, :func:`forward_shares`). Without ``comm`` the communication part is 0
 and is reported as such.
 
@@ -36,11 +36,12 @@ Public API::
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     (price, compute, stage_flops and step_time check their arguments unless validated=True: a search's own calls)
     compute_family(system, ...), step_time_family(system, comm=None, ...) -> FamilySpec;  compute_terms(model)
-    exposed_time_comm(model, system, overlap=DEFAULT_OVERLAP) -> comm(batch, compute_s) (the step-time spec's)
+    exposed_time_comm(model, system, overlap=DEFAULT_OVERLAP, precision="bf16") -> comm(batch, compute_s)
+        (the step-time spec's)
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
-    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1) -> exposed seconds
-        (re-exported from codegen.pricing.exposure)
+    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1, p=1, vp=1)
+        -> exposed seconds (re-exported from codegen.pricing.exposure)
     forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     stage_layer_counts(model, p, vp) -> (first, last) arrays
     time_family_comm(model, system, precision="bf16", *, lowp_primary_weights=True)
@@ -152,6 +153,16 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
             getattr(gpu, chosen.efficiency))
 
 
+def _gathered_in(model: ModelConfig, precision: str, lowp_primary_weights: bool) -> ModelConfig:
+    """*model* with its parameter width at the width a *precision* run gathers its weights in over the
+    data-parallel ranks (``Precision.gather_bytes``, where its primary weights are the quantized tensors); the
+    time family reads ``bytes_p`` for those gathers alone."""
+    gather = PRECISIONS[precision_name("precision", precision)].gather_bytes
+    if gather and inputs.flag("lowp_primary_weights", lowp_primary_weights):
+        return dataclasses.replace(model, bytes_p=gather)
+    return model
+
+
 def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *, lowp_primary_weights: bool = True
                      ) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
     """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
@@ -170,9 +181,7 @@ def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *
         from .time import TIME_DIMENSIONS, TimePricer
     except ImportError:
         return None
-    gather = PRECISIONS[precision_name("precision", precision)].gather_bytes
-    if gather and inputs.flag("lowp_primary_weights", lowp_primary_weights):
-        model = dataclasses.replace(model, bytes_p=gather)  # read by the time family's weight gathers alone
+    model = _gathered_in(model, precision, lowp_primary_weights)
     pricers: dict[tuple[int, str], Any] = {}
 
     def pricer(setting: Any) -> Any:
@@ -381,19 +390,20 @@ def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.n
     return dataclasses.replace(compute, name="step_time", finish=finish)
 
 
-def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | str = DEFAULT_OVERLAP
-                      ) -> Callable[..., np.ndarray]:
+def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | str = DEFAULT_OVERLAP,
+                      precision: str = "bf16") -> Callable[..., np.ndarray]:
     """``comm(batch, compute_s=None)``: the exposed communication seconds of each layout of a batch
     (:func:`exposed_comm` of the time family's bottleneck stage, ``codegen.pricing.time.TimePricer``), under the
     batch's recompute mode, CP algorithm and ZeRO level and the run's *overlap* (which needs the layouts'
-    compute seconds *compute_s*; none without an overlap).
+    compute seconds *compute_s*; none without an overlap), its weights gathered as a *precision* run with
+    quantized primary weights gathers them (as :func:`time_family_comm`).
 
     Raises:
         InputError: naming *overlap* when it names no overlap (``symbolic.vocabulary.OVERLAPS``).
     """
     from .time import TimePricer
 
-    pricer = TimePricer(model, system=system)
+    pricer = TimePricer(_gathered_in(model, precision, True), system=system)
     overlap = overlap_names("overlap", overlap)
 
     def comm(batch: LayoutBatch, compute_s: np.ndarray | None = None) -> np.ndarray:
@@ -417,7 +427,8 @@ class StepTimePricer:
             communication is :meth:`exposed` of it.
         overlap: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS`` names, or one
             comma-separated text; default ``DEFAULT_OVERLAP``, the data-parallel overlap of Megatron-Bridge's
-            pretraining recipes; ``()`` for none, as Megatron-LM ran in 2022).
+            pretraining recipes and, in an interleaved pipeline, their pipeline one; ``()`` for none, as
+            Megatron-LM ran in 2022).
         flash_attention: 1 when a fused attention kernel keeps the score matrices on chip (default), 0 when
             they pass through HBM (Megatron-LM before FlashAttention). dropout: 1 when the layers apply dropout.
             Each a number in ``[0, 1]`` (a switch, or the share of the layers it applies to, as

@@ -9,9 +9,9 @@ system and communication overlap (its recipe's, ``step_rows.recipe_overlap``) ar
 ``model_and_layout``); then
 
 * the **search**: ``codegen.search.search`` over every valid layout (every recompute mode, the ZeRO levels 1 and the
-  row's: 3 where it shards with FSDP), the search's default reserve and memory filter with the recipes' BF16
-  gradients (``step_rows.RECIPE_MEMORY``, as the published layouts' memory check counts them), as ``symcost search
-  --bytes-grad 2`` runs;
+  row's: 3 where it shards with FSDP), the search's default reserve, and the recipes' BF16 gradients
+  (``step_rows.RECIPE_MEMORY``, as the published layouts' memory check counts them) in the step time (the model's
+  gradient width) and the memory filter (as ``symcost search --bytes-grad 2`` runs);
 * the **published layout**: the same search with every degree fixed to the row's (``--fix`` ``d, t, p, cp, ep,
   etp, vp, b``; ``m`` follows from the global batch): its best recompute mode and ZeRO level of those, priced as
   any other layout; infeasible when no mode fits in memory.
@@ -121,14 +121,13 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
             row whose model or layout cannot be priced (a family not modelled, a layout rule).
     """
     rows = read_rows(table, system)
-    releases = table.cells("release") if table.has("release") else [""] * len(rows)
     families = [name.strip() for name in table.cells("model_family")]
     newest: dict[tuple[str, str], int] = {}
     for i, r in enumerate(rows):
         if r["family"].unpriced:
             continue
         key = (families[i], r["system"])
-        if key not in newest or _release_key(releases[i]) >= _release_key(releases[newest[key]]):
+        if key not in newest or _release_key(r["release"]) >= _release_key(rows[newest[key]]["release"]):
             newest[key] = i
     cases = []
     for i in sorted(newest.values()):
@@ -155,7 +154,7 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
             published_s = float(published["step_time_s"])
         gap = 1.0 - float(best["step_time_s"]) / published_s
         cases.append(DecisionCase(
-            family=families[i], system=r["system"], line=r["line"], model=r["model"], release=releases[i],
+            family=families[i], system=r["system"], line=r["line"], model=r["model"], release=r["release"],
             precision=r["precision"], devices=r["gpus"], global_batch=r["global_batch"], seq_len=r["seq_len"],
             best=_layout(best), published=_layout(published) if fits else None, best_s=float(best["step_time_s"]),
             published_s=published_s, published_fits=fits, gap=gap, passes=fits and gap <= GAP_BOUND,

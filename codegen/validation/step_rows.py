@@ -415,7 +415,7 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     if r["family"].unpriced:
         raise ValueError(r["family"].unpriced)
     model, layout, zero = model_and_layout(r, name, source)
-    if r.get("release"):  # a row of NVIDIA's tables: its recipe reduces and accumulates BF16 gradients
+    if r["release"]:  # a row of NVIDIA's tables: its recipe reduces and accumulates BF16 gradients
         model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
     pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"], r["precision"]),
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
