@@ -212,12 +212,17 @@ def layer_parts(variant: MemoryVariant) -> tuple[Part, Part, Part]:
     The part's fourth field (ranks holding it) does not enter memory.
     """
     counts = params.layer_counts(variant.attention, variant.moe)
+    return _layer_parts_of(counts.non_expert, counts.routed, counts.shared)
+
+
+def _layer_parts_of(non_expert: sympy.Expr, routed: sympy.Expr, shared: sympy.Expr) -> tuple[Part, Part, Part]:
+    """One body layer's (non-expert, routed, shared) parameter counts as parts, sliced and sharded as
+    :func:`layer_parts` says."""
     expert_tp = Max(1, etp)
-    return (
-        Part(counts.non_expert, t, shard_non_exp, sympy.Integer(0)),
-        Part(counts.routed / ep, t_exp / expert_tp, shard_exp / expert_tp, sympy.Integer(0)),
-        Part(counts.shared, t_exp, shard_exp_partial, sympy.Integer(0)),
-    )
+    zero = sympy.Integer(0)
+    return (Part(non_expert, t, shard_non_exp, zero),
+            Part(routed / ep, t_exp / expert_tp, shard_exp / expert_tp, zero),
+            Part(shared, t_exp, shard_exp_partial, zero))
 
 
 def embedding_part() -> Part:
@@ -386,17 +391,11 @@ def layer_linear_weights(variant: MemoryVariant) -> tuple[Part, Part, Part]:
     if variant.attention is not AttentionParams.STANDARD:  # the latents' norm weights
         norms = dc_kv + (dc_q if variant.attention is AttentionParams.MLA_Q_LATENT else 0)
         attention = attention - n_attMM * norms / 4
-    zero = sympy.Integer(0)
     if not variant.moe:
-        non_expert, routed, shared = attention + params.dense_ffn_params().xreplace(plain), zero, zero
-    else:
-        non_expert = attention
-        routed = params.routed_expert_params().xreplace(plain)
-        shared = params.shared_expert_params().xreplace(plain)
-    expert_tp = Max(1, etp)
-    return (Part(non_expert, t, shard_non_exp, zero),
-            Part(routed / ep, t_exp / expert_tp, shard_exp / expert_tp, zero),
-            Part(shared, t_exp, shard_exp_partial, zero))
+        zero = sympy.Integer(0)
+        return _layer_parts_of(attention + params.dense_ffn_params().xreplace(plain), zero, zero)
+    return _layer_parts_of(attention, params.routed_expert_params().xreplace(plain),
+                           params.shared_expert_params().xreplace(plain))
 
 
 def _linear_slice(variant: MemoryVariant) -> sympy.Expr:
