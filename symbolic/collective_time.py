@@ -278,13 +278,34 @@ def _tree_correction(proto: str, size: sympy.Expr) -> sympy.Expr:
     return Piecewise(*steps, (sympy.Integer(1), True))
 
 
-def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
+def _tree_corrected_bytes(proto: str, size: sympy.Expr, fill: bool) -> sympy.Expr:
+    """*size* over NCCL's ``treeCorrectionFactor`` (``_tree_correction``): the bytes the tree's bus bandwidth moves
+    in the time NCCL prices. The factor is a step function that rises again past 1 MiB, so at such a step the
+    price of more bytes falls; NCCL compares prices so (``fill=False``), but a real transfer of more bytes takes no
+    less time, so the time (``fill=True``) holds the largest value reached at a smaller size: ``max(size/f,
+    e/f⁻)`` over the steps ``e`` below *size* (``f⁻`` the factor just below ``e``), a constant per step."""
+    if not fill:
+        return size / _tree_correction(proto, size)
+    factors = (1, *(sympy.nsimplify(f) for f in _TREE_CORRECTION[proto]), 1)  # below 64 B, the steps, from 2**29 B
+    pieces, floor = [], sympy.Integer(0)
+    for k, f in enumerate(factors):
+        lower = 64 * 2 ** (k - 1) if k else 0
+        if k:
+            floor = sympy.Max(floor, sympy.Integer(lower) / factors[k - 1])  # the left limit at this step
+        here = size / f if floor <= sympy.Integer(lower) / f else sympy.Max(size / f, floor)
+        pieces.append((here, size < 64 * 2 ** k) if k < len(factors) - 1 else (here, True))
+    return Piecewise(*pieces)
+
+
+def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr,
+               fill: bool = True) -> sympy.Expr:
     """Seconds of an all-reduce on NCCL's double binary tree (chain inside the node).
 
     Across nodes the bus bandwidth is the ring graph's, bounded by what the NICs carry in a tree
     (``_tree_net_factor``), then tuning.cc's refinements with the per-channel caps of its column for the node
     count; each network hop adds the network plugin's latency (``_net_hop``). The bandwidth is corrected at medium
-    sizes by NCCL's ``treeCorrectionFactor`` (``_tree_correction``), in the price and in the time.
+    sizes by NCCL's ``treeCorrectionFactor``: in the price as tuning.cc does, in the time (``fill``) never
+    falling as the size grows (``_tree_corrected_bytes``).
     """
     channels = _sym("ring_channels")  # the tree graph is searched with the ring's channel count
     intra = channels * _sym("ring_channel_bw_bytes_per_s")
@@ -297,7 +318,7 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
         bus = Min(bus * factor, channels * _by_nodes("tree_ll128_channel_max_bw_bytes_per_s", nodes))
     latency = _sym(f"alpha_tree_{proto}_s") + 2 * (
         (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _net_hop("tree", proto))
-    return latency + size / (bus / 2 * _tree_correction(proto, size))
+    return latency + _tree_corrected_bytes(proto, size, fill) / (bus / 2)
 
 
 def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
@@ -371,7 +392,7 @@ def _hierarchical(op: str, fill: bool = True) -> sympy.Expr:
         inner = (_best_ring("reduce_scatter", _S, q, q, one, one, fill)
                  + _best_ring("all_gather", _S, q, q, one, one, fill))
         outer = Min(_best_ring("all_reduce", _S / q, nodes, one, nodes, share, fill),
-                    *(_tree_time(p, _S / q, one, nodes, share) for p in _PROTOCOLS))
+                    *(_tree_time(p, _S / q, one, nodes, share, fill) for p in _PROTOCOLS))
     else:
         # All-gather: across nodes first (each rank gathers its peers' shards), then inside the node on
         # the gathered data; reduce-scatter the mirror image. Both move S/q per rank inside the node.
@@ -393,7 +414,7 @@ def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
     nics = _sym("nics_used")
     if op == "all_reduce":
         for p in _PROTOCOLS:
-            out[f"tree_{p}"] = _tree_time(p, _S, _Q, _NODES, nics)
+            out[f"tree_{p}"] = _tree_time(p, _S, _Q, _NODES, nics, fill)
     for p in _PROTOCOLS:
         out[f"ring_{p}"] = _ring_time(op, p, _S, _N, _Q, _NODES, nics, fill)
     if op in ("all_reduce", "all_gather", "reduce_scatter"):
