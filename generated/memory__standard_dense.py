@@ -278,7 +278,7 @@ memory_standard_dense_layer_optimizer_bytes.kernel = _runtime.Kernel(
 
 def memory_standard_dense_layer_activations_bytes(*, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_kv, s, sp, t):
     """Activation bytes one body layer (standard_dense, recompute none) keeps per micro-batch on one
-    rank.
+    rank (less what its recomputed modules drop).
 
     Unit: bytes. Closed form and symbols:
     ``docs/formulas.md#memory_standard_dense_layer_activations_bytes``.
@@ -372,7 +372,7 @@ memory_standard_dense_layer_activations_bytes.kernel = _runtime.Kernel(
 
 def memory_standard_dense_layer_selective_activations_bytes(*, a, b, bytes_compute, cp, dh, dropout, h, hff, n_ffMM, n_kv, s, sp, t):
     """Activation bytes one body layer (standard_dense, recompute selective) keeps per micro-batch
-    on one rank.
+    on one rank (less what its recomputed modules drop).
 
     Unit: bytes. Closed form and symbols:
     ``docs/formulas.md#memory_standard_dense_layer_selective_activations_bytes``.
@@ -1129,7 +1129,7 @@ memory_standard_dense_stage_activations_bytes.kernel = _runtime.Kernel(
 def memory_standard_dense_stage_recompute_workspace_bytes(*, a, b, bytes_compute, cp, dh, dropout, flash_attention, h, hff, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t):
     """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
+    recompute), or of a layer recomputing its modules.
 
     Unit: bytes. Closed form and symbols:
     ``docs/formulas.md#memory_standard_dense_stage_recompute_workspace_bytes``.

@@ -38,7 +38,8 @@ __all__ = [
 
 def memory_standard_dense_lowp_layer_activations_bytes(*, a, b, bytes_compute, bytes_lowp_input, cp, dh, dropout, flash_attention, h, hff, lowp_proj_copy, n_ffMM, n_kv, s, sp, t):
     """Activation bytes one body layer (standard_dense_lowp, recompute none) keeps per micro-batch
-    on one rank in a low-precision run, the linear layers' saved inputs quantized.
+    on one rank in a low-precision run, the linear layers' saved inputs quantized (less what its
+    recomputed modules drop).
 
     Unit: bytes. Closed form and symbols:
     ``docs/formulas.md#memory_standard_dense_lowp_layer_activations_bytes``.
@@ -159,7 +160,8 @@ memory_standard_dense_lowp_layer_activations_bytes.kernel = _runtime.Kernel(
 
 def memory_standard_dense_lowp_layer_selective_activations_bytes(*, a, b, bytes_compute, bytes_lowp_input, cp, dh, dropout, flash_attention, h, hff, lowp_proj_copy, n_ffMM, n_kv, s, sp, t):
     """Activation bytes one body layer (standard_dense_lowp, recompute selective) keeps per
-    micro-batch on one rank in a low-precision run, the linear layers' saved inputs quantized.
+    micro-batch on one rank in a low-precision run, the linear layers' saved inputs quantized (less
+    what its recomputed modules drop).
 
     Unit: bytes. Closed form and symbols:
     ``docs/formulas.md#memory_standard_dense_lowp_layer_selective_activations_bytes``.
@@ -1257,7 +1259,7 @@ memory_standard_dense_lowp_stage_activations_bytes.kernel = _runtime.Kernel(
 def memory_standard_dense_lowp_stage_recompute_workspace_bytes(*, a, b, bytes_compute, bytes_lowp_input, cp, dh, dropout, flash_attention, h, hff, lowp_proj_copy, n_ffMM, n_full_rec, n_kv, n_sel_rec, s, sp, t):
     """Bytes a recomputed layer of the stage holds again for one micro-batch during its backward
     pass: the largest of a fully and a selectively recomputed layer's dropped activations (0 without
-    recompute).
+    recompute), or of a layer recomputing its modules.
 
     Unit: bytes. Closed form and symbols:
     ``docs/formulas.md#memory_standard_dense_lowp_stage_recompute_workspace_bytes``.

@@ -56,6 +56,7 @@ n_dense_stage, n_dense_full, n_dense_sel = syms("n_dense_layers_stage", "n_dense
 n_window_stage, n_window_full, n_window_sel, window = syms(
     "n_window_layers_stage", "n_window_full_rec", "n_window_sel_rec", "sliding_window")
 attn_ratio, = syms("attention_ratio")
+recompute_norm, recompute_moe_act = syms("recompute_norm", "recompute_moe_act")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
@@ -75,6 +76,9 @@ LOW_PRECISION = ("NVIDIA Transformer Engine documentation (\"Using FP8 with Tran
                  "a linear layer's forward, input-gradient (dgrad) and weight-gradient (wgrad) GEMMs run in FP8 "
                  "(MXFP8, NVFP4 on Blackwell); attention's core and every other operation stay in BF16; Megatron-Core's "
                  "output layer and MoE router are not Transformer Engine modules and stay in BF16")
+MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py "
+           "(recompute_modules layernorm and moe_act: output-discarding checkpoints, their modules' forward run again "
+           "in the backward pass), transformer/transformer_layer.py and transformer/moe/experts.py")
 CAUSAL = ("Dao 2023, FlashAttention-2 (arXiv:2307.08691), §3.1 (causal masking: the blocks whose entries are all "
           "masked are skipped, about half of them); NVIDIA's NeMo / Megatron-Bridge model FLOPs count causal "
           "attention's scores as half the full matrix")
@@ -330,16 +334,37 @@ def _layer_vector(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, symp
     return fwd, bwd, (5 + dropout) * scores
 
 
+def _module_recompute(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.Expr]:
+    """(HBM bytes, vector FLOPs) of one layer, one micro-batch, one rank recomputing its modules in the backward
+    pass (``MODULES``): each ``recompute_norm`` norm's forward again (its input read and output written, 9 FLOPs
+    an element), a MoE layer's pre-MLP norm and MLA's input norm; under ``recompute_moe_act`` the routed experts'
+    activation function again (its ``n_ffMM − 1`` inputs read and its output written, GeLU's 8 FLOPs an element
+    and the gate's product). Both 0 where the layer has neither module (a standard dense layer's norms are fused
+    into its linear layers)."""
+    resid = b * s / cp * h / sp
+    norms = int(moe) + int(variant is not AttentionParams.STANDARD)
+    hbm = recompute_norm * norms * 2 * _E * resid
+    vector = recompute_norm * norms * 9 * resid
+    if moe:
+        routed = b * s / cp * n_chosen_exp * hff_exp / t
+        hbm = hbm + recompute_moe_act * n_ffMM * _E * routed
+        vector = vector + recompute_moe_act * (8 + n_ffMM - 2) * routed
+    return hbm, vector
+
+
 def stage_vector_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """FLOPs one rank of a pipeline stage computes per step on the vector unit (not the tensor cores).
 
     Per layer and micro-batch, the element-wise operations of :func:`_layer_vector` forward and backward,
-    again forward under full recompute, the scores' softmax and dropout again under selective recompute; per
+    again forward under full recompute, the scores' softmax and dropout again under selective recompute, the
+    recomputed modules' forward again in every layer not fully recomputed (:func:`_module_recompute`); per
     step, the Adam update: 11 FLOPs per parameter of the rank (Calculon's count), over the data-parallel
     group under ZeRO level >= 1. Left out, as in the HBM bytes: the cross-entropy of the logits.
     """
     fwd, bwd, core = _layer_vector(variant, moe)
-    body = m * (n_layers_stage * (fwd + bwd) + n_full_rec * fwd + n_sel_rec * core)
+    modules = _module_recompute(variant, moe)[1]
+    body = m * (n_layers_stage * (fwd + bwd) + n_full_rec * fwd + n_sel_rec * core
+                + (n_layers_stage - n_full_rec) * modules)
     shards = Piecewise((d, sympy.Ge(zero_level, 1)), (1, True))
     optimizer = 11 * (n_layers_stage * _rank_weights(variant, moe) + n_output * h * v / t) / shards
     return body + optimizer
@@ -354,14 +379,16 @@ def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
     weight-gradient GEMM's accumulation into the gradient buffer (Megatron-LM's ``main_grad += dY^T·X``, in
     place, every micro-batch: the buffer read and written in the gradient dtype, ``2·bytes_grad`` a parameter,
     where the GEMM operands above count one 16-bit write), the recomputed forward pass (full) or attention core
-    (selective); per step, the Adam update of the rank's
-    parameters (30 bytes each: fp32 gradient, weight and two moments read, the three written, the 16-bit
-    weight copy written), over the data-parallel group under ZeRO level >= 1.
+    (selective), the recomputed modules in every layer not fully recomputed (:func:`_module_recompute`); per
+    step, the Adam update of the rank's parameters (30 bytes each: fp32 gradient, weight and two moments read,
+    the three written, the 16-bit weight copy written), over the data-parallel group under ZeRO level >= 1.
     """
     fwd, bwd, gemm, core = _layer_hbm(variant, moe)
     accumulate = 2 * bytes_grad - _E  # per parameter and micro-batch, beyond the 16-bit write counted in gemm
     per_layer = fwd + bwd + 3 * gemm + accumulate * _rank_weights(variant, moe)
-    body = m * (n_layers_stage * per_layer + n_full_rec * (fwd + gemm) + n_sel_rec * core)
+    modules = _module_recompute(variant, moe)[0]
+    body = m * (n_layers_stage * per_layer + n_full_rec * (fwd + gemm) + n_sel_rec * core
+                + (n_layers_stage - n_full_rec) * modules)
     output = m * n_output * (_E * 3 * (b * s / cp * (h + v / t) + h * v / t) + accumulate * h * v / t)
     shards = Piecewise((d, sympy.Ge(zero_level, 1)), (1, True))
     optimizer = 30 * (n_layers_stage * _rank_weights(variant, moe) + n_output * h * v / t) / shards
@@ -450,11 +477,12 @@ def _build() -> tuple[Formula, ...]:
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
                           "operations, a MoE layer's token permutation, GEMM operands and weights, the weight "
                           "gradients' accumulation, recomputation, the Adam update.",
-                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks); {ACCUMULATE}; {PERMUTE} (MoE)"))
+                          f"{CALCULON}; {KORTHIKANTI} (1-byte dropout masks); {ACCUMULATE}; {PERMUTE} (MoE); "
+                          f"{MODULES}"))
             out.append(_f(f"{key}_stage_vector_flop", stage_vector_flops(variant, moe), key, "FLOP",
                           "Vector-unit FLOPs per rank per step of one pipeline stage: the element-wise operations "
                           "(layer norms, dropouts, residual adds, the activation function, the scores' softmax "
-                          "unless fused), their recomputation, the Adam update.", VECTOR))
+                          "unless fused), their recomputation, the Adam update.", f"{VECTOR}; {MODULES}"))
     for variant in AttentionParams:
         key = f"{variant.value}_moe"
         dense = "the leading dense layers (first_k_dense) one rank of a stage of a model with experts holds"

@@ -75,6 +75,7 @@ __all__ = [
     "output_activations",
     "in_flight",
     "lowp_saved_elements",
+    "module_recompute_dropped",
     "layer_lowp_activations_change",
     "layer_linear_weights",
     "layer_weight_copies",
@@ -95,6 +96,7 @@ shard_non_exp, shard_exp, shard_exp_partial, shard_embed, gather_embed = syms(
 bytes_p, bytes_grad, bytes_optimizer, bytes_compute, bytes_logits = syms(
     "bytes_p", "bytes_grad", "bytes_optimizer", "bytes_compute", "bytes_logits")
 zero_level, flash_attention, dropout, tie_emb_out = syms("zero_level", "flash_attention", "dropout", "tie_emb_out")
+recompute_norm, recompute_moe_act = syms("recompute_norm", "recompute_moe_act")
 memory_reserve, device_memory_bytes = syms("memory_reserve", "device_memory_bytes")
 bytes_lowp_input, bytes_lowp_weight, lowp_proj_copy, lowp_primary_weights = syms(
     "bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
@@ -116,6 +118,15 @@ TE_SAVED = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.p
             "input kept for the weight-gradient GEMM, one usage), layernorm_linear.py (_LayerNormLinear.forward: the "
             "norm input in BF16, ln_out quantized), grouped_linear.py (the experts' inputs); Megatron-Core "
             "megatron/core/transformer/attention.py (set_save_original_input(linear_proj) but under delayed scaling)")
+MEGATRON_MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py "
+                    "(recompute_modules: layernorm and moe_act use output-discarding checkpointing), "
+                    "tensor_parallel/random.py (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: "
+                    "the input and pre-MLP norms that are not IdentityOp, set_save_original_input of their consumers "
+                    "under FP8 / FP4), models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 "
+                    "projections fuse their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone), "
+                    "transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original "
+                    "input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py "
+                    "(set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)")
 TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (Linear.forward: the quantized "
               "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "
               "usage), grouped_linear.py (the experts' weight workspaces); Megatron-Core "
@@ -322,7 +333,9 @@ def layer_activations(variant: MemoryVariant, recompute: Recompute) -> sympy.Exp
     input only, ``bytes_compute·h/sp`` per token (Table 2's 2sbh; sharded
     under SP as Megatron-LM checkpoints it; a checkpoint keeps it in BF16
     whatever the GEMMs' precision). In a low-precision run the linear layers'
-    saved inputs change bytes (:func:`layer_lowp_activations_change`).
+    saved inputs change bytes (:func:`layer_lowp_activations_change`). A layer
+    not fully recomputed keeps less by what its recomputed modules drop
+    (:func:`module_recompute_dropped`).
     """
     tokens = _tokens()
     if recompute is Recompute.FULL:
@@ -334,7 +347,41 @@ def layer_activations(variant: MemoryVariant, recompute: Recompute) -> sympy.Exp
     if variant.low_precision:
         low, replaced = lowp_saved_elements(variant)
         kept = kept + bytes_lowp_input * low - bytes_compute * replaced
-    return tokens * kept
+    return tokens * kept - module_recompute_dropped(variant)
+
+
+def module_recompute_dropped(variant: MemoryVariant) -> sympy.Expr:
+    """Bytes per micro-batch on one rank a body layer not fully recomputed no longer keeps when the run recomputes
+    Megatron-Core's modules ``layernorm`` (``recompute_norm``) and ``moe_act`` (``recompute_moe_act``) (``0`` where
+    neither applies to the variant).
+
+    Both are output-discarding checkpoints (``CheckpointWithoutOutput``): once the module's consumer ran, the
+    module's output is freed and recomputed from its kept input in the backward pass (``MEGATRON_MODULES``). With
+    Transformer Engine's layer specs the attention's norm is fused into the QKV projection and a dense MLP's into
+    FC1, so ``layernorm`` reaches the norms that stand alone: a MoE layer's pre-MLP norm (its output is the
+    router's input, :func:`_mlp_elements`' second ``h/sp``) and MLA's input norm (its output feeds the
+    down-projections). ``moe_act`` drops the experts' activation output, the second expert GEMM's input,
+    ``hff_exp/t_exp`` per routed copy of a token. In a low-precision run the linear layers fed by a recomputed
+    module keep its original output instead of a quantized copy (``set_save_original_input``) and that output is
+    freed, so the quantized copies :func:`lowp_saved_elements` counts of it go too: the shared experts' FC1
+    copy, MLA's down-projection copies (the query's only with a query latent), the expert FC2 inputs.
+    """
+    low = variant.low_precision
+    norm = sympy.Integer(0)  # bytes per token
+    if variant.moe:  # the router's BF16 input, and in low precision the shared experts' FC1 copy
+        norm = bytes_compute * h / sp + (bytes_lowp_input * Min(n_shared_exp, 1) * h / sp if low else 0)
+    if variant.attention is not AttentionParams.STANDARD:  # in low precision its BF16 output is already replaced
+        copies = 2 if variant.attention is AttentionParams.MLA_Q_LATENT else 1
+        norm = norm + (bytes_lowp_input * copies * h / sp if low else bytes_compute * h / sp)
+    act = sympy.Integer(0)
+    if variant.moe:
+        act = (bytes_lowp_input if low else bytes_compute) * n_chosen_exp * cap_fact * hff_exp / t_exp
+    return _tokens() * (recompute_norm * norm + recompute_moe_act * act)
+
+
+def _modules_source(variant: MemoryVariant) -> str:
+    """The recomputed modules' source, to append to a form's where they change it (``""`` where they do not)."""
+    return f"; recomputed modules: {MEGATRON_MODULES}" if module_recompute_dropped(variant) != 0 else ""
 
 
 def lowp_saved_elements(variant: MemoryVariant) -> tuple[sympy.Expr, sympy.Expr]:
@@ -503,10 +550,16 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
                        + not_recomputed * kept[Recompute.NONE] + n_sel_rec * kept[Recompute.SELECTIVE]
                        + n_full_rec * kept[Recompute.FULL])
     activations = in_flight() * per_micro_batch
-    # While one recomputed layer runs its backward it holds, for one micro-batch, what it did not keep.
-    # Unevaluated: SymPy's Max would try to order the two sums symbolically, which takes minutes.
-    workspace = Max(Min(n_full_rec, 1) * (kept[Recompute.NONE] - kept[Recompute.FULL]),
-                    Min(n_sel_rec, 1) * (kept[Recompute.NONE] - kept[Recompute.SELECTIVE]), evaluate=False)
+    # While one recomputed layer runs its backward it holds, for one micro-batch, what it did not keep: a layer
+    # recomputing modules holds their outputs again (the everything-kept count is kept[NONE] + dropped).
+    # Unevaluated: SymPy's Max would try to order the sums symbolically, which takes minutes.
+    dropped = module_recompute_dropped(variant)
+    everything = kept[Recompute.NONE] + dropped
+    candidates = [Min(n_full_rec, 1) * (everything - kept[Recompute.FULL]),
+                  Min(n_sel_rec, 1) * (everything - kept[Recompute.SELECTIVE])]
+    if dropped != 0:
+        candidates.append(Min(_body_layers() - n_full_rec, 1) * dropped)
+    workspace = Max(*candidates, evaluate=False)
     total = model_states + activations + workspace
     headroom = device_memory_bytes - memory_reserve - total
     # [headroom >= 0] as 1 - max(0, sign(-headroom)), exact for every real headroom: a Piecewise would
@@ -519,6 +572,7 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
     if variant.low_precision:
         states_src = f"{states_src}; quantized weight copies: {TE_WEIGHTS}"
         act_src = f"{act_src}; quantized saved inputs: {TE_SAVED}"
+    act_src += _modules_source(variant)
 
     def f(name: str, expr: sympy.Expr, doc: str, source: str, unit: str = "bytes") -> Formula:
         return Formula(name=f"memory_{key}_stage_{name}", expr=expr, dimension="memory", algorithm=key, unit=unit,
@@ -543,7 +597,8 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
         recompute_workspace=f("recompute_workspace_bytes", workspace,
                               "Bytes a recomputed layer of the stage holds again for one micro-batch during its "
                               "backward pass: the largest of a fully and a selectively recomputed layer's dropped "
-                              "activations (0 without recompute).", f"{KORTHIKANTI}, §5 (recompute)"),
+                              "activations (0 without recompute), or of a layer recomputing its modules.",
+                              f"{KORTHIKANTI}, §5 (recompute){_modules_source(variant)}"),
         total=f("total_bytes", total, "Memory per rank of one pipeline stage: model states, activations and the "
                 f"recompute workspace.{lowp}", f"{states_src}; {act_src}"),
         headroom=f("headroom_bytes", headroom, "Device memory left per rank of one stage: capacity minus reserve "
@@ -645,7 +700,8 @@ def _build() -> tuple[Formula, ...]:
             out.append(_mem(f"{variant.key}_layer{suffix}_activations_bytes", layer_activations(variant, recompute),
                             variant.key,
                             f"Activation bytes one body layer ({variant.key}, recompute {recompute.value}) keeps per "
-                            "micro-batch on one rank.", f"{KORTHIKANTI}, Table 2 and §4.1", variant=tag))
+                            "micro-batch on one rank (less what its recomputed modules drop).",
+                            f"{KORTHIKANTI}, Table 2 and §4.1{_modules_source(variant)}", variant=tag))
     out += [
         _mem("layer_full_recompute_activations_bytes", layer_activations(variants()[0], Recompute.FULL), "full",
              "Activation bytes a fully recomputed body layer keeps per micro-batch on one rank: its input.",
@@ -677,8 +733,9 @@ def _low_precision_layer_forms(variant: MemoryVariant) -> list[Formula]:
         out.append(_mem(f"{variant.key}_layer{suffix}_activations_bytes", layer_activations(variant, recompute),
                         variant.key,
                         f"Activation bytes one body layer ({variant.key}, recompute {recompute.value}) keeps per "
-                        "micro-batch on one rank in a low-precision run, the linear layers' saved inputs quantized.",
-                        f"{KORTHIKANTI}, Table 2 and §4.1; {TE_SAVED}", variant=variant.tag))
+                        "micro-batch on one rank in a low-precision run, the linear layers' saved inputs quantized "
+                        "(less what its recomputed modules drop).",
+                        f"{KORTHIKANTI}, Table 2 and §4.1; {TE_SAVED}{_modules_source(variant)}", variant=variant.tag))
     out += [
         _mem(f"{variant.key}_layer_activations_change_bytes", layer_lowp_activations_change(variant), variant.key,
              "Bytes per micro-batch on one rank a body layer (not fully recomputed) keeps in a low-precision run "

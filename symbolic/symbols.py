@@ -293,6 +293,12 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
      "a fused attention kernel's achieved fraction of the BF16 peak over the reference GEMM efficiency (1: sized "
      "as a GEMM)"),
     ("dropout", "nonnegative", "1", "1 when dropout layers keep their 1-byte masks for the backward pass, else 0"),
+    ("recompute_norm", "nonnegative", "1",
+     "1 when the layers not fully recomputed discard the outputs of their unfused norms (a MoE layer's pre-MLP norm, "
+     "MLA's input norm) and recompute them in the backward pass (Megatron-Core's recompute module layernorm), else 0"),
+    ("recompute_moe_act", "nonnegative", "1",
+     "1 when the MoE layers not fully recomputed discard their experts' activation-function output (the second expert "
+     "GEMM's input) and recompute it in the backward pass (Megatron-Core's recompute module moe_act), else 0"),
     ("bytes_logits", "positive", "bytes", "bytes per stored output logit for the cross-entropy loss (4: fp32)"),
     ("tie_emb_out", "nonnegative", "1", "1 when the output layer reuses the embedding table, else 0"),
     ("bytes_lowp_input", "positive", "bytes",

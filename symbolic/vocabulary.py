@@ -53,6 +53,7 @@ __all__ = [
     "REQUIRED_KEYS",
     "layout_key",
     "RECOMPUTE_MODES",
+    "RECOMPUTE_MODULES",
     "ZERO_LEVELS",
     "SEARCH_KEYS",
     "SEARCH_SETTINGS",
@@ -308,6 +309,17 @@ REQUIRED = _Required()
 #: The recompute modes a layout's plan names, from recomputing nothing to recomputing every body layer:
 #: ``none``, ``selective`` (selective activation checkpointing), ``full`` (each body layer recomputed whole).
 RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+#: The modules a run recomputes inside every layer it does not recompute in full (``--recompute-modules``;
+#: Megatron-Core's ``recompute_granularity = "selective"`` with ``recompute_modules``, whose output-discarding
+#: checkpoints drop a module's output after its consumer ran and recompute it in the backward pass,
+#: megatron/core/transformer/transformer_config.py), by name: the symbol that switches it in the memory and compute
+#: formulas, and what it recomputes. Megatron-Core's ``core_attn`` is the recompute mode ``selective``.
+RECOMPUTE_MODULES: Mapping[str, tuple[str, str]] = MappingProxyType({
+    "layernorm": ("recompute_norm", "the unfused norms: a MoE layer's pre-MLP norm and MLA's input norm (a norm "
+                  "fused into the next linear layer, as Transformer Engine fuses the others, is not recomputed)"),
+    "moe_act": ("recompute_moe_act", "the experts' activation function (its output is the second expert GEMM's input)"),
+})
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ __all__ = ["step_time_result", "print_step_time"]
 
 
 def step_time_result(model: ModelConfig, layout: Layout, system: str, precision: str,
-                     overlap: tuple[str, ...] = DEFAULT_OVERLAP) -> dict[str, Any]:
+                     overlap: tuple[str, ...] = DEFAULT_OVERLAP, recompute_modules: tuple[str, ...] = ()
+                     ) -> dict[str, Any]:
     """One layout's step time and parts (seconds), its exposed communication by dimension and each stage's memory,
-    under the run's *precision* and *overlap* (``symbolic.vocabulary.OVERLAPS`` names).
+    under the run's *precision*, *overlap* (``symbolic.vocabulary.OVERLAPS`` names) and *recompute_modules*
+    (``symbolic.vocabulary.RECOMPUTE_MODULES`` names).
 
     Raises:
         ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
@@ -37,7 +39,8 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
         model = model.with_sequence_length(layout.s)
     comm = time_family_comm(model, system, precision)
     try:
-        pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap)
+        pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap,
+                                recompute_modules=recompute_modules)
     except NoComputeFactsError as exc:  # (eval names the system --device)
         raise NoComputeFactsError(str(exc).replace("--system", "--device", 1)) from None
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
@@ -49,10 +52,12 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     out: dict[str, Any] = {k: float(finite(k, v[0])) for k, v in parts.items()}
     out["comm_by_dimension_s"] = {k: float(finite(k, np.asarray(v).reshape(-1)[0])) for k, v in by_dimension.items()}
     out["exposed_comm_s"] = out["comm_s"]
-    memory = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision))
+    memory = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision,
+                                                                         recompute_modules=pricer.recompute_modules))
     out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
                       "fits": row["fits"]} for row in memory["stages"]]
-    out.update(system=system, precision=precision, overlap=list(pricer.overlap), recompute=mode, zero_level=zero,
+    out.update(system=system, precision=precision, overlap=list(pricer.overlap), recompute=mode,
+               recompute_modules=list(pricer.recompute_modules), zero_level=zero,
                units="seconds per training step; memory in bytes per rank")
     return out
 
@@ -60,7 +65,9 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
 def print_step_time(res: dict[str, Any], model: str, layout: str) -> None:
     """The table form of :func:`step_time_result`."""
     print(f"model {model}  layout {layout}  system {res['system']}  precision {res['precision']}  "
-          f"recompute {res['recompute']}  ZeRO {res['zero_level']}  overlap {','.join(res['overlap']) or 'none'}")
+          f"recompute {res['recompute']}" + (f" (modules {','.join(res['recompute_modules'])})"
+                                             if res["recompute_modules"] else "")
+          + f"  ZeRO {res['zero_level']}  overlap {','.join(res['overlap']) or 'none'}")
     print(f"step {res['step_time_s']:.4f} s = compute {res['compute_s']:.4f} s + bubble {res['bubble_s']:.4f} s "
           f"(fraction {res['bubble']:.4f}) + exposed communication {res['comm_s']:.4f} s")
     print(f"slowest stage: {res['stage_flops'] / 1e12:.2f} TFLOP per rank per step at the reference GEMM efficiency "

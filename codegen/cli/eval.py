@@ -10,7 +10,7 @@ import dataclasses
 import shlex
 from typing import Any, Iterable
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES
+from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES
 
 from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
@@ -18,6 +18,7 @@ from ..pricing.exposure import overlap_names
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
 from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
+from ..pricing.recompute import recompute_modules
 from ._step import print_step_time, step_time_result
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
@@ -107,14 +108,19 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
                        help="keep the s-by-s attention scores for the backward pass (no fused attention kernel)")
     group.add_argument("--zero-level", metavar="Z", help="ZeRO stage 0-3 of every layout (default: from the "
                                                          "layout: fsdp 3, op with grad_shard 2, op 1, else 0)")
+    group.add_argument("--recompute-modules", metavar="LIST",
+                       help=f"modules every layer not fully recomputed recomputes in its backward pass, "
+                            f"{', '.join(RECOMPUTE_MODULES)} (comma-separated) or none (default none; Megatron-Core's "
+                            f"recompute_modules; also read by eval --cost step-time; docs/memory.md)")
     group.add_argument("--bf16-weights", action="store_true",
                        help="with a --precision other than bf16: keep the linear layers' weights in BF16 with Transformer "
                             "Engine's cached quantized copies beside them (Megatron-Core's fp8_param_gather = False; "
                             "default: the quantized weights are the primary ones, as NVIDIA's FP8 recipes set it)")
 
 
-#: Every memory option (``add_memory_options``), in the order a message names the first one given.
-MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--bf16-weights")
+#: Every memory option (``add_memory_options``), in the order a message names the first one given; the last, the
+#: recompute modules, is a setting of ``eval --cost step-time`` too.
+MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--bf16-weights", "--recompute-modules")
 
 
 def given_options(args: argparse.Namespace, options: Iterable[str]) -> list[str]:
@@ -179,6 +185,8 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
             raise ValueError("--bf16-weights: a setting of a low-precision run (eval --memory with --precision "
                              "fp8, fp8-cs, mxfp8 or nvfp4)")
         changes["lowp_primary_weights"] = False
+    if getattr(args, "recompute_modules", None) is not None:
+        changes["recompute_modules"] = recompute_modules("--recompute-modules", args.recompute_modules)
     return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 
@@ -344,7 +352,7 @@ def check_applies(args: argparse.Namespace) -> None:
         ValueError: one line naming the first option given that the run does not read, and its value.
     """
     if args.cost == "step-time":
-        refuse_options(args, ("--convention", "--ttype", "--with-recomp", "--order", *MEMORY_OPTIONS),
+        refuse_options(args, ("--convention", "--ttype", "--with-recomp", "--order", *MEMORY_OPTIONS[:-1]),
                        "--cost step-time prices the step as the search does (memory with the model's widths and "
                        "the layout's ZeRO level, Megatron's rank order): drop it")
         if getattr(args, "memory", False):
@@ -380,7 +388,8 @@ def run(args: argparse.Namespace) -> int:
         layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
         validate(model, layout, devices)
         overlap = overlap_names("--overlap", DEFAULT_OVERLAP if args.overlap is None else args.overlap)
-        res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap)
+        modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
+        res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap, modules)
         if args.json:
             print(json_text(res | {"model": args.model, "layout": str(layout)}))
         else:

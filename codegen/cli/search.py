@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, SEARCH_KEYS, SEARCH_SETTINGS, \
-    ZERO_LEVELS
+from symbolic.vocabulary import (DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES, SEARCH_KEYS,
+                                 SEARCH_SETTINGS, ZERO_LEVELS)
 
 from ..configs import LayoutError, load_model, model_names
 from ..pricing.exposure import overlap_names
+from ..pricing.recompute import recompute_modules
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 
@@ -82,6 +83,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"or none (default {','.join(DEFAULT_OVERLAP)}: the data-parallel overlap of Megatron-Bridge's "
                         f"recipes and, with vp > 1, their pipeline one; tp: Transformer Engine's TP overlap; ep: "
                         f"Megatron-Core's EP all-to-all overlap; docs/search.md)")
+    p.add_argument("--recompute-modules", metavar="LIST", default=None,
+                   help=f"modules every layer not fully recomputed recomputes in its backward pass, in every layout: "
+                        f"{', '.join(RECOMPUTE_MODULES)} (comma-separated) or none (default none; Megatron-Core's "
+                        f"recompute_modules: less activation memory, their forward again; docs/memory.md)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
@@ -174,9 +179,10 @@ class _Writer:
             self._file.close()
 
 
-def _memory(model: Any, row: dict[str, Any], system: str, precision: str) -> tuple[float, float] | None:
-    """(peak bytes per rank, least headroom) of a row's layout in a run of *precision*, from codegen.pricing.memory;
-    None without GPU facts."""
+def _memory(model: Any, row: dict[str, Any], system: str, precision: str, modules: tuple[str, ...]
+            ) -> tuple[float, float] | None:
+    """(peak bytes per rank, least headroom) of a row's layout in a run of *precision* recomputing *modules*, from
+    codegen.pricing.memory; None without GPU facts."""
     from ..pricing.memory import DEFAULT_SETTINGS, NoCapacityError, stage_memory
     from dataclasses import replace
     from ..configs import RecomputePlan
@@ -189,7 +195,8 @@ def _memory(model: Any, row: dict[str, Any], system: str, precision: str) -> tup
     if layout.os is not None and layout.d % layout.os:
         layout = replace(layout, os=None)
     try:
-        got = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision))
+        got = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision,
+                                                                         recompute_modules=modules))
     except (NoCapacityError, LayoutError):
         return None
     totals = [s["total"] for s in got["stages"]]
@@ -256,6 +263,10 @@ def run(args: argparse.Namespace) -> int:
     if args.overlap is not None and overlap and args.objective == "original":
         raise ValueError(f"--overlap {args.overlap}: hides communication behind the compute of --objective step-time "
                          f"or comm-time; --objective original has none: add --overlap none or drop it")
+    modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
+    if modules and args.objective != "step-time" and args.no_memory:
+        raise ValueError(f"--recompute-modules {args.recompute_modules}: changes the memory filter and the step time's "
+                         f"compute; --objective {args.objective} with --no-memory reads neither: drop it")
     reserve = None
     if args.reserve is not None:
         if args.no_memory:
@@ -277,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
                       keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
-                      overlap=overlap, bytes_grad=bytes_grad)
+                      overlap=overlap, bytes_grad=bytes_grad, recompute_modules=modules)
     if args.scheduler is not None:
         check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)
@@ -296,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
     rows = result.rows()
     for row in rows:
         if row["fits"] < 0:  # not priced by the search (--no-memory): the one-layout evaluation
-            mem = _memory(model, row, system, args.precision)
+            mem = _memory(model, row, system, args.precision, spec.recompute_modules)
             row["memory_peak_bytes"], row["headroom_bytes"] = mem if mem is not None else (None, None)
             row["fits"] = None if mem is None else int(mem[1] >= 0)
     if args.json:

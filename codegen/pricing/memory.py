@@ -46,7 +46,7 @@ import numpy as np
 
 import generated
 from hardware import System
-from symbolic.vocabulary import STAGE_COUNT_NAMES, attention_variant
+from symbolic.vocabulary import RECOMPUTE_MODULES, STAGE_COUNT_NAMES, attention_variant
 
 from ..configs import (ARRAY_KEYS, LAYOUT_FIELD_NAMES, Layout, LayoutBatch, LayoutError, ModelConfig,
                        batch_stage_counts, build_stages, check_batch, derive_fields, derive_fields_batch, inherit_os,
@@ -57,6 +57,7 @@ from .engine import (GROUP_TABLE_CACHED, KERNEL_BLOCK, MEMORY_GROUP_FROM, Digit,
                      call_term, group_rows, term_arguments, term_function)
 from .families import FamilySpec
 from .low_precision import LOW_PRECISION_VALUES, low_precision_values, precision_name
+from .recompute import module_values, recompute_modules
 from .stages import batch_argument, degrees_argument, layout_argument, model_argument, stage_counts
 
 __all__ = ["MemorySettings", "MODEL_WIDTHS", "DEFAULT_SETTINGS", "DEFAULT_RESERVE_BYTES", "width_sources", "PARTS", "OUTPUTS",
@@ -108,6 +109,9 @@ class MemorySettings:
         lowp_primary_weights: in a low-precision run, the linear layers' primary weights are the quantized tensors
             (``fp8_param_gather``, as NVIDIA's FP8 and MXFP8 recipes set it); False: BF16 weights and Transformer
             Engine's cached quantized copies beside them (Megatron-Core's own default).
+        recompute_modules: the modules every layer not fully recomputed recomputes
+            (``symbolic.vocabulary.RECOMPUTE_MODULES``: ``layernorm``, ``moe_act``; a tuple, or one comma-separated
+            text), as Megatron-Core's ``recompute_modules`` beside the layout's recompute plan; none by default.
     """
 
     bytes_compute: float | None = None
@@ -121,9 +125,11 @@ class MemorySettings:
     reserve_bytes: float = 0.0
     precision: str = "bf16"
     lowp_primary_weights: bool = True
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         precision_name("precision", self.precision)
+        object.__setattr__(self, "recompute_modules", recompute_modules("recompute_modules", self.recompute_modules))
         flag("lowp_primary_weights", self.lowp_primary_weights)
         if self.zero_level is not None and (isinstance(self.zero_level, bool) or self.zero_level not in (0, 1, 2, 3)):
             raise inputs.InputError(f"zero_level: one of 0, 1, 2, 3 or None (from the layout), got {self.zero_level!r}")
@@ -275,7 +281,8 @@ def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | La
     values = {"bytes_compute": settings.bytes_compute, "dropout": settings.dropout,
               "flash_attention": settings.flash_attention, "bytes_logits": settings.bytes_logits,
               "bytes_p": settings.bytes_p, "bytes_grad": settings.bytes_grad,
-              "bytes_optimizer": settings.bytes_optimizer, "zero_level": float(zero)}
+              "bytes_optimizer": settings.bytes_optimizer, "zero_level": float(zero),
+              **module_values(settings.recompute_modules)}
     if settings.precision != "bf16":
         if system is None:
             raise inputs.InputError(f"system: precision {settings.precision} needs the system whose GPU sets the "
@@ -439,7 +446,7 @@ def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
 #: The values :func:`stage_inputs` sets that are no configuration field.
 _NOT_FIELDS = frozenset(("bytes_compute", "dropout", "flash_attention", "bytes_logits", "bytes_p", "bytes_grad",
                          "bytes_optimizer", "zero_level", "pp_rank", "device_memory_bytes", "memory_reserve",
-                         *LOW_PRECISION_VALUES))
+                         *LOW_PRECISION_VALUES, *(symbol for symbol, _what in RECOMPUTE_MODULES.values())))
 
 
 def _candidates(counts: Mapping[str, np.ndarray]) -> list[int]:

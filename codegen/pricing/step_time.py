@@ -71,6 +71,8 @@ from .families import FamilySpec
 from .layer_kinds import combined_flops, combined_parts, kind_inputs, kind_stages
 from .low_precision import precision_name, require_capability
 from .memory import zero_level_of
+from .recompute import module_values
+from .recompute import recompute_modules as module_names
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
            "exposed_time_comm", "exposed_comm", "forward_shares", "stage_layer_counts",
@@ -347,11 +349,14 @@ def _compute_seconds(parts: Mapping[str, np.ndarray], values: Mapping[str, Any])
 
 
 def compute_family(system: System | str, *, flash_attention: float = 1.0, dropout: float = 0.0,
-                   zero: int | None = None, precision: str = "bf16") -> FamilySpec:
+                   zero: int | None = None, precision: str = "bf16",
+                   recompute_modules: Sequence[str] | str = ()) -> FamilySpec:
     """The compute family as a spec (``codegen.pricing.families``): a stage's value is the seconds one rank
     computes per step (``compute_stage_time_s`` of its FLOPs, HBM bytes and vector FLOPs), the step's the slowest
     stage's. *zero*: the ZeRO level the optimizer update is sharded by (default the batch's run settings');
-    *precision*: the run's (``symbolic.vocabulary.PRECISIONS``). :class:`StepTimePricer` reads its terms from here.
+    *precision*: the run's (``symbolic.vocabulary.PRECISIONS``); *recompute_modules*: the modules every layer not
+    fully recomputed recomputes (``symbolic.vocabulary.RECOMPUTE_MODULES``). :class:`StepTimePricer` reads its
+    terms from here.
 
     Raises:
         NoComputeFactsError: for a system without GPU peak, GEMM efficiency, HBM or vector-unit facts, or whose
@@ -362,7 +367,8 @@ def compute_family(system: System | str, *, flash_attention: float = 1.0, dropou
     facts = {"peak_flops_per_s": peak, "compute_efficiency": efficiency, "hbm_bytes_per_s": hbm,
              "hbm_efficiency": hbm_efficiency, "vector_flops_per_s": vector, "vector_efficiency": vector_efficiency,
              "lowp_peak_flops_per_s": lowp, "lowp_efficiency": lowp_efficiency,
-             "attention_ratio": _attention_ratio(system)}
+             "attention_ratio": _attention_ratio(system),
+             **module_values(module_names("recompute_modules", recompute_modules))}
 
     def settings(_model: ModelConfig, batch: LayoutBatch) -> dict[str, float]:
         level = zero_level_of(batch) if zero is None else zero
@@ -375,12 +381,13 @@ def compute_family(system: System | str, *, flash_attention: float = 1.0, dropou
 
 def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.ndarray] | None = None,
                      flash_attention: float = 1.0, dropout: float = 0.0, zero: int | None = None,
-                     precision: str = "bf16") -> FamilySpec:
+                     precision: str = "bf16", recompute_modules: Sequence[str] | str = ()) -> FamilySpec:
     """The step-time family as a spec: the compute family's slowest stage, times one plus the pipeline bubble
     (``compute_pipeline_bubble``), plus the exposed communication ``comm(batch, compute_s)`` (seconds per layout,
     given the slowest stage's compute seconds, e.g. :func:`exposed_time_comm`; 0 without). The step as
     :meth:`StepTimePricer.price` forms it."""
-    compute = compute_family(system, flash_attention=flash_attention, dropout=dropout, zero=zero, precision=precision)
+    compute = compute_family(system, flash_attention=flash_attention, dropout=dropout, zero=zero, precision=precision,
+                             recompute_modules=recompute_modules)
 
     def finish(step: np.ndarray, batch: LayoutBatch, _settings: Mapping[str, Any]) -> np.ndarray:
         bubble = term_function("compute_pipeline_bubble")(p=batch.p, vp=batch.vp, m=batch.m)
@@ -433,6 +440,8 @@ class StepTimePricer:
             they pass through HBM (Megatron-LM before FlashAttention). dropout: 1 when the layers apply dropout.
             Each a number in ``[0, 1]`` (a switch, or the share of the layers it applies to, as
             ``MemorySettings`` takes them).
+        recompute_modules: the modules every layer not fully recomputed recomputes in its backward pass
+            (``symbolic.vocabulary.RECOMPUTE_MODULES``, as ``MemorySettings.recompute_modules``); none by default.
 
     Every public method checks its arguments and raises one error type, a ``ValueError`` naming the argument
     and the value (``codegen.runtime.inputs.InputError``, ``codegen.configs.LayoutError`` for a layout that
@@ -451,7 +460,7 @@ class StepTimePricer:
     def __init__(self, model: ModelConfig, *, system: System | str,
                  comm: Callable[[Any], Mapping[str, np.ndarray]] | None = None,
                  flash_attention: float = 1.0, dropout: float = 0.0, precision: str = "bf16",
-                 overlap: Sequence[str] | str = DEFAULT_OVERLAP) -> None:
+                 overlap: Sequence[str] | str = DEFAULT_OVERLAP, recompute_modules: Sequence[str] | str = ()) -> None:
         model = inputs.instance("model", model, ModelConfig, "a ModelConfig (codegen.configs.load_model)")
         system = inputs.system("system", system)
         if comm is not None and not callable(comm):
@@ -465,6 +474,7 @@ class StepTimePricer:
         self.precision = precision
         self.comm = comm
         self.overlap = overlap_names("overlap", overlap)
+        self.recompute_modules = module_names("recompute_modules", recompute_modules)
         terms = compute_terms(model, precision=precision)  # (the compute family's, declared once)
         self._flops, self._arguments = term_function(terms["flops"]), term_arguments(terms["flops"])
         # The FLOPs of the GEMMs in a low precision: none in BF16 (the form is not evaluated).
@@ -487,6 +497,7 @@ class StepTimePricer:
         fields["flash_attention"] = float(flash_attention)
         fields["dropout"] = float(dropout)
         fields["sliding_window"] = float(model.sliding_window)
+        fields.update(module_values(self.recompute_modules))
         fields["attention_ratio"] = _attention_ratio(system)
         names = (set(self._arguments) | set(self._bytes_arguments) | set(self._vector_arguments)
                  | set(self._lowp_arguments)).union(*(arguments for _, arguments in self._extra.values()),

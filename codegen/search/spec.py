@@ -21,6 +21,7 @@ from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
 from ..pricing.exposure import overlap_names
 from ..pricing.low_precision import precision_name
+from ..pricing.recompute import recompute_modules
 from ..runtime.inputs import DEVICES_MAX, InputError, flag, nonnegative, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, recompute_modes, restrictions, system_name, zero_levels
 from .space import SearchSpace
@@ -64,6 +65,9 @@ class SearchSpec:
     *overlap*: the communication the run overlaps with compute (``symbolic.vocabulary.OVERLAPS``
     names, or one comma-separated text; default ``DEFAULT_OVERLAP``, the data-parallel overlap of Megatron-Bridge's
     recipes and, in an interleaved pipeline, their pipeline one; ``codegen.pricing.exposure``).
+    *recompute_modules*: the modules every layer not fully recomputed recomputes, in every layout tried
+    (``symbolic.vocabulary.RECOMPUTE_MODULES``; a run setting as *precision*, in the memory per rank and the step
+    time; none by default).
 
     Raises:
         InputError: a ``ValueError`` naming the argument and the value.
@@ -87,6 +91,7 @@ class SearchSpec:
     reserve_bytes: float | None = None
     overlap: tuple[str, ...] = DEFAULT_OVERLAP
     bytes_grad: float | None = None
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -114,6 +119,7 @@ class SearchSpec:
                 put(name, _memory_number(name, getattr(self, name), what, zero_ok, self.memory))
         precision_name("precision", self.precision)
         put("overlap", overlap_names("overlap", self.overlap))
+        put("recompute_modules", recompute_modules("recompute_modules", self.recompute_modules))
         if self.precision != "bf16" and self.objective != "step-time":
             raise InputError(f"precision: {self.precision} prices the compute of --objective step-time; "
                              f"--objective {self.objective} has none")
@@ -192,14 +198,16 @@ def _context(spec: SearchSpec) -> SearchContext:
         comm = time_family_comm(spec.model, spec.system, spec.precision)
         if spec.objective == "comm-time" and comm is None:
             raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
-        step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision, overlap=spec.overlap)
+        step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision, overlap=spec.overlap,
+                              recompute_modules=spec.recompute_modules)
     memory = None
     if spec.memory:
         from ..pricing.memory import DEFAULT_SETTINGS, MemoryPricer
 
         # The NumPy evaluators: the same numbers as the fused (numba) ones, without numba's import and kernel
         # load (about a second in a cold process), and as fast on the few rows a top-K search prices.
-        settings = dataclasses.replace(DEFAULT_SETTINGS, precision=spec.precision)  # (its quantized tensors' bytes)
+        settings = dataclasses.replace(DEFAULT_SETTINGS, precision=spec.precision,  # (its quantized tensors' bytes)
+                                       recompute_modules=spec.recompute_modules)
         if spec.reserve_bytes is not None:
             settings = dataclasses.replace(settings, reserve_bytes=spec.reserve_bytes)
         if spec.bytes_grad is not None:
