@@ -10,6 +10,7 @@ the list is exact both ways: a listed row that comes to fit, or another row that
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -33,19 +34,14 @@ LAYER_KINDS = "the memory family does not see the step time's layer kinds (dense
 #: MoE rows with tp > 1 and experts without TP count each expert's hidden activations for every token of the TP
 #: group rather than the rank's 1/tp share (sequence parallelism).
 EXPERTS_OVER_SEQUENCE = "expert activations over the whole sequence at tp 2, etp 1"
-#: Over by a few GiB with the quantized inputs counted; what else the recipe keeps out of memory (recompute of chosen
-#: modules, activation offloading) is not verified.
-NOT_VERIFIED = "over with the quantized inputs counted; the recipe's recompute of chosen modules not verified"
+#: Over by a few GiB with the quantized inputs counted, though the Qwen3 recipes recompute nothing
+#: (Megatron-Bridge@fa55da5f scripts/performance/configs/qwen3/qwen3_llm_pretrain.py: recompute_granularity None).
+NOT_VERIFIED = "over with the quantized inputs counted; the recipe recomputes nothing"
 GAPS = {
     2: ("DeepSeekV3", LAYER_KINDS),
     3: ("DeepSeekV3 (w/ MTP)", LAYER_KINDS),
     4: ("DeepSeekV3", LAYER_KINDS),
     5: ("DeepSeekV3", LAYER_KINDS),
-    # 2.5 GiB (1.4 % of HBM) over at micro-batch 4 without recompute: the recipe's recompute for GPT-OSS is not
-    # verified, and the memory family does not see its sliding windows (none with FlashAttention, which stores no
-    # scores) or layer kinds.
-    7: ("GPT OSS 120B", "2.5 GiB over at micro-batch 4: the recipe's recompute not verified"),
-    9: ("GPT OSS 120B", "2.5 GiB over at micro-batch 4: the recipe's recompute not verified"),
     18: ("Qwen3_235B_a22B", f"2.5 GiB {NOT_VERIFIED}"),
     45: ("Qwen3_235B_a22B", f"4.3 GiB over: {EXPERTS_OVER_SEQUENCE}"),
     46: ("Qwen3_235B_a22B", f"2.4 GiB over: {EXPERTS_OVER_SEQUENCE}"),
@@ -86,6 +82,11 @@ def test_the_recipe_settings_are_applied(rows):
     # Llama 3 8B on 8 H100 in FP8 current scaling: its recipe recomputes the first 5 layers in full.
     llama = [r for r in rows if r["model"] == "LLAMA3_8B" and r["system"] == "dgx_h100"]
     assert llama and all(r["recompute"] == "5" and r["recompute_from"].startswith("Megatron-Bridge") for r in llama)
+    # GPT-OSS 120B: its recipes recompute the pre-MLP norm and the experts' activation inside every layer.
+    oss = [r for r in rows if r["model"] == "GPT OSS 120B"]
+    assert oss and all(r["recompute_modules"] == "layernorm,moe_act" for r in oss)
+    assert all(r["recompute_modules_from"].startswith("Megatron-Bridge@fa55da5f") for r in oss)
+    assert all(by_line[line]["recompute_modules"] == "none" for line in (6, 23, 43))
     # Gradients in BF16 (grad_reduce_in_fp32 = False): as many bytes as the weights where both are unsharded: on
     # H100 the FP8 primary weights keep their data and its transpose, 2 bytes per linear parameter, as BF16 does.
     gpt = by_line[23]
@@ -170,3 +171,34 @@ def test_a_row_without_flash_attention_keeps_its_scores(tmp_path):
 def test_nvidia_recipe_is_a_real_flag():
     with pytest.raises(InputError, match="^nvidia_recipe: "):
         memory_rows(read_table(NEMO), nvidia_recipe="no")
+
+
+def test_gpt_oss_on_b200_fits_with_its_recipes_recompute_modules_alone(tmp_path):
+    """GPT-OSS 120B on 64 B200 at micro-batch 4, EP 8 (line 9, the 26.02.01 run): its recipe's ``layernorm`` and
+    ``moe_act`` modules (Megatron-Bridge@fa55da5f GPT_OSS_120B_B200_BF16_BASE_CONFIG) drop, per token of a
+    micro-batch and per layer, the pre-MLP norm's output (h = 2880 BF16 values) and the experts' activation output
+    (top-4 copies of 2880 BF16 values): 16,384 tokens x 36 layers x 28,800 bytes, one pipeline stage holding one
+    micro-batch; one layer holds its part again in its backward pass. Without them the layout only fits fully
+    recomputed."""
+    header, table = read_csv(NEMO)
+    row = next(r for r in table if r["model"] == "GPT OSS 120B" and r["release"] == "26.02.01")
+    rows = [dict(row, recompute_modules=cell) for cell in ("", "none", "layernorm;moe_act")]
+    path = write_csv(tmp_path / "oss.csv", [*header, "recompute_modules"], rows)
+    with_modules, without, stated = memory_rows(read_table(path))
+    per_layer = 4 * 4096 * (2880 * 2 + 4 * 2880 * 2)
+    assert without["parts"]["activations"] - with_modules["parts"]["activations"] == 36 * per_layer
+    assert with_modules["parts"]["recompute_workspace"] == per_layer and without["parts"]["recompute_workspace"] == 0
+    assert with_modules["fits"] and not without["fits"]
+    assert (with_modules["recompute_modules_from"].startswith("Megatron-Bridge")
+            and without["recompute_modules_from"] == stated["recompute_modules_from"] == "table")
+    assert stated["peak_bytes"] == with_modules["peak_bytes"]
+
+
+def test_a_recompute_modules_cell_names_only_known_modules(tmp_path):
+    header, table = read_csv(NEMO)
+    row = next(r for r in table if r["model"] == "GPT OSS 120B")
+    for cell, says in (("mla_up_proj", "a Megatron-Core module not modelled"), ("core_attn", "--recompute selective"),
+                       ("layernorm;norm", "expected one of layernorm, moe_act, got 'norm'")):
+        path = write_csv(tmp_path / "bad.csv", [*header, "recompute_modules"], [dict(row, recompute_modules=cell)])
+        with pytest.raises(ValueError, match=rf"bad\.csv line 2, column recompute_modules: .*{re.escape(says)}"):
+            memory_rows(read_table(path))

@@ -124,8 +124,9 @@ def _register_step_time(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="FILE.csv", type=Path, default=None,
                    help="a CSV with the columns of the shipped megatron_iteration_times.csv, or of "
                         "nemo_step_times.csv / layout_sweeps.csv (one run per row: model shape, layout, precision, "
-                        "measured_step_s; optional recompute_mode, sequence_parallel, flash_attention, sweep), told "
-                        "apart by the header (default: the shipped megatron_iteration_times.csv)")
+                        "measured_step_s; optional recompute_mode, recompute_modules, sequence_parallel, "
+                        "flash_attention, overlap, sweep), told apart by the header (default: the shipped "
+                        "megatron_iteration_times.csv)")
     p.add_argument("--system", default=None, help="catalog system for every row (default: from the system column)")
     p.set_defaults(func=run_step_time)
 

@@ -16,9 +16,11 @@ on 32 and 64 A100, 90 layouts). One row is one run:
 * the system from ``system``, a catalog name (``hardware.load``), or ``--system`` for every row;
 * the precision from ``precision`` (:data:`PRECISIONS`): BF16 → bf16, FP8 → fp8 (Transformer Engine's
   delayed scaling), FP8-CS → fp8-cs (current scaling), MXFP8 and FP8-MX → mxfp8, NVFP4 → nvfp4;
-* the run settings from ``recompute_mode`` (none, selective, full), ``sequence_parallel`` and
+* the run settings from ``recompute_mode`` (none, selective, full), ``recompute_modules`` (Megatron-Core's
+  modules recomputed inside every layer not fully recomputed, ``layernorm;moe_act``), ``sequence_parallel`` and
   ``flash_attention`` where the file has them; a row that leaves one out takes NeMo's recipe default
-  (:data:`DEFAULTS`): recompute none, sequence parallel on when ``tp > 1``, FlashAttention on; and, in
+  (:data:`DEFAULTS`): recompute none, the recipe's modules (:data:`RECIPE_RECOMPUTE_MODULES`, else none),
+  sequence parallel on when ``tp > 1``, FlashAttention on; and, in
   every row, dropout off and Megatron's distributed optimizer (ZeRO level 1), or ZeRO level 3 where
   ``fsdp`` shards over the whole data-parallel group;
 * the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to.
@@ -27,8 +29,8 @@ Memory (:func:`memory_rows`): each row's memory per rank with the memory setting
 recipes that no column states (:data:`RECIPE_MEMORY`: BF16 gradients; the distributed optimizer over the
 data- and context-parallel ranks), the row's precision (Transformer Engine's quantized saved inputs and weight
 copies in a low-precision row) and the recipe's recompute where the row leaves it out
-(:data:`RECIPE_RECOMPUTE`), against the GPU's HBM less the default reserve; the rows ran, so each should fit
-(docs/memory.md, "Published layouts"). The step time is priced with ``DEFAULTS`` as before.
+(:data:`RECIPE_RECOMPUTE`, :data:`RECIPE_RECOMPUTE_MODULES`), against the GPU's HBM less the default reserve; the
+rows ran, so each should fit (docs/memory.md, "Published layouts"). The step time is priced with ``DEFAULTS`` as before.
 
 A cell the reader does not know (a word, a number out of its bounds, an unknown family or system) is one
 error naming the file, line, column and value (``codegen.validation.csvfile``, through the input gate
@@ -42,13 +44,14 @@ model ranks first (its measured time over the fastest measured, minus 1).
 
 Public API::
 
-    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_OVERLAP
+    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP
     is_step_rows_table(table) -> bool
     read_rows(table, system=None) -> list[dict]            # every row's cells read through the gate
     model_and_layout(row, name, source) -> (ModelConfig, Layout, ZeRO level)   # a row read by read_rows
     step_rows(table, system=None) -> list[dict]
     recipe_recompute(row, p) -> (RecomputePlan, source)
     recipe_overlap(row) -> (overlap names, source)      # the row's overlap cell, its recipe's, or DEFAULTS
+    recipe_modules(row) -> (module names, source)       # the row's recompute_modules cell, its recipe's, or none
     row_memory(row, name, source, settings=DEFAULT_SETTINGS) -> dict   # memory per rank with the recipe's settings
     memory_rows(table, system=None, settings=DEFAULT_SETTINGS) -> list[dict]
     spearman(x, y) -> float;  regret(predicted, measured) -> float
@@ -74,15 +77,16 @@ from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.exposure import overlap_names
+from ..pricing.recompute import recompute_modules
 from ..pricing.step_time import StepTimePricer, time_family_comm
 from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, parse_flag, \
     parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
-__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE", "RECIPE_OVERLAP",
-           "Family", "is_step_rows_table", "read_rows", "model_and_layout", "step_rows", "recipe_recompute",
-           "recipe_overlap", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats", "group_stats",
-           "summary_json", "print_report"]
+__all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE",
+           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "Family", "is_step_rows_table", "read_rows",
+           "model_and_layout", "step_rows", "recipe_recompute", "recipe_modules", "recipe_overlap", "row_memory",
+           "memory_rows", "spearman", "regret", "sweep_stats", "group_stats", "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
 REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
@@ -124,21 +128,35 @@ RECIPE_MEMORY = {"bytes_grad": 2.0, "lowp_primary_weights": True,
 
 #: Activation recompute a published recipe sets where the table's row does not say (the row's ``recompute_mode``
 #: column wins where given): ``(model, system, precision)`` → (fully recomputed layers per pipeline stage, source).
-#: The model key is the ``model`` cell in lower case with ``-`` and ``.`` read as ``_``. Megatron's
+#: The model key is the ``model`` cell in lower case with ``-``, ``.`` and spaces read as ``_``. Megatron's
 #: ``recompute_granularity = "full"``, ``recompute_method = "block"``, ``recompute_num_layers = N`` recomputes
 #: the first N layers of each pipeline stage in full: the project's per-stage plan (``RecomputePlan`` with
 #: ``full_per_stage``). Every other row's recipe recomputes nothing (``DEFAULTS``): NeMo 2.0's recommended
 #: pretraining configs list ``recompute_layers`` 0 and no ``recompute_modules`` for GPT-3, Llama 3 / 3.1,
 #: Mixtral and Nemotron-4 on H100 and B200 (NVIDIA/NeMo ``scripts/performance/recommended_model_configs/
 #: model_configs_{h100,b200}.csv``), and Megatron-Bridge's Llama 3 / 3.1 and Qwen3 performance recipes at
-#: fa55da5f and later set ``recompute_granularity = None`` or leave the recipe's none. Selective recompute of chosen modules (``recompute_modules = ["moe_act", "layernorm"]``, as
-#: Megatron-Bridge's Qwen3-235B launcher script ``scripts/moe_model_zoo/examples/qwen3/launch_qwen235b.sh`` sets
-#: for its own benchmark) has no row here; the project's ``selective`` mode drops the attention scores alone
-#: (Korthikanti et al. 2022, §5), not the MoE activation or the norms, so it could not state it exactly.
+#: fa55da5f and later set ``recompute_granularity = None`` or leave the recipe's none. The modules a recipe
+#: recomputes inside its layers are :data:`RECIPE_RECOMPUTE_MODULES`'.
 RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[int, str]] = {
     ("llama3_8b", "dgx_h100", "fp8-cs"): (5, "Megatron-Bridge@fa55da5f scripts/performance/configs/llama3/"
                                              "workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: "
                                              "recompute_num_layers=5 (full, block)"),
+}
+
+
+#: The modules a published recipe recomputes inside every layer it does not recompute in full (Megatron-Core's
+#: ``recompute_granularity = "selective"`` with ``recompute_modules``; ``symbolic.vocabulary.RECOMPUTE_MODULES``)
+#: where the table's row does not say (a ``recompute_modules`` column wins where given): ``(model, system,
+#: precision)`` → (module names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. Every other row's recipe
+#: recomputes no module the project models: Megatron-Bridge's DeepSeek-V3 recipes recompute ``mla_up_proj`` (and
+#: ``mlp``, the dense layers' MLP), which it does not model; its Llama, Qwen3 and Nemotron recipes none.
+RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str], tuple[tuple[str, ...], str]] = {
+    ("gpt_oss_120b", system, "bf16"): (("layernorm", "moe_act"),
+                                       "Megatron-Bridge@fa55da5f scripts/performance/configs/gpt_oss/"
+                                       f"workload_base_configs.py GPT_OSS_120B_{gpu}_BF16_BASE_CONFIG: "
+                                       "recompute_modules=['layernorm', 'moe_act']; @067f987 src/megatron/bridge/"
+                                       f"perf_recipes/gpt_oss/{gpu.lower()}/gpt_oss.py lines 39-40")
+    for system, gpu in (("dgx_b200", "B200"), ("dgx_h100", "H100"))
 }
 
 
@@ -310,6 +328,14 @@ def _overlap(field: str, text: str) -> tuple[str, ...] | None:
     return overlap_names(field, text.replace(";", ","))
 
 
+def _modules(field: str, text: str) -> tuple[str, ...] | None:
+    """A ``recompute_modules`` cell: module names separated by ``;`` or ``,`` (``layernorm;moe_act``), ``none``, or
+    blank (``None``: the recipe's, :func:`recipe_modules`)."""
+    if not text.strip():
+        return None
+    return recompute_modules(field, text.replace(";", ","))
+
+
 def _flag_or(blank: bool):
     def read(field: str, text: str) -> bool:
         return blank if not text.strip() else parse_flag(field, text)
@@ -346,6 +372,7 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["shared_experts"] = cell(i, "shared_experts", lambda f, t: _whole(f, t, blank=0, minimum=0))
     r["recompute_mode"] = cell(i, "recompute_mode", _mode)
     r["recompute_given"] = bool(table.cells("recompute_mode")[i].strip())
+    r["recompute_modules"] = cell(i, "recompute_modules", _modules)
     r["sequence_parallel"] = cell(i, "sequence_parallel", _flag_or(r["tp"] > 1))
     r["flash_attention"] = cell(i, "flash_attention", _flag_or(True))
     r["release"] = table.cells("release")[i].strip()
@@ -419,7 +446,8 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
         model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
     pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"], r["precision"]),
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
-                            precision=r["precision"], overlap=recipe_overlap(r)[0])
+                            precision=r["precision"], overlap=recipe_overlap(r)[0],
+                            recompute_modules=recipe_modules(r)[0])
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
     chunk = Chunk(Setting(r["recompute_mode"], zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
     got = {k: float(x[0]) for k, x in pricer.price(values, r["recompute_mode"], chunk).items()}
@@ -428,7 +456,7 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
 
 
 def _model_key(r: dict[str, Any]) -> str:
-    return r["model"].strip().lower().replace("-", "_").replace(".", "_")
+    return r["model"].strip().lower().replace("-", "_").replace(".", "_").replace(" ", "_")
 
 
 def recipe_overlap(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
@@ -458,6 +486,18 @@ def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
     return RecomputePlan(DEFAULTS["recompute_mode"]), "recipe default"
 
 
+def recipe_modules(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
+    """The modules a row read by :func:`read_rows` recomputes inside its layers, and where they come from: the row's
+    ``recompute_modules`` cell (``"table"``); else its recipe's (:data:`RECIPE_RECOMPUTE_MODULES`, its source); else
+    none (``"recipe default"``)."""
+    if r.get("recompute_modules") is not None:
+        return r["recompute_modules"], "table"
+    key = (_model_key(r), r["system"], r["precision"])
+    if key in RECIPE_RECOMPUTE_MODULES:
+        return RECIPE_RECOMPUTE_MODULES[key]
+    return (), "recipe default"
+
+
 def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
                settings: MemorySettings = DEFAULT_SETTINGS, *, nvidia_recipe: bool = True) -> dict[str, Any]:
     """Memory per rank of a row read by :func:`_row` with its recipe's settings, at its peak pipeline stage.
@@ -482,8 +522,9 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     model, layout, zero = model_and_layout(r, name, source)
     plan, origin = recipe_recompute(r, layout.p)
     layout = dataclasses.replace(layout, recompute=plan)
+    modules, modules_origin = recipe_modules(r)
     used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]),
-                               precision=r["precision"])
+                               precision=r["precision"], recompute_modules=modules)
     if nvidia_recipe:
         used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"],
                                    lowp_primary_weights=RECIPE_MEMORY["lowp_primary_weights"])
@@ -492,7 +533,8 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     return {"peak_bytes": peak["total"], "capacity_bytes": got["capacity_bytes"], "reserve_bytes": got["reserve_bytes"],
             "headroom_bytes": peak["headroom"], "fits": peak["fits"], "peak_stage": peak["stage"],
             "parts": {k: peak[k] for k in ("weights", "gradients", "optimizer", "activations", "recompute_workspace")},
-            "recompute": str(plan), "recompute_from": origin}
+            "recompute": str(plan), "recompute_from": origin, "recompute_modules": ",".join(modules) or "none",
+            "recompute_modules_from": modules_origin}
 
 
 def memory_rows(table: Table, system: str | None = None, settings: MemorySettings = DEFAULT_SETTINGS, *,
