@@ -411,14 +411,17 @@ def memory_standard_moe_layer_activations_bytes(*, a, b, bytes_compute, cap_fact
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1; recomputed modules: Megatron-Core
     (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py (recompute_modules:
-    layernorm and moe_act use output-discarding checkpointing), tensor_parallel/random.py
-    (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: the input and pre-MLP
-    norms that are not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 50 (SymPy count_ops of the CSE form below); NumPy calls per block: 32.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, recompute_moe_act, recompute_norm, s, sp, t, t_exp))
@@ -536,14 +539,17 @@ def memory_standard_moe_layer_selective_activations_bytes(*, a, b, bytes_compute
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), Table 2 and §4.1; recomputed modules: Megatron-Core
     (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py (recompute_modules:
-    layernorm and moe_act use output-discarding checkpointing), tensor_parallel/random.py
-    (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: the input and pre-MLP
-    norms that are not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 40 (SymPy count_ops of the CSE form below); NumPy calls per block: 26.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dh, dropout, h, hff_exp, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, recompute_moe_act, recompute_norm, s, sp, t, t_exp))
@@ -1400,14 +1406,17 @@ def memory_standard_moe_stage_activations_bytes(*, a, b, bytes_compute, bytes_lo
     forward_backward_pipelining_without_interleaving (p - i - 1) and _with_interleaving ((p - i -
     1)·2 + (vp - 1)·p), capped by the micro-batches of the step; recomputed modules: Megatron-Core
     (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py (recompute_modules:
-    layernorm and moe_act use output-discarding checkpointing), tensor_parallel/random.py
-    (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: the input and pre-MLP
-    norms that are not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 82 (SymPy count_ops of the CSE form below); NumPy calls per block: 60.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -1566,14 +1575,17 @@ def memory_standard_moe_stage_recompute_workspace_bytes(*, a, b, bytes_compute, 
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute); recomputed modules: Megatron-Core
     (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py (recompute_modules:
-    layernorm and moe_act use output-discarding checkpointing), tensor_parallel/random.py
-    (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: the input and pre-MLP
-    norms that are not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 65 (SymPy count_ops of the CSE form below); NumPy calls per block: 47.
     xp = _runtime.namespace((a, b, bytes_compute, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, recompute_moe_act, recompute_norm, s, sp, t, t_exp))
@@ -1718,15 +1730,18 @@ def memory_standard_moe_stage_total_bytes(*, a, attn_extra_p, attn_output_gate, 
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 238 (SymPy count_ops of the CSE form below); NumPy calls per block: 187.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, recompute_moe_act, recompute_norm, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))

@@ -50,15 +50,18 @@ def memory_standard_moe_lowp_layer_activations_bytes(*, a, b, bytes_compute, byt
     in BF16, ln_out quantized), grouped_linear.py (the experts' inputs); Megatron-Core
     megatron/core/transformer/attention.py (set_save_original_input(linear_proj) but under delayed
     scaling); recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 70 (SymPy count_ops of the CSE form below); NumPy calls per block: 47.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_lowp_input, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, lowp_proj_copy, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, recompute_moe_act, recompute_norm, s, sp, t, t_exp))
@@ -211,15 +214,18 @@ def memory_standard_moe_lowp_layer_selective_activations_bytes(*, a, b, bytes_co
     in BF16, ln_out quantized), grouped_linear.py (the experts' inputs); Megatron-Core
     megatron/core/transformer/attention.py (set_save_original_input(linear_proj) but under delayed
     scaling); recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 61 (SymPy count_ops of the CSE form below); NumPy calls per block: 42.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_lowp_input, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, lowp_proj_copy, n_chosen_exp, n_exp, n_ffMM, n_kv, n_shared_exp, recompute_moe_act, recompute_norm, s, sp, t, t_exp))
@@ -1483,15 +1489,17 @@ def memory_standard_moe_lowp_stage_activations_bytes(*, a, b, bytes_compute, byt
     experts' inputs); Megatron-Core megatron/core/transformer/attention.py
     (set_save_original_input(linear_proj) but under delayed scaling); recomputed modules:
     Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py
-    (recompute_modules: layernorm and moe_act use output-discarding checkpointing),
-    tensor_parallel/random.py (CheckpointWithoutOutput), transformer/transformer_layer.py
-    (layernorm: the input and pre-MLP norms that are not IdentityOp, set_save_original_input of
-    their consumers under FP8 / FP4), models/gpt/gpt_layer_specs.py (Transformer Engine specs: the
-    QKV and dense FC1 projections fuse their norms; a MoE layer's pre-MLP norm and MLA's input norm
-    stand alone), transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2
-    saving its original input under FP8 / FP4), transformer/moe/moe_layer.py and
-    multi_latent_attention.py (set_for_recompute_pre_mlp_layernorm,
-    set_for_recompute_input_layernorm)
+    (recompute_modules: layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
+    their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
+    transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
+    input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 109 (SymPy count_ops of the CSE form below); NumPy calls per block: 83.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, bytes_lowp_input, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, lowp_proj_copy, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -1697,14 +1705,17 @@ def memory_standard_moe_lowp_stage_recompute_workspace_bytes(*, a, b, bytes_comp
     Source: Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models
     (arXiv:2205.05198), §5 (recompute); recomputed modules: Megatron-Core
     (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py (recompute_modules:
-    layernorm and moe_act use output-discarding checkpointing), tensor_parallel/random.py
-    (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: the input and pre-MLP
-    norms that are not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 84 (SymPy count_ops of the CSE form below); NumPy calls per block: 62.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_lowp_input, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, lowp_proj_copy, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_sel_rec, n_shared_exp, recompute_moe_act, recompute_norm, s, sp, t, t_exp))
@@ -1897,15 +1908,17 @@ def memory_standard_moe_lowp_stage_total_bytes(*, a, attn_extra_p, attn_output_g
     experts' inputs); Megatron-Core megatron/core/transformer/attention.py
     (set_save_original_input(linear_proj) but under delayed scaling); recomputed modules:
     Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py
-    (recompute_modules: layernorm and moe_act use output-discarding checkpointing),
-    tensor_parallel/random.py (CheckpointWithoutOutput), transformer/transformer_layer.py
-    (layernorm: the input and pre-MLP norms that are not IdentityOp, set_save_original_input of
-    their consumers under FP8 / FP4), models/gpt/gpt_layer_specs.py (Transformer Engine specs: the
-    QKV and dense FC1 projections fuse their norms; a MoE layer's pre-MLP norm and MLA's input norm
-    stand alone), transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2
-    saving its original input under FP8 / FP4), transformer/moe/moe_layer.py and
-    multi_latent_attention.py (set_for_recompute_pre_mlp_layernorm,
-    set_for_recompute_input_layernorm)
+    (recompute_modules: layernorm, moe_act and mla_up_proj use output-discarding checkpointing),
+    tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its
+    inputs saved), transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are
+    not IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
+    models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
+    their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
+    transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
+    input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention)
     """
     # ops: 278 (SymPy count_ops of the CSE form below); NumPy calls per block: 218.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_lowp_input, bytes_lowp_weight, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, gather_embed, h, hff_exp, layer_norms, lowp_primary_weights, lowp_proj_copy, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, recompute_moe_act, recompute_norm, s, shard_embed, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, tie_emb_out, v, vp, zero_level))

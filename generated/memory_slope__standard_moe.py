@@ -46,16 +46,18 @@ def memory_standard_moe_stage_total_bytes__d_t(*, a, attn_extra_p, attn_output_g
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 263 (SymPy count_ops of the CSE form below); NumPy calls per block: 191.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, layer_norms, m, n_attMM, n_body, n_chosen_exp, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, recompute_moe_act, recompute_norm, s, shard_p_os_non_exp_partial, sp, t, t_exp, tie_emb_out, v, vp, zero_level))
@@ -520,16 +522,18 @@ def memory_standard_moe_stage_total_bytes__d_cp(*, a, b, bytes_compute, bytes_lo
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 153 (SymPy count_ops of the CSE form below); NumPy calls per block: 116.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -828,16 +832,18 @@ def memory_standard_moe_stage_total_bytes__d_ep(*, bytes_grad, bytes_optimizer, 
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 39 (SymPy count_ops of the CSE form below); NumPy calls per block: 37.
     xp = _runtime.namespace((bytes_grad, bytes_optimizer, bytes_p, ep, etp, h, hff_exp, mlp_bias, n_body, n_exp, n_extra, n_extra_sel, n_ffMM, shard_p_os_exp, t_exp, zero_level))
@@ -962,16 +968,18 @@ def memory_standard_moe_stage_total_bytes__d_p(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 84 (SymPy count_ops of the CSE form below); NumPy calls per block: 65.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -1141,16 +1149,18 @@ def memory_standard_moe_stage_total_bytes__d_m(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 82 (SymPy count_ops of the CSE form below); NumPy calls per block: 64.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -1319,16 +1329,18 @@ def memory_standard_moe_stage_total_bytes__d_b(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 144 (SymPy count_ops of the CSE form below); NumPy calls per block: 109.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -1611,16 +1623,18 @@ def memory_standard_moe_stage_total_bytes__d_s(*, a, b, bytes_compute, bytes_log
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 151 (SymPy count_ops of the CSE form below); NumPy calls per block: 115.
     xp = _runtime.namespace((a, b, bytes_compute, bytes_logits, cap_fact, cp, dh, dropout, flash_attention, h, hff_exp, m, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_sel_rec, n_shared_exp, p, pp_rank, recompute_moe_act, recompute_norm, s, sp, t, t_exp, v, vp))
@@ -1919,16 +1933,18 @@ def memory_standard_moe_stage_total_bytes__d_p_split(*, a, attn_extra_p, attn_ou
     num_warmup_microbatches of forward_backward_pipelining_without_interleaving (p - i - 1) and
     _with_interleaving ((p - i - 1)·2 + (vp - 1)·p), capped by the micro-batches of the step;
     recomputed modules: Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
-    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm and moe_act use
-    output-discarding checkpointing), tensor_parallel/random.py (CheckpointWithoutOutput),
+    megatron/core/transformer/transformer_config.py (recompute_modules: layernorm, moe_act and
+    mla_up_proj use output-discarding checkpointing), tensor_parallel/random.py
+    (CheckpointWithoutOutput: the function run without autograd, its inputs saved),
     transformer/transformer_layer.py (layernorm: the input and pre-MLP norms that are not
     IdentityOp, set_save_original_input of their consumers under FP8 / FP4),
     models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 projections fuse
     their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone),
     transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original
     input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py
-    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm); differentiated by
-    symbolic.sensitivity
+    (set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj:
+    qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its
+    query, key and value discarded after the core attention); differentiated by symbolic.sensitivity
     """
     # ops: 208 (SymPy count_ops of the CSE form below); NumPy calls per block: 154.
     xp = _runtime.namespace((a, attn_extra_p, attn_output_gate, b, bytes_compute, bytes_grad, bytes_logits, bytes_optimizer, bytes_p, cap_fact, cp, dh, dropout, ep, etp, flash_attention, h, hff_exp, layer_norms, m, mlp_bias, n_attMM, n_body, n_chosen_exp, n_embedding, n_exp, n_extra, n_extra_sel, n_ffMM, n_full_rec, n_kv, n_output, n_qknorm, n_sel_rec, n_shared_exp, norm_bias, o_bias, p, pp_rank, qkv_bias, recompute_moe_act, recompute_norm, s, shard_p_os_exp, shard_p_os_exp_partial, shard_p_os_non_exp_partial, shared_expert_gate, sp, t, t_exp, v, vp, zero_level))

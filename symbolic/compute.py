@@ -12,7 +12,8 @@ the router. Attention scores add ``2·s·a·(d_qk + d_v)`` per token (``QKᵀ`` 
 sequence, as Narayanan et al. count them; a fused attention kernel computes half of a causal mask's:
 ``stage_flops``). Full recompute repeats a layer's
 forward pass; selective recompute (Korthikanti et al. 2022, arXiv:2205.05198, §5) repeats the core
-attention only: its scores.
+attention only: its scores; a recomputed module (Megatron-Core's ``recompute_modules``) repeats its own
+forward pass (MLA's up-projections: GEMMs; the norms and the experts' activation: memory-bound work).
 
 A rank of a stage does ``1/(t·cp)`` of its stage's work (TP splits every matrix multiply, CP the
 sequence; experts are balanced over the EP group, so each rank's expert work is the same share).
@@ -33,8 +34,8 @@ from sympy import Ne, Piecewise
 
 from .attention import head_width
 from .formula import Formula
-from .params import (attention_params, dense_ffn_params, norm_params, router_params, routed_expert_params,
-                     shared_expert_params)
+from .params import (attention_params, dense_ffn_params, mla_up_projection_params, norm_params, router_params,
+                     routed_expert_params, shared_expert_params)
 from .symbols import syms
 from .vocabulary import AttentionParams
 
@@ -56,7 +57,8 @@ n_dense_stage, n_dense_full, n_dense_sel = syms("n_dense_layers_stage", "n_dense
 n_window_stage, n_window_full, n_window_sel, window = syms(
     "n_window_layers_stage", "n_window_full_rec", "n_window_sel_rec", "sliding_window")
 attn_ratio, = syms("attention_ratio")
-recompute_norm, recompute_moe_act = syms("recompute_norm", "recompute_moe_act")
+recompute_norm, recompute_moe_act, recompute_mla_up = syms("recompute_norm", "recompute_moe_act", "recompute_mla_up")
+dc_kv, dc_q = syms("dc_kv", "dc_q")
 
 NARAYANAN = "Narayanan et al. 2021 (arXiv:2104.04473), §5.1 and Appendix (FLOPs of a GPT layer and the logits)"
 KORTHIKANTI = "Korthikanti et al. 2022 (arXiv:2205.05198), §5 (selective recompute of the core attention)"
@@ -77,8 +79,9 @@ LOW_PRECISION = ("NVIDIA Transformer Engine documentation (\"Using FP8 with Tran
                  "(MXFP8, NVFP4 on Blackwell); attention's core and every other operation stay in BF16; Megatron-Core's "
                  "output layer and MoE router are not Transformer Engine modules and stay in BF16")
 MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py "
-           "(recompute_modules layernorm and moe_act: output-discarding checkpoints, their modules' forward run again "
-           "in the backward pass), transformer/transformer_layer.py and transformer/moe/experts.py")
+           "(recompute_modules layernorm, moe_act and mla_up_proj: output-discarding checkpoints, their modules' "
+           "forward run again in the backward pass), transformer/transformer_layer.py, transformer/moe/experts.py and "
+           "transformer/multi_latent_attention.py (qkv_up_proj_and_rope_apply)")
 CAUSAL = ("Dao 2023, FlashAttention-2 (arXiv:2307.08691), §3.1 (causal masking: the blocks whose entries are all "
           "masked are skipped, about half of them); NVIDIA's NeMo / Megatron-Bridge model FLOPs count causal "
           "attention's scores as half the full matrix")
@@ -124,10 +127,18 @@ def linear_forward_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     return 2 * (projections + ffn)
 
 
+def _up_projections_again(variant: AttentionParams) -> sympy.Expr:
+    """Forward FLOPs per token of the up-projections a layer not fully recomputed runs again under
+    ``mla_up_proj`` (:func:`_up_projection_gemms`; 0 for standard attention)."""
+    return sympy.Add(*(flops for flops, _size in _up_projection_gemms(variant)))
+
+
 def stage_lowp_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """FLOPs of a stage's GEMMs one rank runs per step in the run's low precision: the linear layers' three passes
-    (forward, input gradient, weight gradient) and their forward again under full recompute."""
-    return m * b * s / (t * cp) * (3 * n_layers_stage + n_full_rec) * linear_forward_flops(variant, moe)
+    (forward, input gradient, weight gradient), their forward again under full recompute, and MLA's up-projections
+    again in the layers recomputing ``mla_up_proj``."""
+    return m * b * s / (t * cp) * ((3 * n_layers_stage + n_full_rec) * linear_forward_flops(variant, moe)
+                                   + (n_layers_stage - n_full_rec) * _up_projections_again(variant))
 
 
 def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
@@ -141,7 +152,8 @@ def stage_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     scores = (1 - flash / 2) * score_flops(variant)
     layer = layer_forward_flops(variant, moe) - score_flops(variant) + scores
     output = 2 * h * v
-    return tokens * (3 * n_layers_stage * layer + n_full_rec * layer + n_sel_rec * scores + 3 * n_output * output)
+    return tokens * (3 * n_layers_stage * layer + n_full_rec * layer + n_sel_rec * scores + 3 * n_output * output
+                     + (n_layers_stage - n_full_rec) * _up_projections_again(variant))
 
 
 GEMM_CURVE = ("Calculon (Isaev et al. 2023, SC'23; calculon-ai/calculon@caa4b11, systems/a100_80g.json and "
@@ -217,7 +229,8 @@ def stage_lowp_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
     """:func:`stage_lowp_flops` with each GEMM's FLOPs over its size's efficiency ratio (unit: FLOP at the
     reference efficiency): the low-precision GEMMs' seconds are these over the low-precision peak × its efficiency.
     Sources: ``LOW_PRECISION``, ``GEMM_CURVE``, ``GROUPED_GEMM``."""
-    return m * b * s / (t * cp) * (3 * n_layers_stage + n_full_rec) * _weighted(_linear_gemms(variant, moe))
+    return m * b * s / (t * cp) * ((3 * n_layers_stage + n_full_rec) * _weighted(_linear_gemms(variant, moe))
+                                   + (n_layers_stage - n_full_rec) * _weighted(_up_projection_gemms(variant)))
 
 
 def stage_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
@@ -242,7 +255,8 @@ def stage_gemm_flops(variant: AttentionParams, moe: bool) -> sympy.Expr:
             + (1 - flash) * score_flops(variant) / gemm_efficiency_ratio(tokens * score_flops(variant) / 2))
     output = 2 * h * v / gemm_efficiency_ratio(tokens * 2 * h * v)
     return m * tokens * (3 * n_layers_stage * (layer + core) + n_full_rec * (layer + core) + n_sel_rec * core
-                         + 3 * n_output * output)
+                         + 3 * n_output * output
+                         + (n_layers_stage - n_full_rec) * _weighted(_up_projection_gemms(variant)))
 
 
 __all__ += ["gemm_efficiency_ratio", "score_gemm_ratio", "stage_gemm_flops", "stage_lowp_gemm_flops"]
@@ -334,13 +348,24 @@ def _layer_vector(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, symp
     return fwd, bwd, (5 + dropout) * scores
 
 
+def _up_projection_gemms(variant: AttentionParams) -> list[tuple[sympy.Expr, sympy.Expr]]:
+    """MLA's up-projections that ``mla_up_proj`` runs again, as :func:`_linear_gemms` lists GEMMs (forward FLOPs per
+    token of a rank's share, size in FLOPs), each times ``recompute_mla_up``; none for standard attention."""
+    if variant is AttentionParams.STANDARD:
+        return []
+    tokens = b * s / (t * cp)
+    return [(recompute_mla_up * 2 * p, tokens * 2 * p)
+            for p in mla_up_projection_params(variant is AttentionParams.MLA_Q_LATENT)]
+
+
 def _module_recompute(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, sympy.Expr]:
     """(HBM bytes, vector FLOPs) of one layer, one micro-batch, one rank recomputing its modules in the backward
     pass (``MODULES``): each ``recompute_norm`` norm's forward again (its input read and output written, 9 FLOPs
     an element), a MoE layer's pre-MLP norm and MLA's input norm; under ``recompute_moe_act`` the routed experts'
     activation function again (its ``n_ffMM − 1`` inputs read and its output written, GeLU's 8 FLOPs an element
-    and the gate's product). Both 0 where the layer has neither module (a standard dense layer's norms are fused
-    into its linear layers)."""
+    and the gate's product); under ``recompute_mla_up`` MLA's up-projections' operands again (their GEMM FLOPs are
+    :func:`_up_projection_gemms`'; the rotary embedding's element-wise work is left out). Both 0 where the layer
+    has none of these modules (a standard dense layer's norms are fused into its linear layers)."""
     resid = b * s / cp * h / sp
     norms = int(moe) + int(variant is not AttentionParams.STANDARD)
     hbm = recompute_norm * norms * 2 * _E * resid
@@ -349,6 +374,13 @@ def _module_recompute(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, 
         routed = b * s / cp * n_chosen_exp * hff_exp / t
         hbm = hbm + recompute_moe_act * n_ffMM * _E * routed
         vector = vector + recompute_moe_act * (8 + n_ffMM - 2) * routed
+    if variant is not AttentionParams.STANDARD:
+        # The up-projections' operands again: their inputs (the latents, or h without a query latent), weights and
+        # outputs (every head's query and key/value widths, split by TP).
+        query, key_value = mla_up_projection_params(variant is AttentionParams.MLA_Q_LATENT)
+        inputs = dc_kv + (dc_q if variant is AttentionParams.MLA_Q_LATENT else h)
+        outputs = (query / (dc_q if variant is AttentionParams.MLA_Q_LATENT else h) + key_value / dc_kv) / t
+        hbm = hbm + recompute_mla_up * _E * (b * s / cp * (inputs + outputs) + (query + key_value) / t)
     return hbm, vector
 
 
@@ -455,24 +487,25 @@ def _build() -> tuple[Formula, ...]:
                           f"{NARAYANAN}; projections from the parameter counts of symbolic.params"))
             out.append(_f(f"{key}_stage_flop", stage_flops(variant, moe), key, "FLOP",
                           "FLOPs per rank per step of one pipeline stage: three passes of its layers and output "
-                          "layer, plus the recomputed forward passes (full) or attention scores (selective); a "
-                          "fused attention kernel computes half of a causal mask's scores.",
-                          f"{NARAYANAN}; {KORTHIKANTI}; {CAUSAL}"))
+                          "layer, plus the recomputed forward passes (full), attention scores (selective) or MLA "
+                          "up-projections (mla_up_proj); a fused attention kernel computes half of a causal mask's "
+                          "scores.",
+                          f"{NARAYANAN}; {KORTHIKANTI}; {CAUSAL}; {MODULES}"))
             out.append(_f(f"{key}_stage_lowp_flop", stage_lowp_flops(variant, moe), key, "FLOP",
                           "FLOPs per rank per step of one pipeline stage's GEMMs that run in the low precision of an "
                           "FP8 / MXFP8 / NVFP4 run: its linear layers' forward, input-gradient and weight-gradient "
                           "GEMMs and their recomputed forward (a part of the stage's FLOPs).",
-                          f"{NARAYANAN}; {LOW_PRECISION}"))
+                          f"{NARAYANAN}; {LOW_PRECISION}; {MODULES}"))
             out.append(_f(f"{key}_stage_gemm_flop", stage_gemm_flops(variant, moe), key, "FLOP",
                           "FLOPs per rank per step of one pipeline stage (as compute_*_stage_flop), each GEMM's over "
                           "its size's efficiency relative to the generation's reference GEMM efficiency: the FLOPs "
                           "that take the stage's GEMM seconds at peak x compute_efficiency.",
-                          f"{NARAYANAN}; {CAUSAL}; {GEMM_CURVE}; {GROUPED_GEMM}; {FUSED_ATTENTION}"))
+                          f"{NARAYANAN}; {CAUSAL}; {GEMM_CURVE}; {GROUPED_GEMM}; {FUSED_ATTENTION}; {MODULES}"))
             out.append(_f(f"{key}_stage_lowp_gemm_flop", stage_lowp_gemm_flops(variant, moe), key, "FLOP",
                           "The low-precision GEMM FLOPs per rank per step of one pipeline stage (as "
                           "compute_*_stage_lowp_flop), each GEMM's over its size's efficiency relative to the "
                           "generation's reference efficiency.",
-                          f"{LOW_PRECISION}; {GEMM_CURVE}; {GROUPED_GEMM}"))
+                          f"{LOW_PRECISION}; {GEMM_CURVE}; {GROUPED_GEMM}; {MODULES}"))
             out.append(_f(f"{key}_stage_hbm_bytes", stage_hbm_bytes(variant, moe), key, "bytes",
                           "HBM bytes per rank per step of one pipeline stage in memory-bound work: element-wise "
                           "operations, a MoE layer's token permutation, GEMM operands and weights, the weight "

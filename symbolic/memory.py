@@ -96,7 +96,7 @@ shard_non_exp, shard_exp, shard_exp_partial, shard_embed, gather_embed = syms(
 bytes_p, bytes_grad, bytes_optimizer, bytes_compute, bytes_logits = syms(
     "bytes_p", "bytes_grad", "bytes_optimizer", "bytes_compute", "bytes_logits")
 zero_level, flash_attention, dropout, tie_emb_out = syms("zero_level", "flash_attention", "dropout", "tie_emb_out")
-recompute_norm, recompute_moe_act = syms("recompute_norm", "recompute_moe_act")
+recompute_norm, recompute_moe_act, recompute_mla_up = syms("recompute_norm", "recompute_moe_act", "recompute_mla_up")
 memory_reserve, device_memory_bytes = syms("memory_reserve", "device_memory_bytes")
 bytes_lowp_input, bytes_lowp_weight, lowp_proj_copy, lowp_primary_weights = syms(
     "bytes_lowp_input", "bytes_lowp_weight", "lowp_proj_copy", "lowp_primary_weights")
@@ -119,14 +119,17 @@ TE_SAVED = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.p
             "norm input in BF16, ln_out quantized), grouped_linear.py (the experts' inputs); Megatron-Core "
             "megatron/core/transformer/attention.py (set_save_original_input(linear_proj) but under delayed scaling)")
 MEGATRON_MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/transformer_config.py "
-                    "(recompute_modules: layernorm and moe_act use output-discarding checkpointing), "
-                    "tensor_parallel/random.py (CheckpointWithoutOutput), transformer/transformer_layer.py (layernorm: "
+                    "(recompute_modules: layernorm, moe_act and mla_up_proj use output-discarding checkpointing), "
+                    "tensor_parallel/random.py (CheckpointWithoutOutput: the function run without autograd, its "
+                    "inputs saved), transformer/transformer_layer.py (layernorm: "
                     "the input and pre-MLP norms that are not IdentityOp, set_save_original_input of their consumers "
                     "under FP8 / FP4), models/gpt/gpt_layer_specs.py (Transformer Engine specs: the QKV and dense FC1 "
                     "projections fuse their norms; a MoE layer's pre-MLP norm and MLA's input norm stand alone), "
                     "transformer/moe/experts.py (moe_act: the activation checkpointed, linear_fc2 saving its original "
                     "input under FP8 / FP4), transformer/moe/moe_layer.py and multi_latent_attention.py "
-                    "(set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm)")
+                    "(set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj: "
+                    "qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its "
+                    "query, key and value discarded after the core attention)")
 TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (Linear.forward: the quantized "
               "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "
               "usage), grouped_linear.py (the experts' weight workspaces); Megatron-Core "
@@ -352,8 +355,8 @@ def layer_activations(variant: MemoryVariant, recompute: Recompute) -> sympy.Exp
 
 def module_recompute_dropped(variant: MemoryVariant) -> sympy.Expr:
     """Bytes per micro-batch on one rank a body layer not fully recomputed no longer keeps when the run recomputes
-    Megatron-Core's modules ``layernorm`` (``recompute_norm``) and ``moe_act`` (``recompute_moe_act``) (``0`` where
-    neither applies to the variant).
+    Megatron-Core's modules ``layernorm`` (``recompute_norm``), ``moe_act`` (``recompute_moe_act``) and
+    ``mla_up_proj`` (``recompute_mla_up``, :func:`_mla_up_dropped`) (``0`` where none applies to the variant).
 
     Both are output-discarding checkpoints (``CheckpointWithoutOutput``): once the module's consumer ran, the
     module's output is freed and recomputed from its kept input in the backward pass (``MEGATRON_MODULES``). With
@@ -376,7 +379,30 @@ def module_recompute_dropped(variant: MemoryVariant) -> sympy.Expr:
     act = sympy.Integer(0)
     if variant.moe:
         act = (bytes_lowp_input if low else bytes_compute) * n_chosen_exp * cap_fact * hff_exp / t_exp
-    return _tokens() * (recompute_norm * norm + recompute_moe_act * act)
+    up = sympy.Integer(0)
+    if variant.attention is not AttentionParams.STANDARD:
+        up = _mla_up_dropped(variant)
+    return _tokens() * (recompute_norm * norm + recompute_moe_act * act + recompute_mla_up * up)
+
+
+def _mla_up_dropped(variant: MemoryVariant) -> sympy.Expr:
+    """Bytes per token an MLA layer no longer keeps when it recomputes ``mla_up_proj``: Q, K and V, the outputs of the
+    up-projections and rotary embedding that the attention keeps (:func:`_attention_elements`' ``(q + k + v)/t``,
+    in ``bytes_compute``). The checkpoint runs the up-projections without autograd and keeps their inputs, the
+    latents' norm outputs, itself: the BF16 tensors a BF16 run keeps anyway; in a low-precision run those in place
+    of the up-projections' quantized copies (less ``bytes_compute − bytes_lowp_input`` an element), and without a
+    query latent the input norm's BF16 output in place of the query projection's quantized copy (freed all the same
+    when the ``layernorm`` module discards it)."""
+    d_qk = Piecewise((qk_nope, Ne(qk_nope, 0)), (dh, True))
+    qkv = (a * (d_qk + dhr) + n_kv * (d_qk + dhr) + n_kv * dh) / t
+    dropped = bytes_compute * qkv
+    if not variant.low_precision:
+        return dropped
+    latent = variant.attention is AttentionParams.MLA_Q_LATENT
+    dropped = dropped - (bytes_compute - bytes_lowp_input) * (dc_kv + (dc_q if latent else 0))
+    if not latent:
+        dropped = dropped + bytes_lowp_input * h / sp - bytes_compute * (1 - recompute_norm) * h / sp
+    return dropped
 
 
 def _modules_source(variant: MemoryVariant) -> str:

@@ -42,7 +42,7 @@ from .symbols import syms
 from .vocabulary import AttentionParams, attention_variant
 
 __all__ = ["AttentionParams", "attention_variant", "ParamCounts", "ParamFormulas", "layer_counts",
-           "layer_formulas", "attention_params", "norm_params", "dense_ffn_params", "router_params",
+           "layer_formulas", "attention_params", "mla_up_projection_params", "norm_params", "dense_ffn_params", "router_params",
            "routed_expert_params", "shared_expert_params", "FORMULAS"]
 
 h, a, n_kv, dh, dhr, dc_kv, dc_q, qk_nope = syms("h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "qk_nope_head_dim")
@@ -95,6 +95,15 @@ def _mla_attention(q_latent: bool) -> sympy.Expr:
     key_value = h * (dc_kv + dhr) + dc_kv + dc_kv * n_kv * (d_qk + dh)
     output = a * dh * h
     return _QUARTER * n_attMM * (query + key_value + output)
+
+
+def mla_up_projection_params(q_latent: bool) -> tuple[sympy.Expr, sympy.Expr]:
+    """The parameters of MLA's up-projections, as :func:`attention_params` counts them: (the query's, from its latent
+    ``dc_q`` or, without one, from ``h`` to every head's ``d_qk + dhr``; the key/value's, from ``dc_kv`` to every
+    head's ``d_qk + dh``), in parameters."""
+    d_qk = Piecewise((qk_nope, Ne(qk_nope, 0)), (dh, True))
+    query = (dc_q if q_latent else h) * a * (d_qk + dhr)
+    return _QUARTER * n_attMM * query, _QUARTER * n_attMM * dc_kv * n_kv * (d_qk + dh)
 
 
 def norm_params() -> sympy.Expr:

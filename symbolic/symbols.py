@@ -299,6 +299,9 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("recompute_moe_act", "nonnegative", "1",
      "1 when the MoE layers not fully recomputed discard their experts' activation-function output (the second expert "
      "GEMM's input) and recompute it in the backward pass (Megatron-Core's recompute module moe_act), else 0"),
+    ("recompute_mla_up", "nonnegative", "1",
+     "1 when the MLA layers not fully recomputed discard their up-projections' outputs (the attention's Q, K and V) "
+     "and recompute them from the latents in the backward pass (Megatron-Core's recompute module mla_up_proj), else 0"),
     ("bytes_logits", "positive", "bytes", "bytes per stored output logit for the cross-entropy loss (4: fp32)"),
     ("tie_emb_out", "nonnegative", "1", "1 when the output layer reuses the embedding table, else 0"),
     ("bytes_lowp_input", "positive", "bytes",

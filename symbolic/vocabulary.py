@@ -319,6 +319,8 @@ RECOMPUTE_MODULES: Mapping[str, tuple[str, str]] = MappingProxyType({
     "layernorm": ("recompute_norm", "the unfused norms: a MoE layer's pre-MLP norm and MLA's input norm (a norm "
                   "fused into the next linear layer, as Transformer Engine fuses the others, is not recomputed)"),
     "moe_act": ("recompute_moe_act", "the experts' activation function (its output is the second expert GEMM's input)"),
+    "mla_up_proj": ("recompute_mla_up", "MLA's query and key/value up-projections and rotary embedding (their outputs "
+                    "are the attention's Q, K and V)"),
 })
 
 

@@ -74,7 +74,7 @@ def _energy() -> FamilySpec:
     def settings(model, batch):
         values = {"joules_per_byte": JOULES_PER_BYTE, "bytes_compute": 2.0, "dropout": 0.0, "flash_attention": 1.0,
                   "bytes_logits": 4.0, "bytes_p": 2.0, "bytes_grad": 4.0, "bytes_optimizer": 12.0, "zero_level": 1.0,
-                  "recompute_norm": 0.0, "recompute_moe_act": 0.0}
+                  "recompute_norm": 0.0, "recompute_moe_act": 0.0, "recompute_mla_up": 0.0}
         return values
 
     return FamilySpec(name="energy", unit="joules", terms=terms, step="sum", settings=settings,

@@ -191,7 +191,7 @@ def test_a_moe_layers_token_permutation_by_hand(monkeypatch):
     fields = {**model.fields(), "s": 4096.0, "t": 1.0, "cp": 1.0, "ep": 8.0, "m": 8.0, "b": 1.0, "d": 16.0,
               "n_layers_stage": 48.0, "n_full_rec": 0.0, "n_sel_rec": 0.0, "n_output": 1.0, "sp": 1.0,
               "flash_attention": 1.0, "dropout": 0.0, "zero_level": 1.0, "etp": 1.0, "recompute_norm": 0.0,
-              "recompute_moe_act": 0.0}
+              "recompute_moe_act": 0.0, "recompute_mla_up": 0.0}
     difference = form - without
     extra = float(difference.subs({x: fields[x.name] for x in difference.free_symbols}))
     assert extra == 8 * 48 * 2 * 301_989_888 == 231_928_233_984

@@ -154,7 +154,7 @@ def test_the_mtp_head_adds_the_output_layer_again_in_the_last_stage():
     name = "compute_mla_q_latent_moe_stage_gemm_flop"
     fields = {**model.fields(), "s": float(s), "flash_attention": 1.0, "t": 1.0, "cp": 1.0, "ep": 32.0, "m": float(m),
               "b": 1.0, "n_layers_stage": layers, "n_full_rec": 0.0, "n_sel_rec": 0.0, "n_output": 0.0,
-              "attention_ratio": _attention_ratio()}
+              "attention_ratio": _attention_ratio(), "recompute_mla_up": 0.0}
     body = term_function(name)(**{k: fields[k] for k in term_arguments(name)})
     heads = 2 * (2 * 7168 * model.v) * 3 * m * s
     assert last == pytest.approx(body + heads, rel=1e-12)

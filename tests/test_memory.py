@@ -141,7 +141,7 @@ def moe_values(seed, n=300):
         t_exp=pick(1, 2, 4), d=d, shard_p_os_non_exp_partial=d * t * cp, shard_p_os_exp=pick(1, 4, 16, 64),
         shard_p_os_exp_partial=pick(1, 2, 8), zero_level=rng.integers(0, 4, n).astype(float), bytes_p=2.0,
         bytes_grad=4.0, bytes_optimizer=12.0, bytes_compute=2.0, dropout=pick(0, 1), flash_attention=pick(0, 1),
-        recompute_norm=pick(0, 1), recompute_moe_act=pick(0, 1),
+        recompute_norm=pick(0, 1), recompute_moe_act=pick(0, 1), recompute_mla_up=pick(0, 1),
     )
 
 

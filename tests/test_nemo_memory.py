@@ -197,8 +197,8 @@ def test_gpt_oss_on_b200_fits_with_its_recipes_recompute_modules_alone(tmp_path)
 def test_a_recompute_modules_cell_names_only_known_modules(tmp_path):
     header, table = read_csv(NEMO)
     row = next(r for r in table if r["model"] == "GPT OSS 120B")
-    for cell, says in (("mla_up_proj", "a Megatron-Core module not modelled"), ("core_attn", "--recompute selective"),
-                       ("layernorm;norm", "expected one of layernorm, moe_act, got 'norm'")):
+    for cell, says in (("mlp", "a Megatron-Core module not modelled"), ("core_attn", "--recompute selective"),
+                       ("layernorm;norm", "expected one of layernorm, moe_act, mla_up_proj, got 'norm'")):
         path = write_csv(tmp_path / "bad.csv", [*header, "recompute_modules"], [dict(row, recompute_modules=cell)])
         with pytest.raises(ValueError, match=rf"bad\.csv line 2, column recompute_modules: .*{re.escape(says)}"):
             memory_rows(read_table(path))

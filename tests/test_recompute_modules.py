@@ -40,10 +40,11 @@ def test_names_are_checked_and_kept_in_the_vocabularys_order():
     assert recompute_modules("f", "moe_act, layernorm") == ("layernorm", "moe_act")
     assert recompute_modules("f", ["moe_act", "moe_act"]) == ("moe_act",)
     assert recompute_modules("f", "none") == recompute_modules("f", "") == ()
-    assert module_values(("moe_act",)) == {"recompute_norm": 0.0, "recompute_moe_act": 1.0}
-    assert {symbol for symbol, _ in RECOMPUTE_MODULES.values()} == {"recompute_norm", "recompute_moe_act"}
-    for bad, says in (("norm", "expected one of layernorm, moe_act, got 'norm'"),
-                      ("core_attn", "--recompute selective"), ("mla_up_proj", "not modelled"), (3, "got 3")):
+    assert module_values(("moe_act",)) == {"recompute_norm": 0.0, "recompute_moe_act": 1.0, "recompute_mla_up": 0.0}
+    assert ({symbol for symbol, _ in RECOMPUTE_MODULES.values()}
+            == {"recompute_norm", "recompute_moe_act", "recompute_mla_up"})
+    for bad, says in (("norm", "expected one of layernorm, moe_act, mla_up_proj, got 'norm'"),
+                      ("core_attn", "--recompute selective"), ("mlp", "not modelled"), (3, "got 3")):
         with pytest.raises(InputError, match=f"^f: .*{says}"):
             recompute_modules("f", bad if bad == 3 else [bad])
     with pytest.raises(InputError, match="^recompute_modules: "):
@@ -57,7 +58,8 @@ def test_what_each_module_drops_per_token_by_variant():
     norms are fused into its linear layers). In a low-precision run what the linear layers kept of them: the
     quantized copies (``bytes_lowp_input`` each) in place of the BF16 tensors they replaced."""
     values = dict(h=2880, sp=2, hff_exp=1536, t_exp=2, n_chosen_exp=8, cap_fact=1.25, bytes_compute=2,
-                  bytes_lowp_input=1.03125, n_shared_exp=1, s=4096, b=2, cp=2, recompute_norm=1, recompute_moe_act=1)
+                  bytes_lowp_input=1.03125, n_shared_exp=1, s=4096, b=2, cp=2, recompute_norm=1, recompute_moe_act=1,
+                  recompute_mla_up=0, a=64, n_kv=64, qk_nope_head_dim=128, dh=128, dhr=64, dc_q=1536, dc_kv=512, t=2)
 
     def dropped(attention: AttentionParams, moe: bool, low: bool) -> float:
         expr = sympy.sympify(sym_memory.module_recompute_dropped(sym_memory.MemoryVariant(attention, moe, low)))
@@ -147,3 +149,57 @@ def test_eval_and_search_take_the_modules_and_refuse_them_where_nothing_reads_th
                          "--system", "dgx_b200", "--recompute-modules", "x"), "--recompute-modules: expected one of")):
         got = _cli(*args)
         assert got.returncode == 2 and says in got.stderr and "Traceback" not in got.stderr, got.stderr
+
+
+# DeepSeek-V3's MLA (its model file): 128 heads, query latent 1536, key/value latent 512, q/k head 128 + rope 64,
+# value head 128.
+MLA = dict(a=128, n_kv=128, qk_nope_head_dim=128, dh=128, dhr=64, dc_q=1536, dc_kv=512, h=7168)
+
+
+def _dropped_mla_up(variant: sym_memory.MemoryVariant, **given: float) -> float:
+    values = {**MLA, "s": 4096, "b": 1, "cp": 1, "t": 1, "sp": 1, "bytes_compute": 2, "bytes_lowp_input": 1 + 1 / 32,
+              "recompute_norm": 0, "recompute_moe_act": 0, "recompute_mla_up": 1, "n_chosen_exp": 8, "cap_fact": 1,
+              "hff_exp": 2048, "t_exp": 1, "n_shared_exp": 1, **given}
+    expr = sympy.sympify(sym_memory.module_recompute_dropped(variant))
+    return float(expr.subs({x: values[x.name] for x in expr.free_symbols})) / 4096
+
+
+def test_mla_up_proj_drops_q_k_and_v():
+    """Per token and layer at t = 1: Q (128 heads × 192), K (128 × 192) and V (128 × 128) in BF16, 131,072 bytes. In an
+    MXFP8 run the up-projections' inputs (the latents' norm outputs, 1536 + 512) are kept in BF16 by the checkpoint in
+    place of their quantized copies (2 − 1.03125 bytes more each); without a query latent the input norm's output too
+    (h = 7168) in place of the query projection's copy."""
+    latent, direct = AttentionParams.MLA_Q_LATENT, AttentionParams.MLA_Q_DIRECT
+    qkv = 2 * (128 * 192 + 128 * 192 + 128 * 128)
+    assert qkv == 131_072
+    for moe in (False, True):
+        assert _dropped_mla_up(sym_memory.MemoryVariant(latent, moe)) == qkv
+        assert _dropped_mla_up(sym_memory.MemoryVariant(latent, moe, True)) == pytest.approx(
+            qkv - (2 - 1.03125) * (1536 + 512), rel=1e-12)
+    assert _dropped_mla_up(sym_memory.MemoryVariant(direct, False, True)) == pytest.approx(
+        qkv - (2 - 1.03125) * 512 - (2 - 1.03125) * 7168, rel=1e-12)
+    # with the layernorm module too the input norm's output is freed: the query projection's copy goes alone
+    both = _dropped_mla_up(sym_memory.MemoryVariant(direct, False, True), recompute_norm=1)
+    alone_norm = _dropped_mla_up(sym_memory.MemoryVariant(direct, False, True), recompute_norm=1, recompute_mla_up=0)
+    assert both - alone_norm == pytest.approx(qkv - (2 - 1.03125) * 512 + 1.03125 * 7168, rel=1e-12)
+    assert _dropped_mla_up(sym_memory.MemoryVariant(AttentionParams.STANDARD, True)) == 0
+
+
+def test_mla_up_proj_runs_the_up_projections_again():
+    """DeepSeek-V3 at p = 16 (3 or 4 layers a stage): each layer not fully recomputed runs its query up-projection
+    (1536 → 128 × 192) and key/value up-projection (512 → 128 × 256) forward again, 2 · (1536·24576 + 512·32768) =
+    109,051,904 FLOPs a token, in the GEMM FLOPs and, in an FP8 run, the low-precision ones."""
+    model = load_model("deepseek-v3")
+    layout = dict(d=16, t=1, p=16, cp=1, ep=8, etp=1, vp=1, b=1, m=8)
+    for precision in ("bf16", "mxfp8"):
+        plain = StepTimePricer(model, system="dgx_b200", precision=precision)
+        ours = StepTimePricer(model, system="dgx_b200", precision=precision, recompute_modules="mla_up_proj")
+        real = plain.stage_flops(_values(layout), "none"), ours.stage_flops(_values(layout), "none")
+        per_layer = 8 * 4096 * 109_051_904
+        extra = real[1] - real[0]
+        assert extra[0] % per_layer == 0 and extra[0] // per_layer in (3, 4)
+        full = plain.stage_flops(_values(layout), "full"), ours.stage_flops(_values(layout), "full")
+        assert full[0][0] == full[1][0]  # a fully recomputed layer runs them again anyway
+        if precision == "mxfp8":
+            low = [pricer.stage_parts(_values(layout), "none", 1)[0][1][0] for pricer in (plain, ours)]
+            assert low[1] > low[0]

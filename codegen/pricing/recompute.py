@@ -20,7 +20,7 @@ __all__ = ["recompute_modules", "module_values"]
 #: Megatron-Core's other recompute modules (megatron/core/transformer/transformer_config.py), and what to say of each.
 _NOT_MODELLED = {
     "core_attn": "the recompute mode selective (--recompute selective), not a module here",
-    **dict.fromkeys(("mla_up_proj", "mlp", "moe", "shared_experts", "mhc"), "a Megatron-Core module not modelled"),
+    **dict.fromkeys(("mlp", "moe", "shared_experts", "mhc"), "a Megatron-Core module not modelled"),
 }
 
 
@@ -31,8 +31,8 @@ def recompute_modules(field: str, value: Any) -> tuple[str, ...]:
 
     Raises:
         InputError: naming *field* and the value: not text or a sequence of texts, or a name no module has
-            (Megatron-Core's ``core_attn`` is the recompute mode ``selective``; its ``mla_up_proj``, ``mlp``,
-            ``moe`` and ``shared_experts`` are not modelled).
+            (Megatron-Core's ``core_attn`` is the recompute mode ``selective``; its ``mlp``, ``moe``,
+            ``shared_experts`` and ``mhc`` are not modelled).
     """
     if isinstance(value, str):
         text = value.strip()
