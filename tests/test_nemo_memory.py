@@ -38,10 +38,9 @@ EXPERTS_OVER_SEQUENCE = "expert activations over the whole sequence at tp 2, etp
 #: (Megatron-Bridge@fa55da5f scripts/performance/configs/qwen3/qwen3_llm_pretrain.py: recompute_granularity None).
 NOT_VERIFIED = "over with the quantized inputs counted; the recipe recomputes nothing"
 GAPS = {
-    2: ("DeepSeekV3", LAYER_KINDS),
-    3: ("DeepSeekV3 (w/ MTP)", LAYER_KINDS),
-    4: ("DeepSeekV3", LAYER_KINDS),
-    5: ("DeepSeekV3", LAYER_KINDS),
+    # 7.3 GiB over with the recipe's mla_up_proj (52 GiB without): its recipe (Megatron-Bridge v0.4.2) also recomputes
+    # the dense layers' MLPs and places the layers by its own pipeline layout (pp_layout "Et*4|(t*4|)*14tmL").
+    5: ("DeepSeekV3", f"7.3 GiB over: {LAYER_KINDS}; the recipe's pipeline layout and recomputed dense MLPs"),
     18: ("Qwen3_235B_a22B", f"2.5 GiB {NOT_VERIFIED}"),
     45: ("Qwen3_235B_a22B", f"4.3 GiB over: {EXPERTS_OVER_SEQUENCE}"),
     46: ("Qwen3_235B_a22B", f"2.4 GiB over: {EXPERTS_OVER_SEQUENCE}"),
@@ -85,8 +84,10 @@ def test_the_recipe_settings_are_applied(rows):
     # GPT-OSS 120B: its recipes recompute the pre-MLP norm and the experts' activation inside every layer.
     oss = [r for r in rows if r["model"] == "GPT OSS 120B"]
     assert oss and all(r["recompute_modules"] == "layernorm,moe_act" for r in oss)
-    assert all(r["recompute_modules_from"].startswith("Megatron-Bridge@fa55da5f") for r in oss)
+    assert all(r["recompute_modules_from"].startswith("Megatron-Bridge v0.2.1, v0.3.0, v0.4.1") for r in oss)
     assert all(by_line[line]["recompute_modules"] == "none" for line in (6, 23, 43))
+    # DeepSeek-V3 on B200: its recipes recompute MLA's up-projections.
+    assert all(by_line[line]["recompute_modules"] == "mla_up_proj" for line in (2, 3, 4, 5))
     # Gradients in BF16 (grad_reduce_in_fp32 = False): as many bytes as the weights where both are unsharded: on
     # H100 the FP8 primary weights keep their data and its transpose, 2 bytes per linear parameter, as BF16 does.
     gpt = by_line[23]

@@ -16,9 +16,11 @@ from codegen.pricing.chunks import Chunk, Setting
 from codegen.pricing.exposure import exposed_comm, forward_shares, overlap_names
 from codegen.pricing.step_time import StepTimePricer, time_family_comm
 from codegen.runtime.inputs import InputError
-from codegen.validation.csvfile import read_table
+from codegen.validation.csvfile import DATA_DIR, read_table
 from codegen.validation.step_rows import read_rows
 from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS
+
+NEMO = DATA_DIR / "nemo_step_times.csv"
 
 #: A bottleneck stage's seconds by dimension (made up, round numbers for hand sums).
 PARTS = {"tp": np.array([3.0]), "cp": np.array([0.0]), "ep": np.array([2.0]), "pp": np.array([0.5]),
@@ -166,6 +168,19 @@ def test_step_rows_read_an_overlap_column(tmp_path):
     path.write_text("\n".join([lines[0] + ",overlap", lines[1] + ",dp;sp"]) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"line 2.*overlap.*'sp'"):
         read_rows(read_table(path))
+
+
+def test_each_nvidia_row_takes_its_recipes_overlap():
+    """The recipes' overlaps by release (codegen.validation.step_rows.RECIPE_OVERLAP): DeepSeek-V3's 26.04.01 run on
+    B200 is Megatron-Bridge v0.4.2's B200 MXFP8 preset (its pipeline 8 x 2, EP 32 and global batch 4096), which
+    overlaps the expert all-to-all (moe_a2a_overlap); its earlier runs' presets do not."""
+    from codegen.validation.step_rows import recipe_overlap
+
+    by_line = {r["line"]: r for r in read_rows(read_table(NEMO))}
+    overlap, source = recipe_overlap(by_line[5])
+    assert (by_line[5]["pp"], by_line[5]["vp"], by_line[5]["ep"], by_line[5]["release"]) == (8, 2, 32, "26.04.01")
+    assert overlap == ("dp", "ep", "pp") and "v0.4.2" in source and "moe_a2a_overlap=True" in source
+    assert all(recipe_overlap(by_line[line])[0] == DEFAULT_OVERLAP for line in (2, 3, 4))
 
 
 @pytest.mark.parametrize("argv,named", [

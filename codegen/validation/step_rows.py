@@ -144,23 +144,32 @@ RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[int, str]] = {
 }
 
 
+_MB = "NVIDIA-NeMo/Megatron-Bridge@"
 #: The modules a published recipe recomputes inside every layer it does not recompute in full (Megatron-Core's
 #: ``recompute_granularity = "selective"`` with ``recompute_modules``; ``symbolic.vocabulary.RECOMPUTE_MODULES``)
 #: where the table's row does not say (a ``recompute_modules`` column wins where given): ``(model, system,
-#: precision)`` → (module names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. Every other row's recipe
-#: recomputes no module the project models: Megatron-Bridge's DeepSeek-V3 recipes recompute ``mla_up_proj`` (and
-#: ``mlp``, the dense layers' MLP), which it does not model; its Llama, Qwen3 and Nemotron recipes none.
+#: precision)`` → (module names, source), the model key as :data:`RECIPE_RECOMPUTE`'s, the same in every release of
+#: the table (Megatron-Bridge v0.2.1 = 25.11, v0.3.0 = 26.02, v0.4.1 = 26.02.01, v0.4.2 = 26.04.01: the first tag
+#: whose docs/performance-summary.md lists the release). DeepSeek-V3's 26.04.01 recipe also recomputes ``mlp``, its
+#: dense layers' MLP, which is not modelled (nor does the memory family see those layers). The Llama, Qwen3 and
+#: Nemotron recipes recompute no module.
 RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str], tuple[tuple[str, ...], str]] = {
-    ("gpt_oss_120b", system, "bf16"): (("layernorm", "moe_act"),
-                                       "Megatron-Bridge@fa55da5f scripts/performance/configs/gpt_oss/"
-                                       f"workload_base_configs.py GPT_OSS_120B_{gpu}_BF16_BASE_CONFIG: "
-                                       "recompute_modules=['layernorm', 'moe_act']; @067f987 src/megatron/bridge/"
-                                       f"perf_recipes/gpt_oss/{gpu.lower()}/gpt_oss.py lines 39-40")
-    for system, gpu in (("dgx_b200", "B200"), ("dgx_h100", "H100"))
+    **{("gpt_oss_120b", system, "bf16"): (
+        ("layernorm", "moe_act"),
+        "Megatron-Bridge v0.2.1, v0.3.0, v0.4.1 scripts/performance/configs/gpt_oss/"
+        f"[gpt_oss_]workload_base_configs.py GPT_OSS_120B_*{gpu}_BF16*: recompute_modules=['layernorm', 'moe_act'] "
+        f"({_MB}067f987: src/megatron/bridge/perf_recipes/gpt_oss/{gpu.lower()}/gpt_oss.py lines 39-40 the same)")
+       for system, gpu in (("dgx_b200", "B200"), ("dgx_h100", "H100"))},
+    **{(model, "dgx_b200", "mxfp8"): (
+        ("mla_up_proj",),
+        "Megatron-Bridge v0.2.1 scripts/performance/configs/deepseek/workload_base_configs.py "
+        "DEEPSEEK_V3_B200_BASE_CONFIG, v0.3.0 and v0.4.2 configs/deepseek/deepseek_workload_base_configs.py "
+        "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _V2 and _B200_FP8_MX_V2: recompute_modules=['mla_up_proj'] "
+        "(['mla_up_proj', 'mlp'] in v0.4.2's FP8_MX_V2)")
+       for model in ("deepseekv3", "deepseekv3_(w/_mtp)")},
 }
 
 
-_MB = "NVIDIA-NeMo/Megatron-Bridge@"
 _TP_MB = ("Megatron-Bridge's Llama 3 / 3.1 recipes, CommOverlapConfig(tp_comm_overlap=True) with the performance "
           "script's userbuffers config (" + _MB + "7af9601c9 (v0.2.0, 25.11), 21b02e0cf (v0.3.0, 26.02), "
           "fcbb60311 (v0.5.0, 26.06): src/megatron/bridge/recipes/llama/llama3.py; "
@@ -179,6 +188,9 @@ _NO_P2P_LAUNCHER = ("NeMo Framework Launcher 24.07's training config, overlap_p2
 _EP_MB = ("Megatron-Bridge's Qwen3 presets moe_a2a_overlap=True: overlap_moe_expert_parallel_comm and "
           "delay_wgrad_compute on (" + _MB + "7af9601c9, 21b02e0cf: scripts/performance/configs/qwen*/"
           "*workload_base_configs.py; scripts/performance/utils/helpers.py / overrides.py)")
+_EP_DEEPSEEK = ("Megatron-Bridge v0.4.2 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
+                "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (pipeline 8, virtual 2, EP 32, global batch 4096, the "
+                "published layout): moe_a2a_overlap=True, the DeepEP dispatcher")
 #: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe has
 #: and the pipeline one every interleaved recipe has (``DEFAULTS["overlap"]``, ``symbolic.vocabulary.DEFAULT_OVERLAP``;
 #: an ``overlap`` column wins where given), or less: ``(model, system, precision, release)`` →
@@ -191,8 +203,8 @@ _EP_MB = ("Megatron-Bridge's Qwen3 presets moe_a2a_overlap=True: overlap_moe_exp
 #: TP overlap configs it names are the published runs' shapes (``_TP_LAUNCHER``); GPT-3 175B's and Nemotron-4
 #: 340B's set ``ub_tp_comm_overlap`` False; the data-parallel overlap (``overlap_grad_sync``,
 #: ``overlap_param_sync``) is on in every one and ``overlap_p2p_comm`` in every interleaved one but Nemotron-4
-#: 340B's (``_NO_P2P_LAUNCHER``). Not determined, so left at the default: DeepSeek-V3's 26.04.01 row (its layout
-#: matches no preset of the release; the release's CommOverlapConfig turns the pipeline overlap on at vp > 1).
+#: 340B's (``_NO_P2P_LAUNCHER``). DeepSeek-V3's 26.04.01 row is Megatron-Bridge v0.4.2's B200 MXFP8 preset, the first
+#: tag whose performance summary lists that release (``_EP_DEEPSEEK``).
 RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
     **{key: (("dp", "tp", "pp"), _TP_MB) for key in (
         ("llama3_1_405b", "dgx_b200", "fp8-cs", "25.11"), ("llama3_70b", "dgx_h100", "fp8", "26.02"),
@@ -211,6 +223,7 @@ RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
         ("qwen3_235b_a22b", "dgx_h100", "fp8-cs", "25.11"), ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.02"),
         ("qwen3_30b_a3b", "dgx_h100", "fp8-cs", "25.11"))},
     ("nemotron_340b", "dgx_h100", "fp8", "24.07"): (("dp",), _NO_P2P_LAUNCHER),
+    ("deepseekv3", "dgx_b200", "mxfp8", "26.04.01"): (("dp", "ep", "pp"), _EP_DEEPSEEK),
 }
 
 
