@@ -308,6 +308,20 @@ def _score_bytes() -> sympy.Expr:
     return (1 - flash_attention) * a * s / t * per_score + flash_attention * _LSE_BYTES * a / t
 
 
+def _expert_split() -> sympy.Expr:
+    """How many ways a routed expert's hidden activations are split per token of ``s·b/cp``: ``max(sp, t_exp)``.
+
+    A rank's experts compute on the tokens dispatched to them from its own sequence shard (``s·b/(cp·sp)`` tokens,
+    under sequence parallelism, which Megatron-Core requires of a MoE layer with TP); with expert TP the ETP group
+    gathers its ranks' tokens and splits each expert's hidden width by ``t_exp``, the same hidden elements per
+    local token (Megatron-Core ``token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``: the all-to-all over EP,
+    then the gather over the expert TP group). Per token of ``s·b/cp``: ``hff_exp/sp`` at every expert TP up to
+    ``sp``, ``hff_exp/t_exp`` beyond it (tokens replicated over TP without sequence parallelism, ``sp = 1``).
+    Experts without TP in a TP group (Megatron's ``etp = 1`` beside ``t > 1``) so hold ``1/t`` of the group's
+    tokens' hidden activations, not all of them."""
+    return Max(sp, t_exp)
+
+
 def _mlp_elements(moe: bool) -> sympy.Expr:
     """Elements per token the MLP (or MoE) block keeps, masks apart.
 
@@ -317,12 +331,12 @@ def _mlp_elements(moe: bool) -> sympy.Expr:
     product). MoE: norm and router input, router probabilities (``n_exp/sp``),
     per routed copy of a token (``top-k × capacity factor`` copies) its
     dispatched input and expert output for the combine (``2h/sp``) and the
-    expert's ``n_ffMM·hff_exp/t_exp``, and the shared experts as a dense MLP
-    of ``n_shared_exp·hff_exp`` over t.
+    expert's ``n_ffMM·hff_exp`` over :func:`_expert_split`, and the shared
+    experts as a dense MLP of ``n_shared_exp·hff_exp`` over t.
     """
     if not moe:
         return 2 * h / sp + n_ffMM * hff / t
-    routed = n_chosen_exp * cap_fact * (2 * h / sp + n_ffMM * hff_exp / t_exp)
+    routed = n_chosen_exp * cap_fact * (2 * h / sp + n_ffMM * hff_exp / _expert_split())
     shared = n_shared_exp * n_ffMM * hff_exp / t
     return 2 * h / sp + n_exp / sp + routed + shared
 
@@ -364,7 +378,7 @@ def module_recompute_dropped(variant: MemoryVariant) -> sympy.Expr:
     FC1, so ``layernorm`` reaches the norms that stand alone: a MoE layer's pre-MLP norm (its output is the
     router's input, :func:`_mlp_elements`' second ``h/sp``) and MLA's input norm (its output feeds the
     down-projections). ``moe_act`` drops the experts' activation output, the second expert GEMM's input,
-    ``hff_exp/t_exp`` per routed copy of a token. In a low-precision run the linear layers fed by a recomputed
+    ``hff_exp`` over :func:`_expert_split` per routed copy of a token. In a low-precision run the linear layers fed by a recomputed
     module keep its original output instead of a quantized copy (``set_save_original_input``) and that output is
     freed, so the quantized copies :func:`lowp_saved_elements` counts of it go too: the shared experts' FC1
     copy, MLA's down-projection copies (the query's only with a query latent), the expert FC2 inputs.
@@ -378,7 +392,7 @@ def module_recompute_dropped(variant: MemoryVariant) -> sympy.Expr:
         norm = norm + (bytes_lowp_input * copies * h / sp if low else bytes_compute * h / sp)
     act = sympy.Integer(0)
     if variant.moe:
-        act = (bytes_lowp_input if low else bytes_compute) * n_chosen_exp * cap_fact * hff_exp / t_exp
+        act = (bytes_lowp_input if low else bytes_compute) * n_chosen_exp * cap_fact * hff_exp / _expert_split()
     up = sympy.Integer(0)
     if variant.attention is not AttentionParams.STANDARD:
         up = _mla_up_dropped(variant)
@@ -425,7 +439,7 @@ def lowp_saved_elements(variant: MemoryVariant) -> tuple[sympy.Expr, sympy.Expr]
     its own copy (``2h/sp``) in place of the one BF16 tensor; the up-projections' inputs (the latents' norm
     outputs ``dc_q``, ``dc_kv``). Dense MLP: FC1's input (``h/sp``) and FC2's (``hff/t``; the activation keeps
     its BF16 input). MoE: per routed copy of a token the expert FC1's input (the dispatched token, ``h/sp``) and
-    FC2's (``hff_exp/t_exp``); the shared experts' FC2 inputs and one copy of their FC1 input beside the BF16
+    FC2's (``hff_exp`` over :func:`_expert_split`); the shared experts' FC2 inputs and one copy of their FC1 input beside the BF16
     norm output the router keeps. Not quantized: the router, the attention's core (Q, K, V, softmax state), the
     norms, the output layer.
     """
@@ -441,7 +455,7 @@ def lowp_saved_elements(variant: MemoryVariant) -> tuple[sympy.Expr, sympy.Expr]
     if not variant.moe:
         mlp = h / sp + hff / t
         return low + mlp, replaced + mlp
-    routed = n_chosen_exp * cap_fact * (h / sp + hff_exp / t_exp)
+    routed = n_chosen_exp * cap_fact * (h / sp + hff_exp / _expert_split())
     shared = n_shared_exp * hff_exp / t
     return low + routed + shared + Min(n_shared_exp, 1) * h / sp, replaced + routed + shared
 

@@ -31,7 +31,7 @@ KNOWN_GAPS = {
                                                  "overlap, against 0.1 s at EP 8); " + RECOMPUTE,
     ("Nemotron-22B", "dgx_h100"): "more compute with 4 stages than without a pipeline (the last stage's output layer "
                                   "of a 256,000-token vocabulary, about 3 layers' worth, beside its 10 layers)",
-    ("Qwen3-235B-A22B", "dgx_h100"): f"{RECOMPUTE}; {CROSS_NODE_EP} (EP 32)",
+    ("Qwen3-235B-A22B", "dgx_h100"): CROSS_NODE_EP + " (EP 32 over four nodes: 24.1 s exposed, against 2.7 s)",
     ("Qwen3-30B-A3B", "dgx_h100"): CROSS_NODE_EP + " (EP 16 over two nodes)",
 }
 

@@ -153,6 +153,23 @@ DEGREES = ("t", "cp", "sp", "ep", "etp", "t_exp", "shard_p_os_non_exp_partial", 
            "shard_p_os_exp_partial")
 
 
+def test_experts_hold_their_ranks_share_of_the_tokens_hidden_activations():
+    """A routed expert's hidden activations per token of s·b/cp are split max(sp, t_exp) ways: under sequence
+    parallelism a rank's experts compute on the tokens of its own shard whether they run with expert TP (the ETP
+    group gathers its ranks' tokens and splits the hidden width) or without (Megatron's etp = 1 beside t > 1); without
+    sequence parallelism only expert TP splits them. Derived from the widths: top-8, capacity 1.25, SwiGLU (3), 2048
+    wide, 2 bytes, 4096 tokens."""
+    values = {k: (v[0] if isinstance(v, np.ndarray) else v) for k, v in moe_values(seed=1, n=1).items()}
+    values.update(s=4096.0, b=1.0, cp=1.0, t=2.0, cap_fact=1.25, flash_attention=1.0, dropout=0.0, recompute_norm=0.0,
+                  recompute_moe_act=0.0, recompute_mla_up=0.0)
+    name = "memory_mla_q_latent_moe_layer_activations_bytes"
+    at = lambda sp, t_exp: float(call(name, **{**values, "sp": sp, "t_exp": t_exp}))  # noqa: E731
+    hidden = 4096 * 2 * 8 * 1.25 * 3 * 2048
+    assert at(sp=2.0, t_exp=1.0) == at(sp=2.0, t_exp=2.0)
+    assert at(sp=1.0, t_exp=1.0) - at(sp=1.0, t_exp=2.0) == pytest.approx(hidden / 2, rel=1e-12)
+    assert at(sp=2.0, t_exp=4.0) - at(sp=2.0, t_exp=8.0) == pytest.approx(hidden / 8, rel=1e-12)
+
+
 @pytest.mark.parametrize("name", STATES + ACTIVATIONS)
 def test_memory_is_non_increasing_in_each_sharding_degree(name):
     values = moe_values(seed=len(name))
