@@ -130,6 +130,10 @@ MEGATRON_MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/tr
                     "(set_for_recompute_pre_mlp_layernorm, set_for_recompute_input_layernorm; mla_up_proj: "
                     "qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its "
                     "query, key and value discarded after the core attention)")
+MOE_COMBINE = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/moe/experts.py (TEGroupedMLP: the "
+               "routing probabilities applied in bias_act_func, weighted_bias_swiglu_impl with bias_activation_fusion), "
+               "token_dispatcher.py (MoEAlltoAllTokenDispatcher.combine_preprocess: unpermute without probabilities), "
+               "moe_utils.py (unpermute: a scatter-add, whose backward needs no saved tensor)")
 TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (Linear.forward: the quantized "
               "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "
               "usage), grouped_linear.py (the experts' weight workspaces); Megatron-Core "
@@ -330,13 +334,18 @@ def _mlp_elements(moe: bool) -> sympy.Expr:
     for GPT's 4h GeLU MLP; a gated MLP keeps gate and up outputs and their
     product). MoE: norm and router input, router probabilities (``n_exp/sp``),
     per routed copy of a token (``top-k × capacity factor`` copies) its
-    dispatched input and expert output for the combine (``2h/sp``) and the
-    expert's ``n_ffMM·hff_exp`` over :func:`_expert_split`, and the shared
-    experts as a dense MLP of ``n_shared_exp·hff_exp`` over t.
+    dispatched input (``h/sp``, FC1's input) and the expert's
+    ``n_ffMM·hff_exp`` over :func:`_expert_split` (FC1's output, kept by the
+    activation, and FC2's input), and the shared experts as a dense MLP of
+    ``n_shared_exp·hff_exp`` over t. The expert's output is not kept for the
+    combine: Megatron-Core weighs it by its routing probability inside the
+    activation (``weighted_bias_swiglu_impl``, which keeps its input and the
+    probabilities) and un-permutes the outputs by a sum that keeps nothing
+    (``MOE_COMBINE``).
     """
     if not moe:
         return 2 * h / sp + n_ffMM * hff / t
-    routed = n_chosen_exp * cap_fact * (2 * h / sp + n_ffMM * hff_exp / _expert_split())
+    routed = n_chosen_exp * cap_fact * (h / sp + n_ffMM * hff_exp / _expert_split())
     shared = n_shared_exp * n_ffMM * hff_exp / t
     return 2 * h / sp + n_exp / sp + routed + shared
 
@@ -420,8 +429,10 @@ def _mla_up_dropped(variant: MemoryVariant) -> sympy.Expr:
 
 
 def _modules_source(variant: MemoryVariant) -> str:
-    """The recomputed modules' source, to append to a form's where they change it (``""`` where they do not)."""
-    return f"; recomputed modules: {MEGATRON_MODULES}" if module_recompute_dropped(variant) != 0 else ""
+    """The sources of a variant's activations beyond Korthikanti's: the MoE combine, and the recomputed modules
+    where they change the form (``""`` where neither applies)."""
+    combine = f"; MoE combine: {MOE_COMBINE}" if variant.moe else ""
+    return combine + (f"; recomputed modules: {MEGATRON_MODULES}" if module_recompute_dropped(variant) != 0 else "")
 
 
 def lowp_saved_elements(variant: MemoryVariant) -> tuple[sympy.Expr, sympy.Expr]:

@@ -170,6 +170,19 @@ def test_experts_hold_their_ranks_share_of_the_tokens_hidden_activations():
     assert at(sp=2.0, t_exp=4.0) - at(sp=2.0, t_exp=8.0) == pytest.approx(hidden / 8, rel=1e-12)
 
 
+def test_a_routed_copy_keeps_its_dispatched_input_and_hidden_activations_not_its_output():
+    """Per routed copy of a token a MoE layer keeps FC1's input (h) and the expert's gate, up and activation outputs
+    (3 · hff_exp): Megatron-Core weighs the activation by the routing probability inside the expert and un-permutes
+    by a sum that keeps nothing (experts.py weighted_bias_swiglu_impl, moe_utils.py unpermute), so one more chosen
+    expert adds 2 bytes · capacity · (h + 3 · hff_exp) per token and no expert output for the combine."""
+    values = {k: (v[0] if isinstance(v, np.ndarray) else v) for k, v in moe_values(seed=2, n=1).items()}
+    values.update(s=4096.0, b=1.0, cp=1.0, t=1.0, sp=1.0, t_exp=1.0, cap_fact=1.25, flash_attention=1.0, dropout=0.0,
+                  recompute_norm=0.0, recompute_moe_act=0.0, recompute_mla_up=0.0)
+    name = "memory_mla_q_latent_moe_layer_activations_bytes"
+    at = lambda k: float(call(name, **{**values, "n_chosen_exp": k}))  # noqa: E731
+    assert at(9.0) - at(8.0) == pytest.approx(4096 * 2 * 1.25 * (7168 + 3 * 2048), rel=1e-12)
+
+
 @pytest.mark.parametrize("name", STATES + ACTIVATIONS)
 def test_memory_is_non_increasing_in_each_sharding_degree(name):
     values = moe_values(seed=len(name))

@@ -2,9 +2,9 @@
 
 Every row of the shipped table is a run that ran, so its layout fits its GPU with its recipe's settings
 (BF16 gradients, the distributed optimizer over the data- and context-parallel ranks, the recipe's
-recompute, the default reserve: ``codegen.validation.step_rows.row_memory``). The rows the model does
-not yet admit are listed with the modelling gap that keeps them out (docs/memory.md, "Published layouts");
-the list is exact both ways: a listed row that comes to fit, or another row that stops fitting, fails.
+recompute, the default reserve: ``codegen.validation.step_rows.row_memory``). Rows the model would not admit
+are listed with the modelling gap that keeps them out (docs/memory.md, "Published layouts"), none today; the
+list is exact both ways: a listed row that comes to fit, or another row that stops fitting, fails.
 """
 
 from __future__ import annotations
@@ -25,22 +25,11 @@ NEMO = DATA_DIR / "nemo_step_times.csv"
 SWEEPS = DATA_DIR / "layout_sweeps.csv"
 GIB = 2 ** 30
 
-#: line of the shipped table → (its model cell, why the model does not admit it yet). Low-precision rows are priced with
-#: Transformer Engine's quantized saved inputs and the recipes' quantized primary weights (docs/memory.md, "Low
-#: precision"); that took line 43 (Nemotron-4 340B, FP8 on H100) from 1.8 GiB over to 2.1 GiB of headroom, and the
-#: rows below closer (lines 2-4 from 22 to 5.9 GiB over, 18 from 27 to 2.5, 45-46 from 16 to 4.3 and 2.4, 50 from
-#: 11.5 to 2.7) without making them fit.
-LAYER_KINDS = "the memory family does not see the step time's layer kinds (dense first layers, the MTP head)"
-#: Over by a few GiB with the quantized inputs counted, though the Qwen3 recipes recompute nothing
-#: (Megatron-Bridge@fa55da5f scripts/performance/configs/qwen3/qwen3_llm_pretrain.py: recompute_granularity None).
-NOT_VERIFIED = "over with the quantized inputs counted; the recipe recomputes nothing"
-GAPS = {
-    # 7.3 GiB over with the recipe's mla_up_proj (52 GiB without): its recipe (Megatron-Bridge v0.4.2) also recomputes
-    # the dense layers' MLPs and places the layers by its own pipeline layout (pp_layout "Et*4|(t*4|)*14tmL").
-    5: ("DeepSeekV3", f"7.3 GiB over: {LAYER_KINDS}; the recipe's pipeline layout and recomputed dense MLPs"),
-    18: ("Qwen3_235B_a22B", f"2.5 GiB {NOT_VERIFIED}"),
-    50: ("Qwen3_30B_a3B", f"2.7 GiB {NOT_VERIFIED} (micro-batch 2)"),
-}
+#: line of the shipped table → (its model cell, why the model does not admit it yet): none. Every published layout
+#: fits since the memory family counts what Megatron-Core keeps of a MoE layer (the experts' hidden activations
+#: for the rank's own tokens, no expert output kept for the combine) and the recipes' recomputed modules
+#: (docs/memory.md, "Published layouts"); a row that stops fitting fails, and one listed here that comes to fit.
+GAPS: dict[int, tuple[str, str]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +158,12 @@ def test_nvidia_recipe_is_a_real_flag():
         memory_rows(read_table(NEMO), nvidia_recipe="no")
 
 
-def test_gpt_oss_on_b200_fits_with_its_recipes_recompute_modules_alone(tmp_path):
+def test_gpt_oss_on_b200_drops_what_its_recipes_recomputed_modules_discard(tmp_path):
     """GPT-OSS 120B on 64 B200 at micro-batch 4, EP 8 (line 9, the 26.02.01 run): its recipe's ``layernorm`` and
-    ``moe_act`` modules (Megatron-Bridge@fa55da5f GPT_OSS_120B_B200_BF16_BASE_CONFIG) drop, per token of a
+    ``moe_act`` modules (Megatron-Bridge v0.2.1-v0.4.1 GPT_OSS_120B B200 BF16 configs) drop, per token of a
     micro-batch and per layer, the pre-MLP norm's output (h = 2880 BF16 values) and the experts' activation output
     (top-4 copies of 2880 BF16 values): 16,384 tokens x 36 layers x 28,800 bytes, one pipeline stage holding one
-    micro-batch; one layer holds its part again in its backward pass. Without them the layout only fits fully
-    recomputed."""
+    micro-batch; one layer holds its part again in its backward pass."""
     header, table = read_csv(NEMO)
     row = next(r for r in table if r["model"] == "GPT OSS 120B" and r["release"] == "26.02.01")
     rows = [dict(row, recompute_modules=cell) for cell in ("", "none", "layernorm;moe_act")]
@@ -184,7 +172,8 @@ def test_gpt_oss_on_b200_fits_with_its_recipes_recompute_modules_alone(tmp_path)
     per_layer = 4 * 4096 * (2880 * 2 + 4 * 2880 * 2)
     assert without["parts"]["activations"] - with_modules["parts"]["activations"] == 36 * per_layer
     assert with_modules["parts"]["recompute_workspace"] == per_layer and without["parts"]["recompute_workspace"] == 0
-    assert with_modules["fits"] and not without["fits"]
+    assert without["headroom_bytes"] == with_modules["headroom_bytes"] - 35 * per_layer
+    assert with_modules["fits"] and without["fits"]
     assert (with_modules["recompute_modules_from"].startswith("Megatron-Bridge")
             and without["recompute_modules_from"] == stated["recompute_modules_from"] == "table")
     assert stated["peak_bytes"] == with_modules["peak_bytes"]
