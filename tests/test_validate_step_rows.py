@@ -168,3 +168,17 @@ def test_a_row_that_cannot_be_priced_keeps_its_place_with_its_reason(capsys, tmp
     assert all(r["predicted_s"] is None for r in got["rows"][:3])
     assert got["mean_abs_rel_err"] == abs(got["rows"][3]["rel_err"])
     assert "not priced: fsdp over 2 of the 4 data-parallel ranks" in out
+
+
+def test_each_row_says_the_overlap_and_recomputed_modules_it_was_priced_with(capsys, tmp_path):
+    """A row's run settings that no column states come from its recipe (codegen.validation.step_rows: RECIPE_OVERLAP,
+    RECIPE_RECOMPUTE_MODULES); a ``recompute_modules`` column wins, and its modules' forward again adds compute."""
+    header, rows = read_csv(NEMO)
+    oss = next(r for r in rows if r["model"] == "GPT OSS 120B" and r["release"] == "26.02.01")
+    path = write_csv(tmp_path / "oss.csv", [*header, "recompute_modules"],
+                     [dict(oss, recompute_modules=""), dict(oss, recompute_modules="none")])
+    got, _ = _run(capsys, path)
+    recipe, none = got["rows"]
+    assert (recipe["overlap"], recipe["recompute_modules"]) == ("dp,pp", "layernorm,moe_act")
+    assert (none["overlap"], none["recompute_modules"]) == ("dp,pp", "none")
+    assert recipe["compute_s"] > none["compute_s"]

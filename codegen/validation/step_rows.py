@@ -590,7 +590,8 @@ def read_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
 
 def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     """Each row's measured and predicted step time, parts and relative error (``None`` with a ``reason`` when the
-    row cannot be priced).
+    row cannot be priced), with the overlap and the recomputed modules it was priced with (:func:`recipe_overlap`,
+    :func:`recipe_modules`).
 
     Raises:
         ValueError: naming the file, line, column and value of the first cell the reader does not know.
@@ -599,8 +600,9 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     out = []
     for r in read:
         row = {"line": r["line"], "model": r["model"], "system": r["system"], "precision": r["precision"],
-               "moe": r["is_moe"], "sweep": r["sweep"], "measured_s": r["measured_s"], "predicted_s": None,
-               "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
+               "moe": r["is_moe"], "sweep": r["sweep"], "overlap": ",".join(recipe_overlap(r)[0]) or "none",
+               "recompute_modules": ",".join(recipe_modules(r)[0]) or "none", "measured_s": r["measured_s"],
+               "predicted_s": None, "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
         try:
             got = price_row(r, r["model"], str(table.path))
         except ValueError as exc:
@@ -687,9 +689,10 @@ def _json_number(x: float) -> float | None:
 
 
 def summary_json(rows: list[dict[str, Any]]) -> str:
-    """The last line: ``{"rows": [...], "mean_abs_rel_err", "groups": [...], "sweeps": [...]}`` (NaN as null)."""
-    keep = ("line", "model", "system", "precision", "measured_s", "predicted_s", "compute_s", "bubble_s", "comm_s",
-            "rel_err")
+    """The last line: ``{"rows": [...], "mean_abs_rel_err", "groups": [...], "sweeps": [...]}`` (NaN as null); each
+    row with the overlap and recomputed modules it was priced with."""
+    keep = ("line", "model", "system", "precision", "overlap", "recompute_modules", "measured_s", "predicted_s",
+            "compute_s", "bubble_s", "comm_s", "rel_err")
     out_rows = []
     for r in rows:
         row = {k: r[k] for k in keep}
