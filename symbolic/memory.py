@@ -131,8 +131,8 @@ MEGATRON_MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/tr
                     "qkv_up_proj_and_rope_apply checkpointed from q_compressed, kv_compressed and k_pos_emb, its "
                     "query, key and value discarded after the core attention)")
 MOE_COMBINE = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/moe/experts.py (TEGroupedMLP: the "
-               "routing probabilities applied in bias_act_func, weighted_bias_swiglu_impl with bias_activation_fusion), "
-               "token_dispatcher.py (MoEAlltoAllTokenDispatcher.combine_preprocess: unpermute without probabilities), "
+               "routing probabilities applied in bias_act_func, weighted_bias_swiglu_impl with "
+               "bias_activation_fusion), token_dispatcher.py (MoEAlltoAllTokenDispatcher.combine_preprocess: unpermute without probabilities), "
                "moe_utils.py (unpermute: a scatter-add, whose backward needs no saved tensor)")
 TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (Linear.forward: the quantized "
               "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "
@@ -381,16 +381,17 @@ def module_recompute_dropped(variant: MemoryVariant) -> sympy.Expr:
     Megatron-Core's modules ``layernorm`` (``recompute_norm``), ``moe_act`` (``recompute_moe_act``) and
     ``mla_up_proj`` (``recompute_mla_up``, :func:`_mla_up_dropped`) (``0`` where none applies to the variant).
 
-    Both are output-discarding checkpoints (``CheckpointWithoutOutput``): once the module's consumer ran, the
+    All three are output-discarding checkpoints (``CheckpointWithoutOutput``): once the module's consumer ran, the
     module's output is freed and recomputed from its kept input in the backward pass (``MEGATRON_MODULES``). With
     Transformer Engine's layer specs the attention's norm is fused into the QKV projection and a dense MLP's into
     FC1, so ``layernorm`` reaches the norms that stand alone: a MoE layer's pre-MLP norm (its output is the
     router's input, :func:`_mlp_elements`' second ``h/sp``) and MLA's input norm (its output feeds the
     down-projections). ``moe_act`` drops the experts' activation output, the second expert GEMM's input,
-    ``hff_exp`` over :func:`_expert_split` per routed copy of a token. In a low-precision run the linear layers fed by a recomputed
-    module keep its original output instead of a quantized copy (``set_save_original_input``) and that output is
-    freed, so the quantized copies :func:`lowp_saved_elements` counts of it go too: the shared experts' FC1
-    copy, MLA's down-projection copies (the query's only with a query latent), the expert FC2 inputs.
+    ``hff_exp`` over :func:`_expert_split` per routed copy of a token. In a low-precision run the linear layers
+    fed by a recomputed module keep its original output instead of a quantized copy (``set_save_original_input``)
+    and that output is freed, so the quantized copies :func:`lowp_saved_elements` counts of it go too: the shared
+    experts' FC1 copy, MLA's down-projection copies (the query's only with a query latent), the expert FC2
+    inputs.
     """
     low = variant.low_precision
     norm = sympy.Integer(0)  # bytes per token
@@ -450,9 +451,9 @@ def lowp_saved_elements(variant: MemoryVariant) -> tuple[sympy.Expr, sympy.Expr]
     its own copy (``2h/sp``) in place of the one BF16 tensor; the up-projections' inputs (the latents' norm
     outputs ``dc_q``, ``dc_kv``). Dense MLP: FC1's input (``h/sp``) and FC2's (``hff/t``; the activation keeps
     its BF16 input). MoE: per routed copy of a token the expert FC1's input (the dispatched token, ``h/sp``) and
-    FC2's (``hff_exp`` over :func:`_expert_split`); the shared experts' FC2 inputs and one copy of their FC1 input beside the BF16
-    norm output the router keeps. Not quantized: the router, the attention's core (Q, K, V, softmax state), the
-    norms, the output layer.
+    FC2's (``hff_exp`` over :func:`_expert_split`); the shared experts' FC2 inputs and one copy of their FC1 input
+    beside the BF16 norm output the router keeps. Not quantized: the router, the attention's core (Q, K, V, softmax
+    state), the norms, the output layer.
     """
     if variant.attention is AttentionParams.STANDARD:
         proj = a * head_width() / t

@@ -42,8 +42,8 @@ from .symbols import syms
 from .vocabulary import AttentionParams, attention_variant
 
 __all__ = ["AttentionParams", "attention_variant", "ParamCounts", "ParamFormulas", "layer_counts",
-           "layer_formulas", "attention_params", "mla_up_projection_params", "norm_params", "dense_ffn_params", "router_params",
-           "routed_expert_params", "shared_expert_params", "FORMULAS"]
+           "layer_formulas", "attention_params", "mla_up_projection_params", "norm_params", "dense_ffn_params",
+           "router_params", "routed_expert_params", "shared_expert_params", "FORMULAS"]
 
 h, a, n_kv, dh, dhr, dc_kv, dc_q, qk_nope = syms("h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "qk_nope_head_dim")
 n_attMM, n_ffMM, n_qknorm, attn_extra_p, layer_norms = syms("n_attMM", "n_ffMM", "n_qknorm", "attn_extra_p",

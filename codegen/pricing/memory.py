@@ -110,8 +110,9 @@ class MemorySettings:
             (``fp8_param_gather``, as NVIDIA's FP8 and MXFP8 recipes set it); False: BF16 weights and Transformer
             Engine's cached quantized copies beside them (Megatron-Core's own default).
         recompute_modules: the modules every layer not fully recomputed recomputes
-            (``symbolic.vocabulary.RECOMPUTE_MODULES``: ``layernorm``, ``moe_act``; a tuple, or one comma-separated
-            text), as Megatron-Core's ``recompute_modules`` beside the layout's recompute plan; none by default.
+            (``symbolic.vocabulary.RECOMPUTE_MODULES``: ``layernorm``, ``moe_act``, ``mla_up_proj``; a tuple, or one
+            comma-separated text), as Megatron-Core's ``recompute_modules`` beside the layout's recompute plan; none
+            by default.
     """
 
     bytes_compute: float | None = None
