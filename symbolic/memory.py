@@ -602,16 +602,17 @@ def stage_formulas(variant: MemoryVariant) -> StageMemory:
                        + not_recomputed * kept[Recompute.NONE] + n_sel_rec * kept[Recompute.SELECTIVE]
                        + n_full_rec * kept[Recompute.FULL])
     activations = in_flight() * per_micro_batch
-    # While one recomputed layer runs its backward it holds, for one micro-batch, what it did not keep: a layer
-    # recomputing modules holds their outputs again (the everything-kept count is kept[NONE] + dropped).
+    # While one recomputed layer runs its backward it holds, for one micro-batch, what it did not keep: a fully
+    # recomputed layer all but its input (everything kept is kept[NONE] + dropped), a selectively recomputed one its
+    # scores and its recomputed modules' outputs, a layer not recomputed those outputs alone. The largest of the
+    # last two is the scores (where a layer is selective) plus the modules' outputs (where any layer is not fully
+    # recomputed): two terms, so that the Max has two arguments, whose derivative stays cheap.
     # Unevaluated: SymPy's Max would try to order the sums symbolically, which takes minutes.
     dropped = module_recompute_dropped(variant)
-    everything = kept[Recompute.NONE] + dropped
-    candidates = [Min(n_full_rec, 1) * (everything - kept[Recompute.FULL]),
-                  Min(n_sel_rec, 1) * (everything - kept[Recompute.SELECTIVE])]
-    if dropped != 0:
-        candidates.append(Min(_body_layers() - n_full_rec, 1) * dropped)
-    workspace = Max(*candidates, evaluate=False)
+    scores = kept[Recompute.NONE] - kept[Recompute.SELECTIVE]
+    modules = Min(_body_layers() - n_full_rec, 1) * dropped if dropped != 0 else 0
+    workspace = Max(Min(n_full_rec, 1) * (kept[Recompute.NONE] + dropped - kept[Recompute.FULL]),
+                    Min(n_sel_rec, 1) * scores + modules, evaluate=False)
     total = model_states + activations + workspace
     headroom = device_memory_bytes - memory_reserve - total
     # [headroom >= 0] as 1 - max(0, sign(-headroom)), exact for every real headroom: a Piecewise would
