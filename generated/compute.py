@@ -794,7 +794,7 @@ def compute_standard_dense_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate,
     main_grad.add_), which reads and writes the buffer in the gradient dtype; Megatron-Core's token
     dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, an
     index_select copying each token's row once per chosen expert, and unpermute, the expert outputs
-    scaled by their routing probabilities and summed back into the tokens' rows;
+    (weighed by their routing probabilities inside the experts) summed back into the tokens' rows;
     token_dispatcher.py, MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h
     elements each, forward and mirrored backward; the all-to-all's own chunk sorting is left out
     (MoE); Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
@@ -1957,7 +1957,7 @@ def compute_standard_moe_stage_hbm_bytes(*, a, attn_extra_p, attn_output_gate, b
     main_grad.add_), which reads and writes the buffer in the gradient dtype; Megatron-Core's token
     dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, an
     index_select copying each token's row once per chosen expert, and unpermute, the expert outputs
-    scaled by their routing probabilities and summed back into the tokens' rows;
+    (weighed by their routing probabilities inside the experts) summed back into the tokens' rows;
     token_dispatcher.py, MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h
     elements each, forward and mirrored backward; the all-to-all's own chunk sorting is left out
     (MoE); Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
@@ -3207,7 +3207,7 @@ def compute_mla_q_latent_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
     main_grad.add_), which reads and writes the buffer in the gradient dtype; Megatron-Core's token
     dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, an
     index_select copying each token's row once per chosen expert, and unpermute, the expert outputs
-    scaled by their routing probabilities and summed back into the tokens' rows;
+    (weighed by their routing probabilities inside the experts) summed back into the tokens' rows;
     token_dispatcher.py, MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h
     elements each, forward and mirrored backward; the all-to-all's own chunk sorting is left out
     (MoE); Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
@@ -4491,7 +4491,7 @@ def compute_mla_q_latent_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
     main_grad.add_), which reads and writes the buffer in the gradient dtype; Megatron-Core's token
     dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, an
     index_select copying each token's row once per chosen expert, and unpermute, the expert outputs
-    scaled by their routing probabilities and summed back into the tokens' rows;
+    (weighed by their routing probabilities inside the experts) summed back into the tokens' rows;
     token_dispatcher.py, MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h
     elements each, forward and mirrored backward; the all-to-all's own chunk sorting is left out
     (MoE); Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
@@ -5762,7 +5762,7 @@ def compute_mla_q_direct_dense_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv
     main_grad.add_), which reads and writes the buffer in the gradient dtype; Megatron-Core's token
     dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, an
     index_select copying each token's row once per chosen expert, and unpermute, the expert outputs
-    scaled by their routing probabilities and summed back into the tokens' rows;
+    (weighed by their routing probabilities inside the experts) summed back into the tokens' rows;
     token_dispatcher.py, MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h
     elements each, forward and mirrored backward; the all-to-all's own chunk sorting is left out
     (MoE); Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)
@@ -7060,7 +7060,7 @@ def compute_mla_q_direct_moe_stage_hbm_bytes(*, a, b, bytes_grad, cp, d, dc_kv, 
     main_grad.add_), which reads and writes the buffer in the gradient dtype; Megatron-Core's token
     dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, an
     index_select copying each token's row once per chosen expert, and unpermute, the expert outputs
-    scaled by their routing probabilities and summed back into the tokens' rows;
+    (weighed by their routing probabilities inside the experts) summed back into the tokens' rows;
     token_dispatcher.py, MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h
     elements each, forward and mirrored backward; the all-to-all's own chunk sorting is left out
     (MoE); Megatron-Core (NVIDIA/Megatron-LM@d98e8a6)

@@ -267,8 +267,8 @@ _E = 2
 
 
 PERMUTE = ("Megatron-Core's token dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/moe_utils.py: permute, "
-           "an index_select copying each token's row once per chosen expert, and unpermute, the expert outputs scaled "
-           "by their routing probabilities and summed back into the tokens' rows; token_dispatcher.py, "
+           "an index_select copying each token's row once per chosen expert, and unpermute, the expert outputs (weighed "
+           "by their routing probabilities inside the experts) summed back into the tokens' rows; token_dispatcher.py, "
            "MoEAlltoAllTokenDispatcher): memory-bound copies of a rank's tokens, h elements each, forward and "
            "mirrored backward; the all-to-all's own chunk sorting is left out")
 
