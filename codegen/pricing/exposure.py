@@ -65,7 +65,7 @@ import numpy as np
 import generated
 from symbolic.vocabulary import OVERLAPS, RECOMPUTE_MODES, CpAlgorithm
 
-from ..runtime.inputs import InputError, one_of
+from ..runtime.inputs import InputError, name_set
 
 __all__ = ["EXPOSED_DIMENSIONS", "exposed_comm", "forward_shares", "overlap_names"]
 
@@ -119,15 +119,7 @@ def overlap_names(field: str, value: Any) -> tuple[str, ...]:
     Raises:
         InputError: naming *field* and the value: not text or a sequence of texts, or a name no overlap has.
     """
-    if isinstance(value, str):
-        text = value.strip()
-        given = [] if text.lower() in ("", "none") else [part.strip() for part in text.split(",")]
-    elif isinstance(value, (tuple, list, frozenset, set)):
-        given = list(value)
-    else:
-        raise InputError(f"{field}: expected overlap names ({', '.join(OVERLAPS)}) or none, got {value!r}")
-    chosen = {one_of(field, name, OVERLAPS) for name in given}
-    return tuple(name for name in OVERLAPS if name in chosen)
+    return name_set(field, value, OVERLAPS, "overlap names")
 
 
 def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None, *,

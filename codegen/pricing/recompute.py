@@ -34,24 +34,10 @@ def recompute_modules(field: str, value: Any) -> tuple[str, ...]:
             (Megatron-Core's ``core_attn`` is the recompute mode ``selective``; its ``mlp``, ``moe``,
             ``shared_experts`` and ``mhc`` are not modelled).
     """
-    if isinstance(value, str):
-        text = value.strip()
-        given = [] if text.lower() in ("", "none") else [part.strip() for part in text.split(",")]
-    elif isinstance(value, (tuple, list)):
-        given = list(value)
-    else:
-        raise inputs.InputError(f"{field}: expected recompute modules ({', '.join(RECOMPUTE_MODULES)}) or none, "
-                                f"got {value!r}")
-    for name in given:
-        if isinstance(name, str) and name in _NOT_MODELLED:
-            raise inputs.InputError(f"{field}: {name!r} is {_NOT_MODELLED[name]}; the modules modelled are "
-                                    f"{', '.join(RECOMPUTE_MODULES)}")
-    chosen = {inputs.one_of(field, name, RECOMPUTE_MODULES) for name in given}
-    return tuple(name for name in RECOMPUTE_MODULES if name in chosen)
+    return inputs.name_set(field, value, RECOMPUTE_MODULES, "recompute modules", refused=_NOT_MODELLED)
 
 
 def module_values(modules: Sequence[str]) -> dict[str, float]:
-    """The 0/1 switch of every recompute module (its symbol's name → 1.0 when *modules* names it, else 0.0),
-    the values the memory and compute formulas read."""
-    chosen = recompute_modules("recompute_modules", tuple(modules))
-    return {symbol: float(name in chosen) for name, (symbol, _what) in RECOMPUTE_MODULES.items()}
+    """The 0/1 switch of every recompute module (its symbol's name → 1.0 when *modules*, names already checked by
+    :func:`recompute_modules`, holds it, else 0.0), the values the memory and compute formulas read."""
+    return {symbol: float(name in modules) for name, (symbol, _what) in RECOMPUTE_MODULES.items()}

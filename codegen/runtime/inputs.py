@@ -16,7 +16,8 @@ the value and the rule it breaks. Nothing is wrapped, truncated or silently conv
 * products of degrees (the device count d·t·cp·p) are checked in exact integers, or in
   float64 against a bound far below 2**53, never in int64 that could wrap;
 * the Python API's other arguments too: a name among a fixed set (:func:`one_of`), a list of such
-  names (:func:`names`; one string is not a list: ``"tp"`` is not ``t`` and ``p``), a switch or
+  names (:func:`names`; one string is not a list: ``"tp"`` is not ``t`` and ``p``), a set of such names
+  written as a list or one comma-separated text (:func:`name_set`), a switch or
   share in ``[0, 1]`` (:func:`share`), an object of the type a function takes (:func:`instance`,
   so that a ``dict`` where a ``LayoutBatch`` is meant fails here, not deep inside with an
   ``AttributeError``), a catalog system (:func:`system`), seconds or bytes that must be finite
@@ -79,6 +80,7 @@ __all__ = [
     "instance",
     "int_array",
     "json_text",
+    "name_set",
     "names",
     "nonnegative",
     "one_of",
@@ -500,6 +502,30 @@ def names(field: str, values: object, choices: Any, *, error: type[ValueError] =
     if not out:
         raise error(f"{field}: give at least one of {', '.join(map(str, choices))}")
     return tuple(dict.fromkeys(out))
+
+
+def name_set(field: str, value: object, choices: Any, what: str, *, refused: Mapping[str, str] | None = None
+             ) -> tuple[str, ...]:
+    """*value* as names of *choices*, each once, in the order of *choices*: a sequence (or set) of names, or one
+    text of names separated by commas (``"dp,tp"``; ``"none"`` or ``""`` for none). *what* names the kind in the
+    error (``"overlap names"``); *refused* says, by name, why a name the caller knows of is not taken.
+
+    Raises:
+        InputError: naming *field* and the value: not text or a sequence of texts, a name of *refused* (with its
+            reason), or a name not among *choices*.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        given = [] if text.lower() in ("", "none") else [part.strip() for part in text.split(",")]
+    elif isinstance(value, (tuple, list, frozenset, set)):
+        given = list(value)
+    else:
+        raise InputError(f"{field}: expected {what} ({', '.join(choices)}) or none, got {value!r}")
+    for name in given:
+        if refused and isinstance(name, str) and name in refused:
+            raise InputError(f"{field}: {name!r} is {refused[name]}; the {what} are {', '.join(choices)}")
+    chosen = {one_of(field, name, choices) for name in given}
+    return tuple(name for name in choices if name in chosen)
 
 
 def share(field: str, value: object, *, error: type[ValueError] = InputError) -> float:

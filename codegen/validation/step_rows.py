@@ -66,7 +66,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -333,20 +333,13 @@ def _mode(field: str, text: str) -> str:
         raise InputError(f"{field}: {exc}") from None
 
 
-def _overlap(field: str, text: str) -> tuple[str, ...] | None:
-    """An ``overlap`` cell: overlap names separated by ``;`` or ``,`` (``dp;tp``), ``none``, or blank (``None``: the
-    recipe's, :func:`recipe_overlap`)."""
-    if not text.strip():
-        return None
-    return overlap_names(field, text.replace(";", ","))
-
-
-def _modules(field: str, text: str) -> tuple[str, ...] | None:
-    """A ``recompute_modules`` cell: module names separated by ``;`` or ``,`` (``layernorm;moe_act``), ``none``, or
-    blank (``None``: the recipe's, :func:`recipe_modules`)."""
-    if not text.strip():
-        return None
-    return recompute_modules(field, text.replace(";", ","))
+def _names_or_recipe(parse: Callable[[str, str], tuple[str, ...]]) -> Callable[[str, str], tuple[str, ...] | None]:
+    """A cell of names separated by ``;`` or ``,`` (``dp;tp``, ``layernorm;moe_act``), ``none``, or blank (``None``:
+    the recipe's, :func:`recipe_overlap` / :func:`recipe_modules`), read by *parse* (``overlap_names``,
+    ``recompute_modules``)."""
+    def read(field: str, text: str) -> tuple[str, ...] | None:
+        return parse(field, text.replace(";", ",")) if text.strip() else None
+    return read
 
 
 def _flag_or(blank: bool):
@@ -385,11 +378,11 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["shared_experts"] = cell(i, "shared_experts", lambda f, t: _whole(f, t, blank=0, minimum=0))
     r["recompute_mode"] = cell(i, "recompute_mode", _mode)
     r["recompute_given"] = bool(table.cells("recompute_mode")[i].strip())
-    r["recompute_modules"] = cell(i, "recompute_modules", _modules)
+    r["recompute_modules"] = cell(i, "recompute_modules", _names_or_recipe(recompute_modules))
     r["sequence_parallel"] = cell(i, "sequence_parallel", _flag_or(r["tp"] > 1))
     r["flash_attention"] = cell(i, "flash_attention", _flag_or(True))
     r["release"] = table.cells("release")[i].strip()
-    r["overlap"] = cell(i, "overlap", _overlap)
+    r["overlap"] = cell(i, "overlap", _names_or_recipe(overlap_names))
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
     r["sweep"] = table.cells("sweep")[i].strip()
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
