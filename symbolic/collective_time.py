@@ -46,6 +46,9 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   point-to-point operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold; the
   all-to-all's Simple path inside a node moves each peer's bytes on NCCL's point-to-point blocks (stated at
   ``_p2p_nvlink``).
+* The expert dispatch of DeepEP and Hybrid-EP (``ep_dispatch``: no NCCL collective; one candidate, ``dedup``)
+  sends a token once per destination node and rank instead of once per chosen expert (``_dedup_candidates``), with
+  the all-to-all's latency and the same NVLink and network bandwidths.
 * Added to tuning.cc's model (what nccl-tests measures and the tuner leaves out): the ring loop's pipeline
   fill, one slice per loop with Simple (``SLICESTEPS/CHUNKSTEPS`` chunk steps, src/device/collectives.h) and
   one chunk step with LL and LL128 (their final receive reads the FIFO), see ``_loop_fill``. The per-generation bindings (``hardware/_nccl.py``) may scale the
@@ -467,7 +470,42 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
     return out
 
 
-OPS = _OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv")
+def _dedup_candidates() -> dict[str, sympy.Expr]:
+    """The expert dispatch (and combine) of DeepEP's normal kernels and Hybrid-EP: a token sent once per node and rank.
+
+    ``msg_bytes`` is the NCCL all-to-all's S of the same call (a rank's tokens times its ``k = n_chosen_exp``
+    copies), so one token's row is ``S / k`` bytes. A token goes once to each *node* holding one of its k experts,
+    over RDMA to the rank of its own local index there, which forwards it over NVLink to each other rank of that
+    node holding one (deepseek-ai/DeepEP README: "Normal kernels with NVLink and RDMA forwarding", the dispatch
+    layout's ``num_tokens_per_rdma_rank``, ``num_tokens_per_rank`` and ``is_token_in_rank``); on one node it goes once
+    to each *rank* holding one. Experts are placed ``n_exp / ranks`` per rank and a token's k are taken as independent uniform
+    picks (the router balanced; sampling with replacement, 2 % above the exact hypergeometric share at 8 of 128
+    experts on 8 ranks): a given rank holds one of them with probability ``1 − (1 − 1/n)^k``, a given node
+    ``1 − (1 − 1/nodes)^k``. Per rank and call, in bytes:
+
+    * network: its tokens to the ``nodes − 1`` other nodes, ``S/k · (nodes − 1)(1 − (1 − 1/nodes)^k)``, through its
+      share of the node's NICs (``nics_used / ranks_per_node``, at the network bandwidth every candidate uses);
+    * NVLink: its tokens to the ``q − 1`` other ranks of its node plus those it received over RDMA from each other
+      node to the same ranks, ``S/k · nodes (q − 1)(1 − (1 − 1/n)^k)``, at NCCL's ring bus bandwidth inside the node
+      (DeepEP measures 153-158 GB/s on H800s whose NVLink reaches about 160: the copy kernels run at the link's
+      achievable rate, which is what the ring bus bandwidth stands for).
+
+    The two are pipelined (the forwarders start as tokens arrive), so the slower sets the time, after the latency of
+    the all-to-all's Simple path (its base latency and one NVLink or network hop). The combine moves the same rows
+    back, summed on the way; its time is taken as the dispatch's. Not modelled: DeepSeek-V3's node-limited routing
+    (at most M nodes per token: ``nodes`` above M only), the kernels' SM share, the CPU wait for the received count.
+    """
+    k = _sym("n_chosen_exp")
+    row = _S / sympy.Max(k, 1)  # (k = 0, no routed expert, sends nothing: S is 0 then)
+    rank_hit = 1 - (1 - 1 / _N) ** k
+    node_hit = 1 - (1 - 1 / _NODES) ** k
+    nvlink = row * _NODES * (_Q - 1) * rank_hit / _ring_bus("simple", sympy.Integer(1), sympy.Integer(1))
+    network = row * (_NODES - 1) * node_hit / _net_bus(_sym("nics_used") / _Q)
+    hop = Piecewise((_sym("hop_nvlink_ring_simple_s"), _NODES < 2), (_net_hop("ring", "simple"), True))
+    return {"dedup": _sym("alpha_ring_simple_s") + hop + sympy.Max(nvlink, network)}
+
+
+OPS = _OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "ep_dispatch")
 
 _DOC = {
     "all_reduce": "an all-reduce of S bytes",
@@ -476,6 +514,8 @@ _DOC = {
     "broadcast": "a broadcast of S bytes from one root",
     "all_to_all": "an all-to-all whose per-rank send buffer is S bytes",
     "send_recv": "one send/recv of S bytes to one peer",
+    "ep_dispatch": "an expert dispatch (or combine) whose NCCL all-to-all would send S bytes per rank (k copies of "
+                   "its tokens)",
 }
 
 _BUSBW_FACTOR = {
@@ -483,6 +523,7 @@ _BUSBW_FACTOR = {
     "all_gather": (_N - 1) / _N,
     "reduce_scatter": (_N - 1) / _N,
     "all_to_all": (_N - 1) / _N,
+    "ep_dispatch": (_N - 1) / _N,
     "broadcast": sympy.Integer(1),
     "send_recv": sympy.Integer(1),
 }
@@ -499,6 +540,10 @@ _CANDIDATE_SOURCE = {
                 "plugin's latency (graph latencyInter, lines 391-393)",
     "nvls": f"{_TUNING}: NVLS bandwidth (lines 307-323), nvlsEfficiency (line 139), latency (lines 424-426); "
             "src/graph/search.cc (NVLS channels = ranks, totalBw x n/(n-1), line 1168)",
+    "dedup": "deepseek-ai/DeepEP README (normal kernels with NVLink and RDMA forwarding, 153-158 GB/s over NVLink on "
+             "H800; the dispatch layout: tokens per RDMA rank and per rank, is_token_in_rank); NVIDIA's Hybrid-EP in "
+             "DeepEP (RDMA across nodes, NVLink inside: the same routes); Megatron-Core's flex token dispatcher "
+             "(moe_flex_dispatcher_backend deepep, hybridep)",
     "hierarchical": "intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data, "
                     "intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its "
                     "2-level form)",
@@ -520,6 +565,8 @@ def candidate_labels(op: str) -> tuple[str, ...]:
     """The candidates of *op* in NCCL's order (the order ties are broken in: the first one wins)."""
     if op in ("all_to_all", "send_recv"):
         return tuple(_p2p_candidates(op))
+    if op == "ep_dispatch":
+        return tuple(_dedup_candidates())
     labels = tuple(_candidates(op))
     return tuple(k for k in labels if k.startswith("ring_")) if op == "broadcast" else labels
 
@@ -530,6 +577,8 @@ def _build() -> tuple[Formula, ...]:
         if op in ("all_to_all", "send_recv"):
             cands = _p2p_candidates(op)
             prices = cands  # NCCL's rule (the P2P LL threshold) leaves one finite candidate: no price to compare
+        elif op == "ep_dispatch":
+            cands = prices = _dedup_candidates()  # one kernel, no tuner
         else:
             cands, prices = _candidates(op), _candidates(op, fill=False)
         labels = candidate_labels(op)
@@ -538,9 +587,11 @@ def _build() -> tuple[Formula, ...]:
             family = label.split("_")[0]
             out.append(Formula(
                 name=_name(op, label, "time", "s"), expr=expr, dimension="collective", algorithm=label, unit="s",
-                doc=f"Predicted seconds of {_DOC[op]} over `ranks` ranks with NCCL's {label.replace('_', ' ')} "
-                    f"(algorithm and protocol), the time it really takes; infinite where the candidate is not "
-                    f"available.",
+                doc=(f"Predicted seconds of {_DOC[op]} over `ranks` ranks with DeepEP's or Hybrid-EP's kernels, "
+                     f"which send a token once per destination node and rank." if op == "ep_dispatch" else
+                     f"Predicted seconds of {_DOC[op]} over `ranks` ranks with NCCL's {label.replace('_', ' ')} "
+                     f"(algorithm and protocol), the time it really takes; infinite where the candidate is not "
+                     f"available."),
                 source=_CANDIDATE_SOURCE[family], variant=(("op", op), ("candidate", label), ("what", "time"))))
             if prices[label] != expr:
                 out.append(Formula(

@@ -5,7 +5,8 @@ Each item is one collective of one dimension over one parallel group, written fo
 
 * ``calls_count``: calls per rank per step (``symbolic.step_volumes``' counts, times the switches
   that say whether the collective runs at all: a group of one rank, SP off, no ZeRO, one stage, the
-  run's CP algorithm (``cp_ulysses``: Ulysses all-to-alls or ring send/recvs), an empty call — no
+  run's CP algorithm (``cp_ulysses``: Ulysses all-to-alls or ring send/recvs), the run's expert dispatcher
+  (``ep_dedup``: NCCL's all-to-all or DeepEP / Hybrid-EP's kernels), an empty call — no
   routed experts — that NCCL discards);
 * ``msg_bytes``: nccl-tests size S of one call (``symbolic.step_volumes``);
 * ``step_bytes``: bytes one rank sends per step, ``calls × share(S)`` (``symbolic.collectives``);
@@ -52,9 +53,9 @@ from .vocabulary import DEGREES
 
 __all__ = ["FORMULAS", "ITEMS", "SLOPE_FORMS", "SLOPE_VARIABLES"]
 
-(t, cp, ep, d, t_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses, fsdp, reshards) = syms(
+(t, cp, ep, d, t_exp, p, m, vp, sp, z2, z3, z2e, z3e, layers, moe_layers, ulysses, fsdp, reshards, dedup) = syms(
     "t", "cp", "ep", "d", "t_exp", "p", "m", "vp", "sp", "zero2_non_exp", "zero3_non_exp", "zero2_exp", "zero3_exp",
-    "n_layers_stage", "n_moe_layers_stage", "cp_ulysses", "grad_shard_as_params", "reshards")
+    "n_layers_stage", "n_moe_layers_stage", "cp_ulysses", "grad_shard_as_params", "reshards", "ep_dedup")
 _S, _N, bytes_grad, bytes_p = syms("msg_bytes", "ranks", "bytes_grad", "bytes_p")
 
 _VOLUMES = {f.name: f.expr for f in step_volumes.FORMULAS}
@@ -121,6 +122,7 @@ _EXPERT_GRAD = _VOLUMES["dp_expert_all_reduce_msg_bytes"]
 _EXPERT_PARAM = _EXPERT_GRAD.subs(bytes_grad, bytes_p)
 _SHARE = {"all_gather": collectives.all_gather, "reduce_scatter": collectives.reduce_scatter,
           "all_reduce": collectives.all_reduce, "all_to_all": collectives.all_to_all,
+          "ep_dispatch": collectives.all_to_all,
           "send_recv": lambda size, _group: collectives.p2p(size)}
 
 #: (dimension, collective, op, group, weight, calls per step, forward calls per step, S, group degree, doc, source)
@@ -162,6 +164,11 @@ _TP_NO_SP = _on(t) * (1 - _sp_on)
 _RING = 1 - ulysses
 _ULYSSES_ON = _on(cp) * ulysses
 _EP_ON = _on(ep)
+#: The run's expert dispatcher (``ep_dedup``): NCCL's all-to-all (0) or DeepEP / Hybrid-EP (1), which send the same
+#: calls of the same S on their own deduplicating kernels (``symbolic.collective_time``, op ``ep_dispatch``).
+_EP_CALLS = _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1)
+_DEDUP_SOURCE = ("Megatron-Core MoE flex token dispatcher (megatron/core/transformer/moe/token_dispatcher.py, "
+                 "MoEFlexTokenDispatcher; fused_a2a.py: DeepEP / Hybrid-EP dispatch and combine, forward and backward)")
 _NONE = sympy.Integer(0)
 _ITEMS: tuple[tuple, ...] = (
     ("tp", "all_gather", "all_gather", "tp", "layer", _TP_CALLS * _TP_SP, _TP_FORWARD_CALLS * _TP_SP,
@@ -184,11 +191,14 @@ _ITEMS: tuple[tuple, ...] = (
     ("cp", "all_to_all_kv", "all_to_all", "cp", "layer", _ULYSSES_CALLS * _ULYSSES_ON,
      _ULYSSES_FORWARD_CALLS * _ULYSSES_ON, _VOLUMES["cp_ulysses_kv_msg_bytes"], cp,
      "Ulysses CP all-to-alls of the keys and the values of one transformer layer", _ULYSSES),
-    ("ep", "all_to_all", "all_to_all", "ep", "moe_layer",
-     _VOLUMES["ep_all_to_all_calls_count"].subs(moe_layers, 1) * _EP_ON, _EP_FORWARD_CALLS * _EP_ON,
-     _VOLUMES["ep_all_to_all_msg_bytes"], ep,
-     "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward)",
+    ("ep", "all_to_all", "all_to_all", "ep", "moe_layer", _EP_CALLS * _EP_ON * (1 - dedup),
+     _EP_FORWARD_CALLS * _EP_ON * (1 - dedup), _VOLUMES["ep_all_to_all_msg_bytes"], ep,
+     "EP token dispatch and combine all-to-alls of one MoE layer (forward and backward), NCCL's",
      "Lepikhin et al. 2020 GShard (arXiv:2006.16668); Megatron-LM MoE token dispatcher"),
+    ("ep", "dedup_dispatch", "ep_dispatch", "ep", "moe_layer", _EP_CALLS * _EP_ON * dedup,
+     _EP_FORWARD_CALLS * _EP_ON * dedup, _VOLUMES["ep_all_to_all_msg_bytes"], ep,
+     "EP token dispatches and combines of one MoE layer (forward and backward) on DeepEP's or Hybrid-EP's kernels "
+     "(S and the bytes sent: the NCCL all-to-all's of the same call; the kernels send fewer, docs/time.md)", _DEDUP_SOURCE),
     ("ep", "expert_tp_all_gather", "all_gather", "etp", "moe_layer", _ETP_CALLS * _ETP_ON,
      _ETP_FORWARD_CALLS * _ETP_ON, _ETP_MSG, t_exp,
      "expert tensor-parallel all-gathers of the tokens an EP rank received, before its experts (forward), and of "

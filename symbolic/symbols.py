@@ -184,6 +184,8 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
                                                          "gradients and optimizer states), else 0"),
     ("cp_ulysses", "nonnegative_integer", "1", "1 where the run's CP algorithm is Ulysses (all-to-all), else 0 "
                                                "(ring attention)"),
+    ("ep_dedup", "nonnegative_integer", "1", "1 where the run's expert dispatcher sends a token once per destination "
+                                             "rank and node (DeepEP, Hybrid-EP), else 0 (NCCL all-to-all)"),
     ("shard_spans_cp", "nonnegative_integer", "1", "1 where the stated FSDP shard already spans CP, else 0"),
     ("stage_cost_scale", "positive", "1", "factor the original applies to every stage dimension on a device "
                                           "(1; 1/2 on A3: the system file's original_stage_cost_scale)"),

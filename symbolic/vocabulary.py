@@ -62,6 +62,7 @@ __all__ = [
     "PRECISIONS",
     "OVERLAPS",
     "DEFAULT_OVERLAP",
+    "EP_DISPATCHERS",
 ]
 
 
@@ -524,6 +525,19 @@ OVERLAPS: Mapping[str, str] = MappingProxyType({
 #: and vp > 1, batch_p2p_comm otherwise), and leave the other two off (_get_model_comm_overlap_cfgs:
 #: tp_comm_overlap and overlap_moe_expert_parallel_comm "disabled by default").
 DEFAULT_OVERLAP: tuple[str, ...] = ("dp", "pp")
+
+#: The expert dispatchers a run may move its tokens with (``--ep-dispatcher``; docs/time.md, "Expert dispatch"), by
+#: Megatron-Core's names (``moe_token_dispatcher_type`` alltoall, or flex with ``moe_flex_dispatcher_backend``
+#: deepep / hybridep) → ``(sends each token once per destination rank and node, what it is)``. The first is the
+#: default, as in Megatron-Core.
+EP_DISPATCHERS: Mapping[str, tuple[bool, str]] = MappingProxyType({
+    "alltoall": (False, "NCCL all-to-all of one copy of a token per chosen expert (Megatron-Core's alltoall token "
+                        "dispatcher)"),
+    "deepep": (True, "DeepEP's normal kernels: a token sent once to each node holding one of its experts (to the rank "
+                     "of the same local index, over RDMA) and forwarded there over NVLink to each rank holding one"),
+    "hybridep": (True, "NVIDIA's Hybrid-EP kernels in DeepEP: the same deduplicated routes as DeepEP, TMA copies over "
+                       "NVLink"),
+})
 
 # ---------------------------------------------------------------- network levels
 

@@ -156,7 +156,7 @@ def test_forward_shares_are_the_calls_of_megatrons_forward_pass(cp, m):
     def calls(dim: str, **values: float) -> Fraction:
         """The generated calls per layer of *dim*'s items, summed (whole numbers, so exact as a fraction)."""
         values = {"m": float(m), "t": 4.0, "sp": 4.0, "cp": float(cp), "ep": 8.0, "t_exp": 1.0, "cp_ulysses": 0.0,
-                  **values}
+                  "ep_dedup": 0.0, **values}
         names = [f"{d}_{c}_stage_calls_count" for d, c, _, _ in ITEMS if d == dim]
         return sum(Fraction(float(term_function(n)(**{a: values[a] for a in term_arguments(n)}))) for n in names)
 
@@ -165,6 +165,7 @@ def test_forward_shares_are_the_calls_of_megatrons_forward_pass(cp, m):
     assert ring["tp"] * calls("tp") == (2 + 2) * m and calls("tp") == (4 + 4) * m
     assert ring["tp"] * calls("tp", sp=1.0) == 2 * m and calls("tp", sp=1.0) == 4 * m
     assert ring["ep"] * calls("ep") == 2 * m and calls("ep") == 4 * m
+    assert calls("ep", ep_dedup=1.0) == 4 * m  # DeepEP's dispatch and combine: the same calls on its own kernels
     assert ring["ep"] * calls("ep", t_exp=4.0) == (2 + 2) * m and calls("ep", t_exp=4.0) == (4 + 4) * m
     assert calls("ep", ep=1.0, t_exp=4.0) == 4 * m  # (no EP all-to-all with one EP rank; the expert-TP ones stay)
     assert ring["cp"] * calls("cp") == (cp - 1) * m and calls("cp") == 3 * (cp - 1) * m
@@ -466,7 +467,7 @@ def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
     from codegen.pricing import collective
     from codegen.pricing.time import OPS
 
-    shared = {k: float(v) for k, v in time_bindings(hardware.load(system)).items()}
+    hardware_side = {k: float(v) for k, v in time_bindings(hardware.load(system)).items()}
     rng = np.random.default_rng(11)
     cases = [_call_values(rng, 500, 3), _call_values(rng, 40, 1), _call_values(rng, 1, 2)]
     inside = _call_values(rng, 60, 2)
@@ -474,6 +475,8 @@ def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
     cases.append(inside)
     cases.append({k: v[0, 0] for k, v in _call_values(rng, 1, 1).items()})  # 0-d
     for op in sorted(set(OPS.values())):
+        # (the expert dispatch reads the model's top-k beside the hardware, as TimePricer binds it)
+        shared = dict(hardware_side, n_chosen_exp=8.0) if op == "ep_dispatch" else hardware_side
         chooser = collective.Chooser(op, shared)
         assert chooser.direct, op
         wants = [collective.choose(op, {**shared, **values}) for values in cases]
@@ -570,7 +573,8 @@ def test_expert_tensor_parallelism_is_priced():
     from codegen.pricing.engine import term_arguments, term_function
 
     values = {"cap_fact": 1.0, "n_chosen_exp": 8.0, "s": 4096.0, "cp": 2.0, "b": 1.0, "h": 7168.0,
-              "bytes_compute": 2.0, "t": 4.0, "t_exp": 8.0, "m": 3.0, "ep": 1.0, "n_moe_layers_stage": 1.0}
+              "bytes_compute": 2.0, "t": 4.0, "t_exp": 8.0, "m": 3.0, "ep": 1.0, "n_moe_layers_stage": 1.0,
+              "ep_dedup": 0.0}
 
     def form(name):
         return float(term_function(name)(**{a: values[a] for a in term_arguments(name)}))

@@ -24,11 +24,11 @@ __all__ = ["step_time_result", "print_step_time"]
 
 
 def step_time_result(model: ModelConfig, layout: Layout, system: str, precision: str,
-                     overlap: tuple[str, ...] = DEFAULT_OVERLAP, recompute_modules: tuple[str, ...] = ()
-                     ) -> dict[str, Any]:
+                     overlap: tuple[str, ...] = DEFAULT_OVERLAP, recompute_modules: tuple[str, ...] = (),
+                     ep_dispatcher: str = "alltoall") -> dict[str, Any]:
     """One layout's step time and parts (seconds), its exposed communication by dimension and each stage's memory,
-    under the run's *precision*, *overlap* (``symbolic.vocabulary.OVERLAPS`` names) and *recompute_modules*
-    (``symbolic.vocabulary.RECOMPUTE_MODULES`` names).
+    under the run's *precision*, *overlap* (``symbolic.vocabulary.OVERLAPS`` names), *recompute_modules*
+    (``symbolic.vocabulary.RECOMPUTE_MODULES`` names) and *ep_dispatcher* (``symbolic.vocabulary.EP_DISPATCHERS``).
 
     Raises:
         ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
@@ -37,7 +37,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     if layout.s is not None and layout.s != model.layout.s:
         # (the pricers read the run's sequence length from the model's layout: s=N of --layout is set there)
         model = model.with_sequence_length(layout.s)
-    comm = time_family_comm(model, system, precision)
+    comm = time_family_comm(model, system, precision, ep_dispatcher=ep_dispatcher)
     try:
         pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap,
                                 recompute_modules=recompute_modules)
@@ -56,7 +56,8 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
                                                                          recompute_modules=pricer.recompute_modules))
     out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
                       "fits": row["fits"]} for row in memory["stages"]]
-    out.update(system=system, precision=precision, overlap=list(pricer.overlap), recompute=mode,
+    out.update(system=system, precision=precision, overlap=list(pricer.overlap), ep_dispatcher=ep_dispatcher,
+               recompute=mode,
                recompute_modules=list(pricer.recompute_modules), zero_level=zero,
                units="seconds per training step; memory in bytes per rank")
     return out
@@ -67,7 +68,8 @@ def print_step_time(res: dict[str, Any], model: str, layout: str) -> None:
     print(f"model {model}  layout {layout}  system {res['system']}  precision {res['precision']}  "
           f"recompute {res['recompute']}" + (f" (modules {','.join(res['recompute_modules'])})"
                                              if res["recompute_modules"] else "")
-          + f"  ZeRO {res['zero_level']}  overlap {','.join(res['overlap']) or 'none'}")
+          + f"  ZeRO {res['zero_level']}  overlap {','.join(res['overlap']) or 'none'}"
+          + f"  EP dispatcher {res['ep_dispatcher']}")
     print(f"step {res['step_time_s']:.4f} s = compute {res['compute_s']:.4f} s + bubble {res['bubble_s']:.4f} s "
           f"(fraction {res['bubble']:.4f}) + exposed communication {res['comm_s']:.4f} s")
     print(f"slowest stage: {res['stage_flops'] / 1e12:.2f} TFLOP per rank per step at the reference GEMM efficiency "

@@ -10,7 +10,7 @@ import dataclasses
 import shlex
 from typing import Any, Iterable
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES
+from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES
 
 from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
@@ -72,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"with --cost step-time: the communication the run overlaps with compute, "
                         f"{', '.join(OVERLAPS)} (comma-separated) or none (default {','.join(DEFAULT_OVERLAP)}; "
                         f"docs/search.md)")
+    p.add_argument("--ep-dispatcher", default=None, choices=tuple(EP_DISPATCHERS),
+                   help="with --cost time or step-time: how the experts' tokens move (default alltoall: NCCL's "
+                        "all-to-all; deepep, hybridep: DeepEP's / Hybrid-EP's kernels, a token once per node and "
+                        "rank holding its experts; docs/time.md)")
     p.add_argument("--convention", choices=("original", "consistent"), default=None,
                    help="volumes as the original sums them (default) or consistent: bytes per rank per step by "
                         "dimension and collective")
@@ -268,14 +272,15 @@ CONSISTENT_UNITS = "bytes one rank sends per training step (calls x the collecti
 
 def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     """Per stage, by dimension and collective: seconds (``--cost time``) or bytes per rank per step."""
-    from ..pricing.time import TIME_DIMENSIONS, TimePricer
+    from ..pricing.time import EP_DISPATCHER, TIME_DIMENSIONS, TimePricer
 
     model = run_model(args)
     devices = None if args.devices is None else devices_count(args.devices)
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
     time = args.cost == "time"
     order = DEFAULT_ORDER if args.order is None else args.order
-    pricer = TimePricer(model, system=args.device, order=order, volumes_only=not time)
+    pricer = TimePricer(model, system=args.device, order=order, volumes_only=not time,
+                        ep_dispatcher=args.ep_dispatcher or EP_DISPATCHER)
     validate(model, layout, devices)
     batch = LayoutBatch.from_layouts([layout])
     if time:
@@ -364,6 +369,9 @@ def check_applies(args: argparse.Namespace) -> None:
     refuse_options(args, ("--overlap",), "the overlap of --cost step-time's exposed communication; the volumes and "
                                          "--cost time do not read it: drop it or add --cost step-time")
     time = args.cost == "time"
+    if not time:
+        refuse_options(args, ("--ep-dispatcher",), "the expert dispatcher of --cost time and step-time; the volumes "
+                                                   "do not read it: drop it or add --cost time or step-time")
     if time and args.convention == "original":
         raise ValueError("--convention original: --cost time prices seconds per rank per step by collective, "
                          "the consistent convention; drop --convention original or --cost time")
@@ -389,7 +397,8 @@ def run(args: argparse.Namespace) -> int:
         validate(model, layout, devices)
         overlap = overlap_names("--overlap", DEFAULT_OVERLAP if args.overlap is None else args.overlap)
         modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
-        res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap, modules)
+        res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap, modules,
+                               args.ep_dispatcher or "alltoall")
         if args.json:
             print(json_text(res | {"model": args.model, "layout": str(layout)}))
         else:

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import (DEFAULT_OVERLAP, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES, SEARCH_KEYS,
-                                 SEARCH_SETTINGS, ZERO_LEVELS)
+from symbolic.vocabulary import (DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS, RECOMPUTE_MODES,
+                                 RECOMPUTE_MODULES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS)
 
 from ..configs import LayoutError, load_model, model_names
 from ..pricing.exposure import overlap_names
@@ -83,6 +83,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"or none (default {','.join(DEFAULT_OVERLAP)}: the data-parallel overlap of Megatron-Bridge's "
                         f"recipes and, with vp > 1, their pipeline one; tp: Transformer Engine's TP overlap; ep: "
                         f"Megatron-Core's EP all-to-all overlap; docs/search.md)")
+    p.add_argument("--ep-dispatcher", default="alltoall", choices=tuple(EP_DISPATCHERS),
+                   help="how the experts' tokens move (default alltoall: NCCL's all-to-all, one copy per chosen "
+                        "expert; deepep, hybridep: DeepEP's / Hybrid-EP's kernels, a token once per node and rank "
+                        "holding its experts; docs/time.md)")
     p.add_argument("--recompute-modules", metavar="LIST", default=None,
                    help=f"modules every layer not fully recomputed recomputes in its backward pass, in every layout: "
                         f"{', '.join(RECOMPUTE_MODULES)} (comma-separated) or none (default none; Megatron-Core's "
@@ -263,6 +267,9 @@ def run(args: argparse.Namespace) -> int:
     if args.overlap is not None and overlap and args.objective == "original":
         raise ValueError(f"--overlap {args.overlap}: hides communication behind the compute of --objective step-time "
                          f"or comm-time; --objective original has none: add --overlap none or drop it")
+    if args.ep_dispatcher != "alltoall" and args.objective == "original":
+        raise ValueError(f"--ep-dispatcher {args.ep_dispatcher}: prices the expert dispatch of --objective step-time "
+                         f"or comm-time; --objective original has none")
     modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
     if modules and args.objective != "step-time" and args.no_memory:
         raise ValueError(f"--recompute-modules {args.recompute_modules}: changes the memory filter and the step time's "
@@ -288,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       original_device=original_device, memory=not args.no_memory,
                       keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
-                      overlap=overlap, bytes_grad=bytes_grad, recompute_modules=modules)
+                      overlap=overlap, bytes_grad=bytes_grad, recompute_modules=modules,
+                      ep_dispatcher=args.ep_dispatcher)
     if args.scheduler is not None:
         check_scheduler(args.scheduler, "--scheduler", timeout)
     context = search_context(spec)  # the space and pricers the search will use (built once)

@@ -162,14 +162,15 @@ def allowed(op: str, algorithms: Collection[str] | None = None,
     """Which candidates of *op* (``labels(op)``) NCCL may run with only *algorithms* and *protocols* enabled
     (``NCCL_ALGO`` / ``NCCL_PROTO`` names in lower case: tree, ring, nvls, nvlstree; ll, ll128, simple);
     ``None`` = no restriction. The hierarchical schedule, not NCCL's, goes where the algorithms are restricted;
-    the point-to-point candidates (all-to-all, send/recv), which NCCL's tuner does not pick, are never restricted.
+    the point-to-point candidates (all-to-all, send/recv), which NCCL's tuner does not pick, and the expert
+    dispatch's (DeepEP's kernels, no NCCL) are never restricted.
     """
     if algorithms is None and protocols is None:
         return None
     out = []
     for label in labels(op):
         algorithm, _, protocol = label.partition("_")
-        if algorithm == "p2p":
+        if algorithm in ("p2p", "dedup"):
             out.append(True)
         elif label in OUTSIDE_TUNER:
             out.append(algorithms is None)

@@ -36,17 +36,15 @@ Public API::
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     (price, compute, stage_flops and step_time check their arguments unless validated=True: a search's own calls)
     compute_family(system, ...), step_time_family(system, comm=None, ...) -> FamilySpec;  compute_terms(model)
-    exposed_time_comm(model, system, overlap=DEFAULT_OVERLAP, precision="bf16") -> comm(batch, compute_s)
-        (the step-time spec's)
+    exposed_time_comm(model, system, overlap=…, precision=…, ep_dispatcher=…) -> comm(batch, compute_s)  (the spec's)
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1, p=1, vp=1)
         -> exposed seconds (re-exported from codegen.pricing.exposure)
     forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     stage_layer_counts(model, p, vp) -> (first, last) arrays
-    time_family_comm(model, system, precision="bf16", *, lowp_primary_weights=True)
-        -> comm callable (.stage_seconds(chunk), .item_keys), or None without
-        codegen.pricing.time
+    time_family_comm(model, system, precision="bf16", *, lowp_primary_weights=True, ep_dispatcher="alltoall")
+        -> comm callable (.stage_seconds(chunk), .item_keys), or None without codegen.pricing.time
     time_item_keys(model) -> {item: keys and settings its seconds per stage follow from}
 """
 
@@ -61,7 +59,7 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import DEFAULT_OVERLAP, PRECISIONS, SEARCH_KEYS, SEARCH_SETTINGS, attention_variant
+from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, PRECISIONS, SEARCH_KEYS, SEARCH_SETTINGS, attention_variant
 
 from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
 from ..runtime import inputs
@@ -165,14 +163,14 @@ def _gathered_in(model: ModelConfig, precision: str, lowp_primary_weights: bool)
     return model
 
 
-def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *, lowp_primary_weights: bool = True
-                     ) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
+def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *, lowp_primary_weights: bool = True,
+                     ep_dispatcher: str = "alltoall") -> Callable[[Any], Mapping[str, np.ndarray]] | None:
     """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
 
     A run in a low *precision* whose primary weights are the quantized tensors (*lowp_primary_weights*, the
     recipes' default: docs/memory.md, "Low precision") gathers its weights over the data-parallel ranks at the
     recipe's ``gather_bytes`` (``symbolic.vocabulary.Precision``: FP8 1 byte a parameter) where it has one, not
-    at the model's parameter width.
+    at the model's parameter width. Its experts' tokens move on *ep_dispatcher* (``EP_DISPATCHERS``).
 
     ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
     mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
@@ -184,12 +182,14 @@ def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *
     except ImportError:
         return None
     model = _gathered_in(model, precision, lowp_primary_weights)
+    ep_dispatcher = inputs.one_of("ep_dispatcher", ep_dispatcher, EP_DISPATCHERS)
     pricers: dict[tuple[int, str], Any] = {}
 
     def pricer(setting: Any) -> Any:
         key = (setting.zero, setting.recompute)
         if key not in pricers:
-            pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute)
+            pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute,
+                                      ep_dispatcher=ep_dispatcher)
         return pricers[key]
 
     def comm(chunk: Any, dimensions: tuple[str, ...] | None = None) -> Mapping[str, np.ndarray]:
@@ -398,19 +398,19 @@ def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.n
 
 
 def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | str = DEFAULT_OVERLAP,
-                      precision: str = "bf16") -> Callable[..., np.ndarray]:
+                      precision: str = "bf16", ep_dispatcher: str = "alltoall") -> Callable[..., np.ndarray]:
     """``comm(batch, compute_s=None)``: the exposed communication seconds of each layout of a batch
     (:func:`exposed_comm` of the time family's bottleneck stage, ``codegen.pricing.time.TimePricer``), under the
     batch's recompute mode, CP algorithm and ZeRO level and the run's *overlap* (which needs the layouts'
     compute seconds *compute_s*; none without an overlap), its weights gathered as a *precision* run with
-    quantized primary weights gathers them (as :func:`time_family_comm`).
+    quantized primary weights gathers them, its experts' tokens moved by *ep_dispatcher* (:func:`time_family_comm`).
 
     Raises:
         InputError: naming *overlap* when it names no overlap (``symbolic.vocabulary.OVERLAPS``).
     """
     from .time import TimePricer
 
-    pricer = TimePricer(_gathered_in(model, precision, True), system=system)
+    pricer = TimePricer(_gathered_in(model, precision, True), system=system, ep_dispatcher=ep_dispatcher)
     overlap = overlap_names("overlap", overlap)
 
     def comm(batch: LayoutBatch, compute_s: np.ndarray | None = None) -> np.ndarray:

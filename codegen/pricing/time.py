@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import generated
+from symbolic.vocabulary import EP_DISPATCHERS
 
 from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts, check_batch, derive_fields_batch,
                        parse_recompute, stage_layer_kinds, stage_layers)
@@ -57,7 +58,10 @@ from .families import FamilySpec
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, arrays_argument, batch_argument, bind, degrees_argument, model_argument
 
-__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS", "time_family"]
+__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS", "EP_DISPATCHER", "time_family"]
+
+#: The expert dispatcher of a run that names none: Megatron-Core's default token dispatcher, NCCL's all-to-all.
+EP_DISPATCHER = next(iter(EP_DISPATCHERS))
 
 #: The network-level parameters :meth:`TimePricer.stage_slopes` differentiates in (relative scales of a
 #: level's latencies, α, or bandwidths, β; ``codegen.pricing.collective.LEVEL_PARAMETERS``).
@@ -150,6 +154,9 @@ def _item_name(dim: str, coll: str, what: str) -> str:
 _PARAMS = ("P_ne", "P_r")
 #: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
 _CALL_SYMBOLS = ("msg_bytes", "ranks")
+#: Model constants a collective form reads (the expert dispatch: the copies of a token, top-k), bound with the
+#: hardware's constants for the ops that read them.
+_MODEL_CALL_SYMBOLS = ("n_chosen_exp",)
 #: The stage's layer counts a per-stage form reads (``(M, U)`` columns, functions of the pipeline shape).
 _LAYER_SYMBOLS = ("n_layers_stage", "n_moe_layers_stage")
 
@@ -188,13 +195,17 @@ class TimePricer:
         fsdp, recompute: run settings shared by every layout (``None`` keeps the model file's).
         volumes_only: only :meth:`volumes` will be asked for (calls, S, bytes: no hardware needed, so
             a system without GPU facts is accepted).
+        ep_dispatcher: the expert dispatcher the run moves its tokens with (``symbolic.vocabulary.EP_DISPATCHERS``:
+            ``alltoall``, NCCL's, the default; ``deepep`` or ``hybridep``, which send a token once per destination
+            node and rank: docs/time.md, "Expert dispatch").
 
     Every public method checks its arguments and raises a ``ValueError`` naming the argument and the value
     (``codegen.runtime.inputs.InputError``; ``codegen.configs.LayoutError`` for a layout that breaks a rule).
 
     Raises:
         ValueError: naming an unknown model or system, a system without GPU facts (A2, A3), a
-            malformed order, or a setting of another kind (``fsdp="no"``, ``recompute=5``).
+            malformed order, or a setting of another kind (``fsdp="no"``, ``recompute=5``, an unknown
+            ``ep_dispatcher``).
     """
 
     #: Layouts per block (``engine.TIME_BLOCK``) and fewest layouts of a block grouped (``engine.TIME_GROUP_FROM``).
@@ -202,12 +213,13 @@ class TimePricer:
     group_from: int = TIME_GROUP_FROM
 
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
-                 recompute: str | None = None, volumes_only: bool = False):
+                 recompute: str | None = None, volumes_only: bool = False, ep_dispatcher: str = EP_DISPATCHER):
         import hardware
         from hardware import TIME_SYMBOLS, time_bindings
 
         model = model_argument(model)
         inputs.instance("system", system, str, "a hardware catalog name such as dgx_h100")
+        self.ep_dispatcher = inputs.one_of("ep_dispatcher", ep_dispatcher, EP_DISPATCHERS)
         if fsdp is not None:
             fsdp = flag("fsdp", fsdp)
         if recompute is not None:  # the plan's text, parsed as every layout will be (a LayoutError naming it)
@@ -233,10 +245,14 @@ class TimePricer:
         self._tables: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._choosers: dict[str, Chooser] = {}
         self._enabled_ops: dict[str, tuple[bool, ...] | None] = {}
-        for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S and n only
-            extra = collective_arguments(op) - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS)
+        #: Per op, the model constants its forms read (bound with the hardware's: ``_shared``).
+        self._model_call: dict[str, dict[str, float]] = {}
+        for op in set(OPS.values()):  # the collective forms read the hardware, the placement, S, n and top-k only
+            read = collective_arguments(op)
+            extra = read - TIME_SYMBOLS - set(_GROUP_SYMBOLS) - set(_CALL_SYMBOLS) - set(_MODEL_CALL_SYMBOLS)
             if extra:
                 raise RuntimeError(f"collective {op}: symbols neither hardware nor placement: {sorted(extra)}")
+            self._model_call[op] = {name: float(getattr(model, name)) for name in _MODEL_CALL_SYMBOLS if name in read}
         names = [_item_name(dim, coll, what) for dim, coll, _, _ in ITEMS for what in FORMS]
         layout_args = {a for n in names for a in term_arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
@@ -334,18 +350,24 @@ class TimePricer:
         """NCCL's pick for *op* with this system's constants bound, made when first asked (``Chooser``: the
         numbers of ``choose``, without a generated function call's fixed cost per candidate form)."""
         chooser = self._choosers.get(op)
-        if chooser is None or chooser.shared != self.hardware:  # made again for new constants (a caller's scaling)
+        shared = self._shared(op)
+        if chooser is None or chooser.shared != shared:  # made again for new constants (a caller's scaling)
             # Shared by the pricers of one system (a search builds one per run setting); keyed by the constants'
             # exact bits (float.hex: 0.0 and -0.0 apart), as the kernels' invariants see them.
             key = (op, tuple((name, type(value), float.hex(value) if isinstance(value, float) else value)
-                             for name, value in sorted(self.hardware.items())), self._enabled(op))
+                             for name, value in sorted(shared.items())), self._enabled(op))
             chooser = _CHOOSERS.get(key)
             if chooser is None:
                 if len(_CHOOSERS) >= 64:
                     _CHOOSERS.clear()
-                chooser = _CHOOSERS[key] = Chooser(op, self.hardware, self._enabled(op))
+                chooser = _CHOOSERS[key] = Chooser(op, shared, self._enabled(op))
             self._choosers[op] = chooser
         return chooser
+
+    def _shared(self, op: str) -> dict[str, Any]:
+        """The constants every call of *op* reads: the hardware's and, for the expert dispatch, the model's top-k."""
+        model_call = self._model_call.get(op)
+        return dict(self.hardware, **model_call) if model_call else self.hardware
 
     def _stage_counts(self, batch: LayoutBatch, p: int, vp: int) -> Mapping[str, np.ndarray]:
         counts = batch_stage_counts(self.model, batch, p, vp, self._counts)
@@ -359,6 +381,8 @@ class TimePricer:
         values = bind(f, self._needed - set(_PARAMS), system=self.system)
         values.update(_layer_params(f))
         values.update(self.hardware)
+        if "ep_dedup" in values:  # the run's expert dispatcher (bind's default is NCCL's all-to-all)
+            values["ep_dedup"] = float(EP_DISPATCHERS[self.ep_dispatcher][0])
         return values, f
 
     def _groups(self, f: Fields) -> dict[str, tuple[tuple[Any, Any], ...]]:
@@ -703,7 +727,7 @@ class TimePricer:
             if not np.any(calls) and not any(np.any(v) for v in d_calls.values()):
                 continue  # off, and stays off nearby (a collective switching on at a degree of 1 is not skipped)
             grp = {k: (v[:, None] if isinstance(v, np.ndarray) and v.ndim else v) for k, v in placed[group].items()}
-            call_values = dict(self.hardware, **grp, msg_bytes=size, ranks=ranks)
+            call_values = dict(self._shared(OPS[f"{dim}.{coll}"]), **grp, msg_bytes=size, ranks=ranks)
             pick = choose(OPS[f"{dim}.{coll}"], call_values, self._enabled(OPS[f"{dim}.{coll}"]))
             on = calls > 0
             # Where the calls are 0 the time of one call still weighs their derivative (the right derivative at

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, RECOMPUTE_MODES, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
 from ..pricing.exposure import overlap_names
 from ..pricing.low_precision import precision_name
 from ..pricing.recompute import recompute_modules
-from ..runtime.inputs import DEVICES_MAX, InputError, flag, nonnegative, whole
+from ..runtime.inputs import DEVICES_MAX, InputError, flag, nonnegative, one_of, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, recompute_modes, restrictions, system_name, zero_levels
 from .space import SearchSpace
 from .top import COLUMNS
@@ -67,7 +67,9 @@ class SearchSpec:
     recipes and, in an interleaved pipeline, their pipeline one; ``codegen.pricing.exposure``).
     *recompute_modules*: the modules every layer not fully recomputed recomputes, in every layout tried
     (``symbolic.vocabulary.RECOMPUTE_MODULES``; a run setting as *precision*, in the memory per rank and the step
-    time; none by default).
+    time; none by default). *ep_dispatcher*: the expert dispatcher the run moves its tokens with
+    (``symbolic.vocabulary.EP_DISPATCHERS``: NCCL's ``alltoall`` by default; ``deepep`` or ``hybridep``, docs/time.md
+    "Expert dispatch"), in the step time's communication.
 
     Raises:
         InputError: a ``ValueError`` naming the argument and the value.
@@ -92,6 +94,7 @@ class SearchSpec:
     overlap: tuple[str, ...] = DEFAULT_OVERLAP
     bytes_grad: float | None = None
     recompute_modules: tuple[str, ...] = ()
+    ep_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -120,6 +123,10 @@ class SearchSpec:
         precision_name("precision", self.precision)
         put("overlap", overlap_names("overlap", self.overlap))
         put("recompute_modules", recompute_modules("recompute_modules", self.recompute_modules))
+        one_of("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        if self.ep_dispatcher != "alltoall" and self.objective == "original":
+            raise InputError(f"ep_dispatcher: {self.ep_dispatcher} prices the expert dispatch of --objective step-time "
+                             f"or comm-time; --objective original has none")
         if self.precision != "bf16" and self.objective != "step-time":
             raise InputError(f"precision: {self.precision} prices the compute of --objective step-time; "
                              f"--objective {self.objective} has none")
@@ -195,7 +202,7 @@ def _context(spec: SearchSpec) -> SearchContext:
 
         original = StagePricer(spec.model, device=spec.original_device or spec.system)
     else:
-        comm = time_family_comm(spec.model, spec.system, spec.precision)
+        comm = time_family_comm(spec.model, spec.system, spec.precision, ep_dispatcher=spec.ep_dispatcher)
         if spec.objective == "comm-time" and comm is None:
             raise ValueError("--objective comm-time: needs the time family (codegen.pricing.time), not in this build")
         step = StepTimePricer(spec.model, system=system, comm=comm, precision=spec.precision, overlap=spec.overlap,

@@ -5,9 +5,9 @@ than theirs (a claim the measurements would have to contradict) and never calls 
 family × system of a layout-by-layout table (``data/nemo_step_times.csv``: NVIDIA's published NeMo /
 Megatron-Bridge throughput), the case is the row of the newest release (the tuned layout of today's software; the
 last such row of the file when two share it). Its model, devices, global batch, sequence length, precision,
-system, communication overlap (its recipe's, ``step_rows.recipe_overlap``) and the modules it recomputes inside
-its layers (its recipe's, ``step_rows.recipe_modules``) are the row's (``step_rows.read_rows``,
-``model_and_layout``); then
+system, communication overlap (its recipe's, ``step_rows.recipe_overlap``), the modules it recomputes inside
+its layers (its recipe's, ``step_rows.recipe_modules``) and its expert dispatcher (its recipe's,
+``step_rows.recipe_dispatcher``) are the row's (``step_rows.read_rows``, ``model_and_layout``); then
 
 * the **search**: ``codegen.search.search`` over every valid layout (every recompute mode, the ZeRO levels 1 and the
   row's: 3 where it shards with FSDP), the search's default reserve, and the recipes' BF16 gradients
@@ -42,7 +42,7 @@ from symbolic.vocabulary import SEARCH_KEYS
 
 from ..search import SearchSpec, search
 from .csvfile import DATA_DIR, Table
-from .step_rows import RECIPE_MEMORY, model_and_layout, read_rows, recipe_modules, recipe_overlap
+from .step_rows import RECIPE_MEMORY, model_and_layout, read_rows, recipe_dispatcher, recipe_modules, recipe_overlap
 
 __all__ = ["DEFAULT_DATA", "GAP_BOUND", "PASS_SHARE", "FIXED_KEYS", "DecisionCase", "decision_cases",
            "decision_summary", "print_decision_report"]
@@ -140,7 +140,7 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
         zeros = tuple(sorted({1, zero}))
         common = dict(model=model, devices=r["gpus"], global_batch=r["global_batch"], system=r["system"],
                       precision=r["precision"], overlap=recipe_overlap(r)[0], bytes_grad=RECIPE_MEMORY["bytes_grad"],
-                      recompute_modules=recipe_modules(r)[0])
+                      recompute_modules=recipe_modules(r)[0], ep_dispatcher=recipe_dispatcher(r)[0])
         best, layouts = _best(SearchSpec(**common, zero_levels=zeros))
         if best is None:
             raise ValueError(f"{where}: the search finds no layout that fits")

@@ -44,7 +44,8 @@ model ranks first (its measured time over the fastest measured, minus 1).
 
 Public API::
 
-    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP
+    FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP,
+    RECIPE_EP_DISPATCHER
     is_step_rows_table(table) -> bool
     read_rows(table, system=None) -> list[dict]            # every row's cells read through the gate
     model_and_layout(row, name, source) -> (ModelConfig, Layout, ZeRO level)   # a row read by read_rows
@@ -52,6 +53,7 @@ Public API::
     recipe_recompute(row, p) -> (RecomputePlan, source)
     recipe_overlap(row) -> (overlap names, source)      # the row's overlap cell, its recipe's, or DEFAULTS
     recipe_modules(row) -> (module names, source)       # the row's recompute_modules cell, its recipe's, or none
+    recipe_dispatcher(row) -> (dispatcher, source)      # the row's ep_dispatcher cell, its recipe's, or alltoall
     row_memory(row, name, source, settings=DEFAULT_SETTINGS) -> dict   # memory per rank with the recipe's settings
     memory_rows(table, system=None, settings=DEFAULT_SETTINGS) -> list[dict]
     spearman(x, y) -> float;  regret(predicted, measured) -> float
@@ -71,7 +73,7 @@ from typing import Any, Callable
 import numpy as np
 
 import hardware
-from symbolic.vocabulary import DEFAULT_OVERLAP, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, SEARCH_KEYS
 
 from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
@@ -79,14 +81,15 @@ from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.exposure import overlap_names
 from ..pricing.recompute import recompute_modules
 from ..pricing.step_time import StepTimePricer, time_family_comm
-from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, parse_flag, \
-    parse_real, parse_whole
+from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, one_of, \
+    parse_flag, parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE",
-           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "Family", "is_step_rows_table", "read_rows",
-           "model_and_layout", "step_rows", "recipe_recompute", "recipe_modules", "recipe_overlap", "row_memory",
-           "memory_rows", "spearman", "regret", "sweep_stats", "group_stats", "summary_json", "print_report"]
+           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "Family", "is_step_rows_table",
+           "read_rows", "model_and_layout", "step_rows", "recipe_recompute", "recipe_modules", "recipe_overlap",
+           "recipe_dispatcher", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats", "group_stats",
+           "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
 REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
@@ -227,6 +230,27 @@ RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
 }
 
 
+_DISPATCH_TAGS = ("scripts/performance/configs/{deepseek,gpt_oss,qwen}/*workload_base_configs.py, "
+                  "moe_flex_dispatcher_backend of the system's preset")
+#: The expert dispatcher of the runs whose recipes move their tokens with DeepEP's or Hybrid-EP's kernels
+#: (Megatron-Core's flex token dispatcher), ``(model, system, precision, release)`` → (dispatcher, source), the key
+#: as :data:`RECIPE_OVERLAP`'s; every other row's recipe leaves Megatron-Core's default, NCCL's all-to-all
+#: (``alltoall``; an ``ep_dispatcher`` column wins where given). From the tagged presets of each release
+#: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.4.0 = 26.04, v0.4.1 = 26.02.01, v0.4.2 = 26.04.01, v0.5.0 =
+#: 26.06): in 25.11 no B200 or H100 preset names one; from 26.02 DeepSeek-V3's B200 presets name hybridep (EP 8), and
+#: v0.4.2's FP8_MX_V2 deepep (EP 32); Qwen3-30B-A3B's H100 presets deepep in 26.02 and hybridep from 26.04 (EP 16),
+#: its B200 presets and GPT-OSS 120B's B200 V2 preset hybridep from 26.02.01; the Qwen3-235B-A22B presets none.
+RECIPE_EP_DISPATCHER: dict[tuple[str, str, str, str], tuple[str, str]] = {
+    ("deepseekv3", "dgx_b200", "mxfp8", "26.02"): ("hybridep", f"Megatron-Bridge v0.3.0 {_DISPATCH_TAGS}"),
+    ("deepseekv3", "dgx_b200", "mxfp8", "26.04.01"): ("deepep", f"Megatron-Bridge v0.4.2 {_DISPATCH_TAGS}"),
+    ("gpt_oss_120b", "dgx_b200", "bf16", "26.02.01"): ("hybridep", f"Megatron-Bridge v0.4.1 {_DISPATCH_TAGS}"),
+    ("qwen3_30b_a3b", "dgx_b200", "mxfp8", "26.02.01"): ("hybridep", f"Megatron-Bridge v0.4.1 {_DISPATCH_TAGS}"),
+    ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.02"): ("deepep", f"Megatron-Bridge v0.3.0 {_DISPATCH_TAGS}"),
+    ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.04"): ("hybridep", f"Megatron-Bridge v0.4.0 {_DISPATCH_TAGS}"),
+    ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.06"): ("hybridep", f"Megatron-Bridge v0.5.0 {_DISPATCH_TAGS}"),
+}
+
+
 @dataclass(frozen=True)
 class Family:
     """What a model family's architecture has beyond the table's columns (``ModelConfig`` switches)."""
@@ -342,6 +366,12 @@ def _names_or_recipe(parse: Callable[[str, str], tuple[str, ...]]) -> Callable[[
     return read
 
 
+def _dispatcher(field: str, text: str) -> str | None:
+    """An ``ep_dispatcher`` cell (``symbolic.vocabulary.EP_DISPATCHERS``), or blank (``None``: the recipe's,
+    :func:`recipe_dispatcher`)."""
+    return one_of(field, text.strip().lower(), EP_DISPATCHERS) if text.strip() else None
+
+
 def _flag_or(blank: bool):
     def read(field: str, text: str) -> bool:
         return blank if not text.strip() else parse_flag(field, text)
@@ -383,6 +413,7 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["flash_attention"] = cell(i, "flash_attention", _flag_or(True))
     r["release"] = table.cells("release")[i].strip()
     r["overlap"] = cell(i, "overlap", _names_or_recipe(overlap_names))
+    r["ep_dispatcher"] = cell(i, "ep_dispatcher", _dispatcher)
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
     r["sweep"] = table.cells("sweep")[i].strip()
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
@@ -450,7 +481,8 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     model, layout, zero = model_and_layout(r, name, source)
     if r["release"]:  # a row of NVIDIA's tables: its recipe reduces and accumulates BF16 gradients
         model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
-    pricer = StepTimePricer(model, system=r["system"], comm=time_family_comm(model, r["system"], r["precision"]),
+    comm = time_family_comm(model, r["system"], r["precision"], ep_dispatcher=recipe_dispatcher(r)[0])
+    pricer = StepTimePricer(model, system=r["system"], comm=comm,
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
                             precision=r["precision"], overlap=recipe_overlap(r)[0],
                             recompute_modules=recipe_modules(r)[0])
@@ -475,6 +507,18 @@ def recipe_overlap(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
     if key in RECIPE_OVERLAP:
         return RECIPE_OVERLAP[key]
     return DEFAULTS["overlap"], "recipe default"
+
+
+def recipe_dispatcher(r: dict[str, Any]) -> tuple[str, str]:
+    """The expert dispatcher of a row read by :func:`read_rows`, and where it comes from: the row's ``ep_dispatcher``
+    cell (``"table"``); else its recipe's (:data:`RECIPE_EP_DISPATCHER`, its source); else Megatron-Core's default,
+    NCCL's all-to-all (``"recipe default"``)."""
+    if r.get("ep_dispatcher") is not None:
+        return r["ep_dispatcher"], "table"
+    key = (_model_key(r), r["system"], r["precision"], r.get("release", ""))
+    if key in RECIPE_EP_DISPATCHER:
+        return RECIPE_EP_DISPATCHER[key]
+    return "alltoall", "recipe default"
 
 
 def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
@@ -594,7 +638,8 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     for r in read:
         row = {"line": r["line"], "model": r["model"], "system": r["system"], "precision": r["precision"],
                "moe": r["is_moe"], "sweep": r["sweep"], "overlap": ",".join(recipe_overlap(r)[0]) or "none",
-               "recompute_modules": ",".join(recipe_modules(r)[0]) or "none", "measured_s": r["measured_s"],
+               "recompute_modules": ",".join(recipe_modules(r)[0]) or "none",
+               "ep_dispatcher": recipe_dispatcher(r)[0], "measured_s": r["measured_s"],
                "predicted_s": None, "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
         try:
             got = price_row(r, r["model"], str(table.path))
@@ -684,7 +729,8 @@ def _json_number(x: float) -> float | None:
 def summary_json(rows: list[dict[str, Any]]) -> str:
     """The last line: ``{"rows": [...], "mean_abs_rel_err", "groups": [...], "sweeps": [...]}`` (NaN as null); each
     row with the overlap and recomputed modules it was priced with."""
-    keep = ("line", "model", "system", "precision", "overlap", "recompute_modules", "measured_s", "predicted_s",
+    keep = ("line", "model", "system", "precision", "overlap", "recompute_modules", "ep_dispatcher", "measured_s",
+            "predicted_s",
             "compute_s", "bubble_s", "comm_s", "rel_err")
     out_rows = []
     for r in rows:
