@@ -122,3 +122,14 @@ def test_a_rows_dispatcher_cell_wins_and_an_unknown_one_names_its_line(tmp_path)
     bad.write_text(f"{header}\n{row}nccl\n")
     with pytest.raises(ValueError, match=r"line 2.*ep_dispatcher.*'nccl'"):
         read_rows(read_table(bad))
+
+
+def test_the_sensitivity_in_seconds_takes_the_dispatcher(capsys):
+    args = ["sensitivity", "--model", "qwen3-30b-a3b", "--device", "dgx_h100", "--layout", "d=16,t=1,p=1,ep=16,m=64,b=1",
+            "--degrees", "d,ep"]
+    assert main([*args, "--cost", "time", "--ep-dispatcher", "hybridep", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"ep_dispatcher": "hybridep"' in out
+    assert main([*args, "--ep-dispatcher", "hybridep"]) == 2  # the volume cost has no dispatcher
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--ep-dispatcher hybridep" in err[0]

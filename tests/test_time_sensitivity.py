@@ -42,11 +42,14 @@ def _time(op: str, values: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("system", ["dgx_a100", "dgx_h100", "dgx_b200"])
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv",
+                                "ep_dispatch"])
 def test_collective_slopes_match_central_differences(system, op):
     sizes = np.array([3.0e3, 5.0e5, 3.0e7, 7.0e8])
     for ranks, nodes in ((8, 1), (16, 2)):
         values = group_values(hardware.load(system), np.full(sizes.shape, float(ranks)), sizes)
+        if op == "ep_dispatch":  # (its forms read the model's top-k too)
+            values["n_chosen_exp"] = 8.0
         t, index = _time(op, values)
         got = collective.slopes(op, values, index)
         for by in collective.SLOPE_BY:
@@ -109,7 +112,16 @@ def _stage_fd(pricer: TimePricer, batch: LayoutBatch, x: str, monkeypatch) -> np
 
 @pytest.mark.parametrize("model,layout,system", LAYOUTS, ids=[f"{m}-{s}" for m, _, s in LAYOUTS])
 def test_stage_slopes_match_central_differences_of_the_pricer(model, layout, system, monkeypatch):
-    pricer = TimePricer(model, system=system)
+    _check_stage_slopes(TimePricer(model, system=system), layout, monkeypatch)
+
+
+def test_stage_slopes_with_deepeps_dispatch_match_central_differences(monkeypatch):
+    # EP 32 over four nodes on DeepEP's kernels (docs/time.md, "Expert dispatch").
+    _check_stage_slopes(TimePricer("deepseek-v3", system="dgx_h100", ep_dispatcher="deepep"), "d=8,t=4,p=4,ep=32,m=16",
+                        monkeypatch)
+
+
+def _check_stage_slopes(pricer: TimePricer, layout: str, monkeypatch) -> None:
     parsed = parse_layout(layout, pricer.model.layout)
     batch = LayoutBatch.from_layouts([parsed])
     totals, slopes = pricer.stage_slopes(batch, DEGREES, validated=False)

@@ -4,14 +4,14 @@ Command line::
 
     symcost sensitivity --model NAME [--layout K=V,…] [--device D] [--fsdp] [--recompute R] [--with-recomp]
                         [--ttype FLOP|TIME] [--objective max|sum|memory] [--degrees t,cp,…] [--json] [--plot FILE.png]
-                        [--cost volume|time] [--order tp-cp-ep-dp-pp]
+                        [--cost volume|time] [--order tp-cp-ep-dp-pp] [--ep-dispatcher alltoall|deepep|hybridep]
                         [memory settings: --reserve GIB --bytes-param B --bytes-grad B --bytes-optimizer K
                          --no-flash-attention --zero-level Z]
 
 ``--json`` prints ``{"objective", "value", "degrees": {x: {"value", "derivative", "elasticity",
 "doubling_ratio"}}, "units"}``; with ``--cost time`` (communication seconds per step on NCCL's model, a
-catalog system with GPU facts as ``--device``) also ``"cost": "time"``, ``"system"``, ``"order"`` and
-``"levels": {L: {"symbols", "derivative", "elasticity"}}`` for each network level's α and β; ``--plot FILE`` draws the objective against each degree over the
+catalog system with GPU facts as ``--device``) also ``"cost": "time"``, ``"system"``, ``"order"``,
+``"ep_dispatcher"`` and ``"levels": {L: {"symbols", "derivative", "elasticity"}}`` for each network level's α and β; ``--plot FILE`` draws the objective against each degree over the
 powers of two that give valid layouts into exactly FILE (a ``.png``, ``.svg`` or ``.pdf``, which must not
 exist yet: ``codegen.cli._output``) and needs matplotlib (the ``plot`` extra).
 """
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from symbolic.vocabulary import DEGREES, RECOMPUTE_MODES
+from symbolic.vocabulary import DEGREES, EP_DISPATCHERS, RECOMPUTE_MODES
 
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--order", default=None, help="rank order for --cost time, innermost first (default Megatron's "
                                                  "tp-cp-ep-dp-pp)")
     add_memory_options(p, "--objective memory")
+    p.add_argument("--ep-dispatcher", default=None, choices=tuple(EP_DISPATCHERS),
+                   help="with --cost time: how the experts' tokens move (default alltoall: NCCL's all-to-all; deepep, "
+                        "hybridep: a token once per node and rank holding its experts; docs/time.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree into FILE (.png, "
                                                       ".svg or .pdf; a new file; needs matplotlib)")
@@ -125,7 +128,8 @@ def _run_time(args: argparse.Namespace) -> int:
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     model = load_model(args.model)
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
-                              recompute=args.recompute, objective=args.objective, degrees=degrees)
+                              recompute=args.recompute, objective=args.objective, degrees=degrees,
+                              ep_dispatcher=args.ep_dispatcher or "alltoall")
     _check_finite(result)
     for lv in result.levels.values():
         finite(f"derivative by {lv.name}", lv.derivative)
@@ -145,13 +149,15 @@ def _run_time(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Options a run does not read are refused when given: ``--order`` belongs to ``--cost time``; ``--ttype`` and
-    ``--with-recomp`` to the communication objectives (``max``, ``sum``), not to ``--objective memory``; the
-    memory options to ``--objective memory`` (``memory_settings``)."""
+    """Options a run does not read are refused when given: ``--order`` and ``--ep-dispatcher`` belong to ``--cost
+    time``; ``--ttype`` and ``--with-recomp`` to the communication objectives (``max``, ``sum``), not to
+    ``--objective memory``; the memory options to ``--objective memory`` (``memory_settings``)."""
     if args.cost == "time":
         return _run_time(args)
     refuse_options(args, ("--order",), "the rank order places the groups of --cost time; the volume cost does not "
                                        "read it: drop it or add --cost time")
+    refuse_options(args, ("--ep-dispatcher",), "the expert dispatcher of --cost time; the volume cost does not read "
+                                               "it: drop it or add --cost time")
     if args.objective == "memory":
         refuse_options(args, ("--ttype", "--with-recomp"), "a setting of the communication volumes; --objective "
                                                            "memory does not read it: drop it")

@@ -55,7 +55,7 @@ Public API::
     objective_curve(model, layout_text, degree, settings=Settings()) -> list[tuple[int, float]]
     DegreeSensitivity, Sensitivity, OBJECTIVES
     time_sensitivity(model, layout_text, *, system, order=None, fsdp=False, recompute=None, objective="max",
-                     degrees=DEGREES) -> TimeSensitivity          (``--cost time``: communication seconds)
+                     degrees=DEGREES, ep_dispatcher="alltoall") -> TimeSensitivity   (``--cost time``: seconds)
     LevelSensitivity, TimeSensitivity, TIME_OBJECTIVES
 """
 
@@ -388,9 +388,11 @@ class TimeSensitivity(Sensitivity):
     levels: dict[str, LevelSensitivity] = field(default_factory=dict)
     system: str = ""
     order: str = ""
+    ep_dispatcher: str = "alltoall"
 
     def as_json(self) -> dict[str, Any]:
         return {**super().as_json(), "cost": "time", "system": self.system, "order": self.order,
+                "ep_dispatcher": self.ep_dispatcher,
                 "levels": {name: lv.as_json() for name, lv in self.levels.items()}}
 
 
@@ -400,7 +402,7 @@ TIME_OBJECTIVES = ("max", "sum")
 
 def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order: str | None = None,
                      fsdp: bool = False, recompute: str | None = None, objective: str = "max",
-                     degrees: Sequence[str] = DEGREES) -> TimeSensitivity:
+                     degrees: Sequence[str] = DEGREES, ep_dispatcher: str = "alltoall") -> TimeSensitivity:
     """Per degree and network level, the derivative and elasticity of the communication seconds per step.
 
     The objective is the bottleneck stage's seconds (``max``) or the sum over stages (``sum``), priced by
@@ -409,11 +411,12 @@ def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order
     objective, the group's placement held, ``p`` through the stage's layer counts ∝ 1/p (``max``), the
     chosen algorithm's derivative (a.e.). The doubling ratio re-prices the doubled layout from scratch.
     A level's derivative is in seconds per unit of a relative scale λ of its symbols (λ = 1 as bound):
-    ``−∂T/∂λ_β`` is the seconds a 1 % faster link saves, × 100.
+    ``−∂T/∂λ_β`` is the seconds a 1 % faster link saves, × 100. *ep_dispatcher*: how the experts' tokens move
+    (``symbolic.vocabulary.EP_DISPATCHERS``; docs/time.md, "Expert dispatch").
 
     Raises:
-        ValueError: an unknown degree, objective, system or a system without GPU facts (naming it),
-            an invalid layout's constraint.
+        ValueError: an unknown degree, objective, system, expert dispatcher or a system without GPU facts (naming
+            it), an invalid layout's constraint.
     """
     from .placement import DEFAULT_ORDER
     from .time import LEVELS, TimePricer
@@ -428,7 +431,8 @@ def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order
     if recompute is not None:
         inputs.instance("recompute", recompute, str, "None or recompute text (full, selective, none or N,N,…)")
     order = DEFAULT_ORDER if order is None else order
-    pricer = TimePricer(model, system=system, order=order, fsdp=fsdp or None, recompute=recompute)
+    pricer = TimePricer(model, system=system, order=order, fsdp=fsdp or None, recompute=recompute,
+                        ep_dispatcher=ep_dispatcher)
     settings = Settings(fsdp=fsdp, recompute=recompute, objective=objective)
     layout = _layout(model, layout_text, settings)
     totals_all, slopes = pricer.stage_slopes(LayoutBatch.from_layouts([layout]), degrees,
@@ -463,4 +467,4 @@ def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order
                                         elasticity=slope / value if value != 0 else 0.0)
     return TimeSensitivity(objective=objective, value=value, layout=str(layout),
                            stages=tuple(float(v) for v in totals), bottleneck=bottleneck, degrees=result,
-                           levels=levels, system=system, order=order)
+                           levels=levels, system=system, order=order, ep_dispatcher=pricer.ep_dispatcher)
