@@ -63,6 +63,7 @@ __all__ = [
     "OVERLAPS",
     "DEFAULT_OVERLAP",
     "EP_DISPATCHERS",
+    "DEFAULT_EP_DISPATCHER",
 ]
 
 
@@ -528,8 +529,7 @@ DEFAULT_OVERLAP: tuple[str, ...] = ("dp", "pp")
 
 #: The expert dispatchers a run may move its tokens with (``--ep-dispatcher``; docs/time.md, "Expert dispatch"), by
 #: Megatron-Core's names (``moe_token_dispatcher_type`` alltoall, or flex with ``moe_flex_dispatcher_backend``
-#: deepep / hybridep) → ``(sends each token once per destination rank and node, what it is)``. The first is the
-#: default, as in Megatron-Core.
+#: deepep / hybridep) → ``(sends each token once per destination rank and node, what it is)``.
 EP_DISPATCHERS: Mapping[str, tuple[bool, str]] = MappingProxyType({
     "alltoall": (False, "NCCL all-to-all of one copy of a token per chosen expert (Megatron-Core's alltoall token "
                         "dispatcher)"),
@@ -538,6 +538,8 @@ EP_DISPATCHERS: Mapping[str, tuple[bool, str]] = MappingProxyType({
     "hybridep": (True, "NVIDIA's Hybrid-EP kernels in DeepEP: the same deduplicated routes as DeepEP, TMA copies over "
                        "NVLink"),
 })
+#: The expert dispatcher of a run that names none: Megatron-Core's default token dispatcher, NCCL's all-to-all.
+DEFAULT_EP_DISPATCHER = "alltoall"
 
 # ---------------------------------------------------------------- network levels
 

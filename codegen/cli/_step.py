@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, SEARCH_KEYS
 
 from ..configs import Layout, ModelConfig
 from ..pricing.chunks import Chunk, Setting
@@ -25,7 +25,7 @@ __all__ = ["step_time_result", "print_step_time"]
 
 def step_time_result(model: ModelConfig, layout: Layout, system: str, precision: str,
                      overlap: tuple[str, ...] = DEFAULT_OVERLAP, recompute_modules: tuple[str, ...] = (),
-                     ep_dispatcher: str = "alltoall") -> dict[str, Any]:
+                     ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> dict[str, Any]:
     """One layout's step time and parts (seconds), its exposed communication by dimension and each stage's memory,
     under the run's *precision*, *overlap* (``symbolic.vocabulary.OVERLAPS`` names), *recompute_modules*
     (``symbolic.vocabulary.RECOMPUTE_MODULES`` names) and *ep_dispatcher* (``symbolic.vocabulary.EP_DISPATCHERS``).

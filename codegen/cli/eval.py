@@ -10,7 +10,8 @@ import dataclasses
 import shlex
 from typing import Any, Iterable
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS, RECOMPUTE_MODES, RECOMPUTE_MODULES
+from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS,
+                                 RECOMPUTE_MODES, RECOMPUTE_MODULES)
 
 from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
@@ -272,7 +273,7 @@ CONSISTENT_UNITS = "bytes one rank sends per training step (calls x the collecti
 
 def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     """Per stage, by dimension and collective: seconds (``--cost time``) or bytes per rank per step."""
-    from ..pricing.time import EP_DISPATCHER, TIME_DIMENSIONS, TimePricer
+    from ..pricing.time import TIME_DIMENSIONS, TimePricer
 
     model = run_model(args)
     devices = None if args.devices is None else devices_count(args.devices)
@@ -280,7 +281,7 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     time = args.cost == "time"
     order = DEFAULT_ORDER if args.order is None else args.order
     pricer = TimePricer(model, system=args.device, order=order, volumes_only=not time,
-                        ep_dispatcher=args.ep_dispatcher or EP_DISPATCHER)
+                        ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
     validate(model, layout, devices)
     batch = LayoutBatch.from_layouts([layout])
     if time:
@@ -398,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
         overlap = overlap_names("--overlap", DEFAULT_OVERLAP if args.overlap is None else args.overlap)
         modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
         res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap, modules,
-                               args.ep_dispatcher or "alltoall")
+                               args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
         if args.json:
             print(json_text(res | {"model": args.model, "layout": str(layout)}))
         else:

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from symbolic.vocabulary import (DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS, RECOMPUTE_MODES,
-                                 RECOMPUTE_MODULES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS)
+from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS,
+                                 RECOMPUTE_MODES, RECOMPUTE_MODULES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS)
 
 from ..configs import LayoutError, load_model, model_names
 from ..pricing.exposure import overlap_names
@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"or none (default {','.join(DEFAULT_OVERLAP)}: the data-parallel overlap of Megatron-Bridge's "
                         f"recipes and, with vp > 1, their pipeline one; tp: Transformer Engine's TP overlap; ep: "
                         f"Megatron-Core's EP all-to-all overlap; docs/search.md)")
-    p.add_argument("--ep-dispatcher", default="alltoall", choices=tuple(EP_DISPATCHERS),
+    p.add_argument("--ep-dispatcher", default=DEFAULT_EP_DISPATCHER, choices=tuple(EP_DISPATCHERS),
                    help="how the experts' tokens move (default alltoall: NCCL's all-to-all, one copy per chosen "
                         "expert; deepep, hybridep: DeepEP's / Hybrid-EP's kernels, a token once per node and rank "
                         "holding its experts; docs/time.md)")
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     if args.overlap is not None and overlap and args.objective == "original":
         raise ValueError(f"--overlap {args.overlap}: hides communication behind the compute of --objective step-time "
                          f"or comm-time; --objective original has none: add --overlap none or drop it")
-    if args.ep_dispatcher != "alltoall" and args.objective == "original":
+    if args.ep_dispatcher != DEFAULT_EP_DISPATCHER and args.objective == "original":
         raise ValueError(f"--ep-dispatcher {args.ep_dispatcher}: prices the expert dispatch of --objective step-time "
                          f"or comm-time; --objective original has none")
     modules = recompute_modules("--recompute-modules", args.recompute_modules or ())

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from symbolic.vocabulary import DEGREES, EP_DISPATCHERS, RECOMPUTE_MODES
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEGREES, EP_DISPATCHERS, RECOMPUTE_MODES
 
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
@@ -129,7 +129,7 @@ def _run_time(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
                               recompute=args.recompute, objective=args.objective, degrees=degrees,
-                              ep_dispatcher=args.ep_dispatcher or "alltoall")
+                              ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
     _check_finite(result)
     for lv in result.levels.values():
         finite(f"derivative by {lv.name}", lv.derivative)

@@ -67,7 +67,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from symbolic.vocabulary import DEGREES
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEGREES
 
 from ..configs import Layout, LayoutBatch, ModelConfig, parse_layout, validate
 from . import memory
@@ -388,7 +388,7 @@ class TimeSensitivity(Sensitivity):
     levels: dict[str, LevelSensitivity] = field(default_factory=dict)
     system: str = ""
     order: str = ""
-    ep_dispatcher: str = "alltoall"
+    ep_dispatcher: str = DEFAULT_EP_DISPATCHER
 
     def as_json(self) -> dict[str, Any]:
         return {**super().as_json(), "cost": "time", "system": self.system, "order": self.order,
@@ -402,7 +402,7 @@ TIME_OBJECTIVES = ("max", "sum")
 
 def time_sensitivity(model: ModelConfig, layout_text: str, *, system: str, order: str | None = None,
                      fsdp: bool = False, recompute: str | None = None, objective: str = "max",
-                     degrees: Sequence[str] = DEGREES, ep_dispatcher: str = "alltoall") -> TimeSensitivity:
+                     degrees: Sequence[str] = DEGREES, ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> TimeSensitivity:
     """Per degree and network level, the derivative and elasticity of the communication seconds per step.
 
     The objective is the bottleneck stage's seconds (``max``) or the sum over stages (``sum``), priced by

@@ -36,7 +36,7 @@ Public API::
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     (price, compute, stage_flops and step_time check their arguments unless validated=True: a search's own calls)
     compute_family(system, ...), step_time_family(system, comm=None, ...) -> FamilySpec;  compute_terms(model)
-    exposed_time_comm(model, system, overlap=…, precision=…, ep_dispatcher=…) -> comm(batch, compute_s)  (the spec's)
+    exposed_time_comm(model, system, overlap=…, precision=…, ep_dispatcher=…) -> comm(batch, compute_s)
     pricer.bound_forms(p, vp, stages) -> per row of fixed b·m, the compute bound's linear forms in m
     pricer.compute_bound(forms, row, m) -> compute × (1 + bubble), a lower bound of the step time
     exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1, p=1, vp=1)
@@ -59,7 +59,8 @@ import numpy as np
 import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, PRECISIONS, SEARCH_KEYS, SEARCH_SETTINGS, attention_variant
+from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, PRECISIONS, SEARCH_KEYS,
+                                 SEARCH_SETTINGS, attention_variant)
 
 from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
 from ..runtime import inputs
@@ -164,13 +165,12 @@ def _gathered_in(model: ModelConfig, precision: str, lowp_primary_weights: bool)
 
 
 def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *, lowp_primary_weights: bool = True,
-                     ep_dispatcher: str = "alltoall") -> Callable[[Any], Mapping[str, np.ndarray]] | None:
+                     ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
     """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
 
-    A run in a low *precision* whose primary weights are the quantized tensors (*lowp_primary_weights*, the
-    recipes' default: docs/memory.md, "Low precision") gathers its weights over the data-parallel ranks at the
-    recipe's ``gather_bytes`` (``symbolic.vocabulary.Precision``: FP8 1 byte a parameter) where it has one, not
-    at the model's parameter width. Its experts' tokens move on *ep_dispatcher* (``EP_DISPATCHERS``).
+    A run in a low *precision* whose primary weights are quantized (*lowp_primary_weights*, the recipes' default:
+    docs/memory.md, "Low precision") gathers them over the data-parallel ranks at ``Precision.gather_bytes`` (FP8 1
+    byte a parameter), not at the model's width; its experts' tokens move on *ep_dispatcher* (``EP_DISPATCHERS``).
 
     ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
     mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
@@ -398,7 +398,7 @@ def step_time_family(system: System | str, *, comm: Callable[[LayoutBatch], np.n
 
 
 def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | str = DEFAULT_OVERLAP,
-                      precision: str = "bf16", ep_dispatcher: str = "alltoall") -> Callable[..., np.ndarray]:
+                      precision: str = "bf16", ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> Callable[..., np.ndarray]:
     """``comm(batch, compute_s=None)``: the exposed communication seconds of each layout of a batch
     (:func:`exposed_comm` of the time family's bottleneck stage, ``codegen.pricing.time.TimePricer``), under the
     batch's recompute mode, CP algorithm and ZeRO level and the run's *overlap* (which needs the layouts'

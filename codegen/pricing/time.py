@@ -44,7 +44,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 import generated
-from symbolic.vocabulary import EP_DISPATCHERS
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, EP_DISPATCHERS
 
 from ..configs import (LayoutBatch, LayoutError, ModelConfig, batch_stage_counts, check_batch, derive_fields_batch,
                        parse_recompute, stage_layer_kinds, stage_layers)
@@ -58,10 +58,7 @@ from .families import FamilySpec
 from .placement import DEFAULT_ORDER, group_strides
 from .stages import BIND_SOURCES, Fields, arrays_argument, batch_argument, bind, degrees_argument, model_argument
 
-__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS", "EP_DISPATCHER", "time_family"]
-
-#: The expert dispatcher of a run that names none: Megatron-Core's default token dispatcher, NCCL's all-to-all.
-EP_DISPATCHER = next(iter(EP_DISPATCHERS))
+__all__ = ["TimePricer", "TimePrices", "TIME_DIMENSIONS", "ITEMS", "WHATS", "LEVELS", "time_family"]
 
 #: The network-level parameters :meth:`TimePricer.stage_slopes` differentiates in (relative scales of a
 #: level's latencies, α, or bandwidths, β; ``codegen.pricing.collective.LEVEL_PARAMETERS``).
@@ -213,7 +210,7 @@ class TimePricer:
     group_from: int = TIME_GROUP_FROM
 
     def __init__(self, model: str | ModelConfig, *, system: str, order: str = DEFAULT_ORDER, fsdp: bool | None = None,
-                 recompute: str | None = None, volumes_only: bool = False, ep_dispatcher: str = EP_DISPATCHER):
+                 recompute: str | None = None, volumes_only: bool = False, ep_dispatcher: str = DEFAULT_EP_DISPATCHER):
         import hardware
         from hardware import TIME_SYMBOLS, time_bindings
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, RECOMPUTE_MODES, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, RECOMPUTE_MODES, SEARCH_KEYS
 
 from ..configs import ModelConfig
 from ..pricing.chunks import Chunk
@@ -94,7 +94,7 @@ class SearchSpec:
     overlap: tuple[str, ...] = DEFAULT_OVERLAP
     bytes_grad: float | None = None
     recompute_modules: tuple[str, ...] = ()
-    ep_dispatcher: str = "alltoall"
+    ep_dispatcher: str = DEFAULT_EP_DISPATCHER
 
     def __post_init__(self) -> None:
         put = functools.partial(object.__setattr__, self)  # frozen: the checked values replace the given ones
@@ -124,7 +124,7 @@ class SearchSpec:
         put("overlap", overlap_names("overlap", self.overlap))
         put("recompute_modules", recompute_modules("recompute_modules", self.recompute_modules))
         one_of("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
-        if self.ep_dispatcher != "alltoall" and self.objective == "original":
+        if self.ep_dispatcher != DEFAULT_EP_DISPATCHER and self.objective == "original":
             raise InputError(f"ep_dispatcher: {self.ep_dispatcher} prices the expert dispatch of --objective step-time "
                              f"or comm-time; --objective original has none")
         if self.precision != "bf16" and self.objective != "step-time":

@@ -73,7 +73,7 @@ from typing import Any, Callable
 import numpy as np
 
 import hardware
-from symbolic.vocabulary import DEFAULT_OVERLAP, EP_DISPATCHERS, SEARCH_KEYS
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, SEARCH_KEYS
 
 from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
@@ -518,7 +518,7 @@ def recipe_dispatcher(r: dict[str, Any]) -> tuple[str, str]:
     key = (_model_key(r), r["system"], r["precision"], r.get("release", ""))
     if key in RECIPE_EP_DISPATCHER:
         return RECIPE_EP_DISPATCHER[key]
-    return "alltoall", "recipe default"
+    return DEFAULT_EP_DISPATCHER, "recipe default"
 
 
 def recipe_recompute(r: dict[str, Any], p: int) -> tuple[RecomputePlan, str]:
