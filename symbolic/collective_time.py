@@ -471,17 +471,17 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
 
 
 def _dedup_candidates() -> dict[str, sympy.Expr]:
-    """The expert dispatch (and combine) of DeepEP's normal kernels and Hybrid-EP: a token sent once per node and rank.
+    """The expert dispatch (and combine) of DeepEP's normal kernels and Hybrid-EP: a token once per node and rank.
 
     ``msg_bytes`` is the NCCL all-to-all's S of the same call (a rank's tokens times its ``k = n_chosen_exp``
     copies), so one token's row is ``S / k`` bytes. A token goes once to each *node* holding one of its k experts,
     over RDMA to the rank of its own local index there, which forwards it over NVLink to each other rank of that
     node holding one (deepseek-ai/DeepEP README: "Normal kernels with NVLink and RDMA forwarding", the dispatch
-    layout's ``num_tokens_per_rdma_rank``, ``num_tokens_per_rank`` and ``is_token_in_rank``); on one node it goes once
-    to each *rank* holding one. Experts are placed ``n_exp / ranks`` per rank and a token's k are taken as independent uniform
-    picks (the router balanced; sampling with replacement, 2 % above the exact hypergeometric share at 8 of 128
-    experts on 8 ranks): a given rank holds one of them with probability ``1 − (1 − 1/n)^k``, a given node
-    ``1 − (1 − 1/nodes)^k``. Per rank and call, in bytes:
+    layout's ``num_tokens_per_rdma_rank``, ``num_tokens_per_rank`` and ``is_token_in_rank``); on one node it goes
+    once to each *rank* holding one. Experts are placed ``n_exp / ranks`` per rank and a token's k are taken as
+    independent uniform picks (the router balanced; picks with replacement: at 8 of 128 experts on 8 ranks a rank
+    is hit 1.7 % less often than without): a given rank holds one of them with probability ``1 − (1 − 1/n)^k``, a
+    given node ``1 − (1 − 1/nodes)^k``. Per rank and call, in bytes:
 
     * network: its tokens to the ``nodes − 1`` other nodes, ``S/k · (nodes − 1)(1 − (1 − 1/nodes)^k)``, through its
       share of the node's NICs (``nics_used / ranks_per_node``, at the network bandwidth every candidate uses);

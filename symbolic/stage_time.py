@@ -198,7 +198,8 @@ _ITEMS: tuple[tuple, ...] = (
     ("ep", "dedup_dispatch", "ep_dispatch", "ep", "moe_layer", _EP_CALLS * _EP_ON * dedup,
      _EP_FORWARD_CALLS * _EP_ON * dedup, _VOLUMES["ep_all_to_all_msg_bytes"], ep,
      "EP token dispatches and combines of one MoE layer (forward and backward) on DeepEP's or Hybrid-EP's kernels "
-     "(S and the bytes sent: the NCCL all-to-all's of the same call; the kernels send fewer, docs/time.md)", _DEDUP_SOURCE),
+     "(S and the bytes sent: the NCCL all-to-all's of the same call; the kernels send fewer, docs/time.md)",
+     _DEDUP_SOURCE),
     ("ep", "expert_tp_all_gather", "all_gather", "etp", "moe_layer", _ETP_CALLS * _ETP_ON,
      _ETP_FORWARD_CALLS * _ETP_ON, _ETP_MSG, t_exp,
      "expert tensor-parallel all-gathers of the tokens an EP rank received, before its experts (forward), and of "
