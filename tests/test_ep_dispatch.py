@@ -3,6 +3,8 @@ a simulation of the routes, and the run setting through the pricers, the search,
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -133,3 +135,18 @@ def test_the_sensitivity_in_seconds_takes_the_dispatcher(capsys):
     assert main([*args, "--ep-dispatcher", "hybridep"]) == 2  # the volume cost has no dispatcher
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--ep-dispatcher hybridep" in err[0]
+
+
+def test_symcost_collective_prices_one_dispatch_as_the_form_does(capsys):
+    assert main(["collective", "ep_dispatch", "--system", "dgx_h100", "--ranks", "16", "--bytes", "64MiB",
+                 "--top-k", "8", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["placement"] == {"ranks_per_node": 8, "nodes": 2, "nics_used": 8} and got["algorithm"] == "dedup"
+    assert_close(got["time_s"], _time(_values(16, 8, 8, 2.0 ** 26)), rtol=1e-12)
+    for args, needle in ((["ep_dispatch"], "--top-k: ep_dispatch needs"),
+                         (["all_to_all", "--top-k", "8"], "--top-k 8: only ep_dispatch reads it"),
+                         (["ep_dispatch", "--top-k", "0"], "--top-k: a whole number of experts per token"),
+                         (["ep_dispatch", "--top-k", "8", "--algo", "ring"], "--algo ring: ep_dispatch runs")):
+        assert main(["collective", *args, "--system", "dgx_h100", "--ranks", "16", "--bytes", "64MiB"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err

@@ -7,7 +7,8 @@ size (NCCL's pick switches there to a candidate that runs faster), it says where
 by which of NCCL's rules (docs/time.md, "Where the time falls as S grows"). SIZE is nccl-tests' size S in
 bytes, with an optional binary suffix (K, M, G = 2^10, 2^20, 2^30) or decimal one (KB, MB, GB = 1e3, 1e6,
 1e9). ``--dtype T`` (nccl-tests' ``-d`` name) matters for reductions: NVLS cannot reduce 8-bit types.
-``--json`` prints one JSON object.
+``ep_dispatch --top-k K`` is the expert dispatch of DeepEP's or Hybrid-EP's kernels, no NCCL collective (S: the NCCL
+all-to-all's, K copies of each token; docs/time.md "Expert dispatch"). ``--json`` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def ranks_count(text: str) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("collective", help="predicted time, algbw, busbw and algorithm of one collective call",
                        description=__doc__.split("\n\n")[1])
-    p.add_argument("op", metavar="OP", help=f"collective: {', '.join(sorted(collectives.OPS))}")
+    p.add_argument("op", metavar="OP", help=f"collective: {', '.join(sorted(collectives.OPS))}, or "
+                                            f"{collectives.EP_DISPATCH} (DeepEP's / Hybrid-EP's expert dispatch)")
     p.add_argument("--system", required=True, help="catalog system or alias, e.g. dgx_h100 or h100_sxm")
     p.add_argument("--ranks", required=True, type=ranks_count, help="ranks in the communicator (consecutive ranks)")
     p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
@@ -84,6 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "leading ^ excludes them), as the environment variable restricts them")
     p.add_argument("--proto", metavar="LIST", default=None,
                    help="NCCL_PROTO: the protocols NCCL may run (LL, LL128, Simple; same syntax)")
+    p.add_argument("--top-k", type=ranks_count, default=None, dest="top_k", metavar="K",
+                   help=f"with {collectives.EP_DISPATCH}: the experts each token is routed to (S holds K copies of "
+                        f"each token, as the NCCL all-to-all's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -105,7 +110,23 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
-    result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype, **_settings(args))
+    dispatch = args.op == collectives.EP_DISPATCH
+    if dispatch and args.top_k is None:
+        raise ValueError(f"--top-k: {collectives.EP_DISPATCH} needs the experts each token is routed to, e.g. --top-k 8")
+    if not dispatch and args.top_k is not None:
+        raise ValueError(f"--top-k {args.top_k}: only {collectives.EP_DISPATCH} reads it ({args.op} is NCCL's "
+                         f"collective): drop it")
+    if dispatch and not 1 <= args.top_k <= 1024:
+        raise ValueError(f"--top-k: a whole number of experts per token from 1 to 1024, got {args.top_k}")
+    if dispatch:
+        for flag in ("--algo", "--proto", "--dtype"):
+            if getattr(args, flag[2:]) is not None:
+                raise ValueError(f"{flag} {getattr(args, flag[2:])}: {collectives.EP_DISPATCH} runs DeepEP's or "
+                                 f"Hybrid-EP's kernels, not NCCL's algorithms and protocols: drop it")
+        result = collectives.predict(args.system, args.op, args.ranks, size, top_k=args.top_k)
+        return _print_dispatch(args, size, result)
+    result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype, top_k=args.top_k,
+                                 **_settings(args))
     placement = {k: int(v) for k, v in result.placement.items()}
     # Every candidate NCCL's tuner weighs, cheapest price first; None (JSON null) where it cannot run here.
     candidates = {label: {"price_s": _finite(result.prices[label]), "time_s": _finite(result.candidates[label])}
@@ -141,6 +162,31 @@ def run(args: argparse.Namespace) -> int:
             continue
         mark = "  <- picked" if label == record["algorithm"] else ""
         print(f"    {label:<14} {pair['price_s'] * 1e6:>12.2f} {pair['time_s'] * 1e6:>12.2f}{mark}")
+    return 0
+
+
+def _print_dispatch(args: argparse.Namespace, size: float, result: collectives.Prediction) -> int:
+    """The expert dispatch's time, bandwidths (the all-to-all's conventions) and placement: one kernel, no pick."""
+    placement = {k: int(v) for k, v in result.placement.items()}
+    record = {"op": collectives.EP_DISPATCH, "system": args.system, "ranks": args.ranks, "bytes": size,
+              "top_k": args.top_k, "time_s": float(result.time_s),
+              "algbw_GBps": float(result.algbw_bytes_per_s) / 1e9, "busbw_GBps": float(result.busbw_bytes_per_s) / 1e9,
+              "algorithm": str(result.algorithm), "placement": placement}
+    if args.json:
+        print(json.dumps(record))
+        return 0
+    print(f"{record['op']} of {size:g} bytes ({args.top_k} copies of each token, the NCCL all-to-all's size) over "
+          f"{args.ranks} ranks of {args.system}:")
+    print(f"  time      {record['time_s'] * 1e6:.2f} us")
+    print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
+    print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (the all-to-all's bus bandwidth convention)")
+    print("  kernels   DeepEP's or Hybrid-EP's: a token once per node (RDMA) and rank (NVLink) holding its experts "
+          "(docs/time.md, Expert dispatch)")
+    if placement["nodes"] == 1:
+        print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
+    else:
+        print(f"  placement {placement['nodes']} nodes x {placement['ranks_per_node']} ranks, "
+              f"{placement['nics_used']} NIC(s) per node in use (consecutive ranks)")
     return 0
 
 

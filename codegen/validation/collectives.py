@@ -37,7 +37,7 @@ from ..pricing.collective import choose, enabled_on
 from .clusters import cluster, cluster_of, nccl_settings
 from .csvfile import DATA_DIR, Table, read_table
 
-__all__ = ["BAND_EDGE_BYTES", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "Prediction",
+__all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "Prediction",
            "curves", "groups_json", "load_measurements", "overall", "predict", "predicted_rows", "predicted_times",
            "validate"]
 
@@ -48,6 +48,10 @@ BAND_EDGE_BYTES = 1 << 20
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
        "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast", "sendrecv": "send_recv",
        "send_recv": "send_recv"}
+
+#: The expert dispatch of DeepEP's and Hybrid-EP's kernels (docs/time.md, "Expert dispatch"): no nccl-tests binary
+#: and no NCCL collective, but priced per call as one (``predict`` with the copies of a token, ``top_k``).
+EP_DISPATCH = "ep_dispatch"
 
 #: The shipped copy of the measurements (provenance in codegen/validation/data/README.md).
 DEFAULT_DATA = DATA_DIR / "nccl_single_node.csv"
@@ -87,10 +91,12 @@ def _log2(bound: int | float) -> int:
 
 
 def _op(name: str) -> str:
+    if name == EP_DISPATCH:
+        return name
     try:
         return OPS[name]
     except KeyError:
-        raise ValueError(f"op: unknown collective {name!r}; known: {', '.join(sorted(OPS))}") from None
+        raise ValueError(f"op: unknown collective {name!r}; known: {', '.join(sorted([*OPS, EP_DISPATCH]))}") from None
 
 
 def _call(name: str, values: dict[str, object]) -> np.ndarray:
@@ -139,20 +145,30 @@ def group_values(system: hardware.System, ranks: object, msg_bytes: object,
 
 def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object,
             dtype: str | None = None, *, algorithms: Iterable[str] | None = None,
-            protocols: Iterable[str] | None = None, gpus_per_node: int | None = None) -> Prediction:
+            protocols: Iterable[str] | None = None, gpus_per_node: int | None = None,
+            top_k: int | None = None) -> Prediction:
     """Predicted time of *op* over *ranks* consecutive ranks of *system* for nccl-tests size *msg_bytes*.
 
     *dtype* (nccl-tests' ``-d`` name, ``None`` = unknown): an all-reduce or reduce-scatter of a type NVLS
     cannot reduce (``nvls_reduces``: 8-bit types) gets no NVLS candidate, as NCCL's enqueue does.
     *algorithms*, *protocols*: what ``NCCL_ALGO`` / ``NCCL_PROTO`` enable (``codegen.pricing.collective.allowed``),
     within what the system's transport runs (``hardware.transport``); ``None`` = NCCL's choice.
-    *gpus_per_node*: ranks per node when the run used fewer GPUs of each node than it has.
+    *gpus_per_node*: ranks per node when the run used fewer GPUs of each node than it has. *top_k*: for the expert
+    dispatch (``EP_DISPATCH``, whose S is the NCCL all-to-all's, *top_k* copies of each token) the experts each token
+    is routed to; read by no other op.
 
     Raises:
         ValueError: an unknown op or dtype, a rank count below 2 or above 2**30, a size not > 0 or above 2**53
-            (naming the field and value), or a system without the GPU facts the time model needs.
+            (naming the field and value), a *top_k* missing for the expert dispatch, given for another op or not a
+            whole number from 1 to 1024, or a system without the GPU facts the time model needs.
     """
     op = _op(op)
+    if (op == EP_DISPATCH) != (top_k is not None):
+        raise ValueError(f"top_k: {op} needs the experts each token is routed to (--top-k K)" if op == EP_DISPATCH
+                         else f"top_k: only {EP_DISPATCH} reads it; {op} is NCCL's collective, got {top_k!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer))
+                              or not 1 <= top_k <= 1024):
+        raise ValueError(f"top_k: a whole number of experts per token from 1 to 1024, got {top_k!r}")
     reduces = nvls_reduces(dtype)  # checked for every op: an unknown name is an error, not ignored
     sys_ = system if isinstance(system, hardware.System) else hardware.load(system)
     n, size = np.asarray(ranks, dtype=float), np.asarray(msg_bytes, dtype=float)
@@ -168,6 +184,8 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
         raise ValueError(f"gpus_per_node: a whole number from 1 to {sys_.devices_per_node} (a {sys_.name} node), "
                          f"got {gpus_per_node!r}")
     values = group_values(sys_, n, size, gpus_per_node)
+    if top_k is not None:
+        values["n_chosen_exp"] = float(top_k)
     if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
     algorithms = None if algorithms is None else set(algorithms)
