@@ -490,17 +490,28 @@ def _dedup_candidates() -> dict[str, sympy.Expr]:
       (DeepEP measures 153-158 GB/s on H800s whose NVLink reaches about 160: the copy kernels run at the link's
       achievable rate, which is what the ring bus bandwidth stands for).
 
+    Group-limited routing (DeepSeek-V3's node-limited routing: ``n_group`` G groups of consecutive experts, a token's
+    experts from its best ``topk_group`` g of them; Megatron-Core's ``moe_router_num_groups``,
+    ``moe_router_group_topk``) caps the nodes a token reaches: the EP ranks of a node hold consecutive experts, so g
+    groups span at most ``M = min(nodes, g · max(1, nodes / G))`` nodes. A token's experts are taken as uniform over
+    M such nodes: each of them is hit with probability ``1 − (1 − 1/M)^k``, a rank on one ``1 − (1 − 1/(M q))^k``,
+    and ``M (nodes − 1)/nodes`` of them are remote, so per token ``M (nodes − 1)/nodes (1 − (1 − 1/M)^k)`` rows
+    cross the network and ``M (q − 1)(1 − (1 − 1/(M q))^k)`` cross NVLink. Without groups (G = g = 1) M = nodes and
+    these are the forms above. Exact under the uniform picks where the groups are nodes or span whole nodes
+    (G ≤ nodes, G dividing nodes); with several groups per node a token's g groups may share nodes and reach fewer.
+
     The two are pipelined (the forwarders start as tokens arrive), so the slower sets the time, after the latency of
     the all-to-all's Simple path (its base latency and one NVLink or network hop). The combine moves the same rows
-    back, summed on the way; its time is taken as the dispatch's. Not modelled: DeepSeek-V3's node-limited routing
-    (at most M nodes per token: ``nodes`` above M only), the kernels' SM share, the CPU wait for the received count.
+    back, summed on the way; its time is taken as the dispatch's. Not modelled: the kernels' SM share, the CPU wait
+    for the received count.
     """
     k = _sym("n_chosen_exp")
     row = _S / sympy.Max(k, 1)  # (k = 0, no routed expert, sends nothing: S is 0 then)
-    rank_hit = 1 - (1 - 1 / _N) ** k
-    node_hit = 1 - (1 - 1 / _NODES) ** k
-    nvlink = row * _NODES * (_Q - 1) * rank_hit / _ring_bus("simple", sympy.Integer(1), sympy.Integer(1))
-    network = row * (_NODES - 1) * node_hit / _net_bus(_sym("nics_used") / _Q)
+    reach = Min(_NODES, _sym("n_route_groups_topk") * sympy.Max(1, _NODES / _sym("n_route_groups")))
+    rank_hit = 1 - (1 - 1 / (reach * _Q)) ** k
+    node_hit = 1 - (1 - 1 / reach) ** k
+    nvlink = row * reach * (_Q - 1) * rank_hit / _ring_bus("simple", sympy.Integer(1), sympy.Integer(1))
+    network = row * reach * (_NODES - 1) / _NODES * node_hit / _net_bus(_sym("nics_used") / _Q)
     hop = Piecewise((_sym("hop_nvlink_ring_simple_s"), _NODES < 2), (_net_hop("ring", "simple"), True))
     return {"dedup": _sym("alpha_ring_simple_s") + hop + sympy.Max(nvlink, network)}
 
@@ -543,7 +554,9 @@ _CANDIDATE_SOURCE = {
     "dedup": "deepseek-ai/DeepEP README (normal kernels with NVLink and RDMA forwarding, 153-158 GB/s over NVLink on "
              "H800; the dispatch layout: tokens per RDMA rank and per rank, is_token_in_rank); NVIDIA's Hybrid-EP in "
              "DeepEP (RDMA across nodes, NVLink inside: the same routes); Megatron-Core's flex token dispatcher "
-             "(moe_flex_dispatcher_backend deepep, hybridep)",
+             "(moe_flex_dispatcher_backend deepep, hybridep); group-limited routing: DeepSeek-V3 technical report "
+             "(arXiv:2412.19437) Sec. 2.1.2 (node-limited routing), Megatron-Core's moe_router_num_groups and "
+             "moe_router_group_topk (groups of consecutive experts, the best groups' top-k)",
     "hierarchical": "intra-node reduce-scatter, inter-node collective on 1/ranks_per_node of the data, "
                     "intra-node all-gather (Thakur, Rabenseifner, Gropp 2005, Sec. 4; NCCL's tree is its "
                     "2-level form)",

@@ -93,6 +93,9 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("n_exp", "positive_integer", "experts", "routed experts (1 for a dense layer)"),
     ("n_shared_exp", "nonnegative_integer", "experts", "shared experts"),
     ("n_chosen_exp", "nonnegative_integer", "experts", "experts each token is routed to (top-k)"),
+    ("n_route_groups", "positive_integer", "groups", "groups of consecutive routed experts of group-limited routing "
+                                                     "(1 without)"),
+    ("n_route_groups_topk", "positive_integer", "groups", "groups a token's experts are taken from (1 without)"),
     ("cap_fact", "positive", "1", "MoE capacity factor"),
     ("v", "positive_integer", "tokens", "vocabulary size"),
     ("n_lay", "positive_integer", "layers", "body layers"),

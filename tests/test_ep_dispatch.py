@@ -4,6 +4,7 @@ a simulation of the routes, and the run setting through the pricers, the search,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,10 +29,11 @@ def _time(values: dict) -> float:
     return float(getattr(generated, NAME)(**{a: values[a] for a in generated.FORMULAS[NAME]["arguments"]}))
 
 
-def _values(ranks: int, per_node: int, k: int, size: float) -> dict:
+def _values(ranks: int, per_node: int, k: int, size: float, groups: tuple[int, int] = (1, 1)) -> dict:
     b = time_bindings(hardware.load("dgx_h100"))
     return dict(b, msg_bytes=size, ranks=float(ranks), ranks_per_node=float(per_node), nodes=float(ranks // per_node),
-                nics_used=float(per_node), n_chosen_exp=float(k))
+                nics_used=float(per_node), n_chosen_exp=float(k), n_route_groups=float(groups[0]),
+                n_route_groups_topk=float(groups[1]))
 
 
 def _simulated_rows(ranks: int, per_node: int, k: int, tokens: int = 200_000) -> tuple[float, float]:
@@ -64,6 +66,51 @@ def test_the_rows_sent_match_a_simulation_of_the_routes(ranks, per_node, k):
     net_bw = v["nic_bw_bytes_per_s"] * v["net_bw_efficiency"]  # one NIC per rank on DGX H100
     expected = latency + max(row * nvlink / nvlink_bw, row * network / net_bw)
     assert_close(_time(v), expected, rtol=0.01)  # the simulation's sampling error is well under 1 %
+
+
+def _simulated_group_rows(ranks: int, per_node: int, k: int, groups: int, topk: int, experts: int = 256,
+                          tokens: int = 100_000) -> tuple[float, float]:
+    """As :func:`_simulated_rows` under group-limited routing: each token takes *topk* of *groups* groups of
+    consecutive experts (uniformly), then its k experts uniformly (with replacement) among theirs; rank r holds
+    experts ``[r E/n, (r + 1) E/n)`` and a node consecutive ranks."""
+    rng = np.random.default_rng(11)
+    nodes, per_group = ranks // per_node, experts // groups
+    chosen = np.argsort(rng.random((tokens, groups)), axis=1)[:, :topk]
+    slot = rng.integers(0, topk * per_group, size=(tokens, k))
+    expert = np.take_along_axis(chosen, slot // per_group, axis=1) * per_group + slot % per_group
+    hit = np.zeros((tokens, ranks), dtype=bool)
+    np.put_along_axis(hit, expert // (experts // ranks), True, axis=1)
+    by_node = hit.reshape(tokens, nodes, per_node)
+    return float(by_node.any(axis=2)[:, 1:].sum(axis=1).mean()), float(by_node[:, :, 1:].sum(axis=(1, 2)).mean())
+
+
+def _move_rows(v: dict) -> tuple[float, float]:
+    """The rows per token the form prices over the network and over NVLink, read back from its two limits."""
+    slow_net = dict(v, nic_bw_bytes_per_s=v["nic_bw_bytes_per_s"] * 1e-6)  # the network term alone sets the time
+    slow_nvl = dict(v, ring_channel_bw_bytes_per_s=v["ring_channel_bw_bytes_per_s"] * 1e-6)
+    latency = v["alpha_ring_simple_s"] + v["hop_net_ring_simple_s"] + v["net_latency_simple_s"]
+    row = v["msg_bytes"] / v["n_chosen_exp"]
+    network = (_time(slow_net) - latency) * v["nic_bw_bytes_per_s"] * 1e-6 * v["net_bw_efficiency"] / row
+    nvlink = (_time(slow_nvl) - latency) * v["ring_channels"] * v["ring_channel_bw_bytes_per_s"] * 1e-6 / row
+    return network, nvlink
+
+
+@pytest.mark.parametrize("ranks,exact", [(64, True), (128, True), (32, False)])
+def test_group_limited_routing_caps_the_nodes_a_token_reaches(ranks, exact):
+    # DeepSeek-V3's routing (256 experts, top-8 from the best 4 of 8 groups) with EP over 8, 16 and 4 nodes of 8.
+    v = _values(ranks, 8, 8, 2.0 ** 30, groups=(8, 4))
+    network, nvlink = _move_rows(v)
+    sim_network, sim_nvlink = _simulated_group_rows(ranks, 8, 8, 8, 4)
+    if exact:  # groups that are nodes, or span whole nodes: the form is exact under uniform picks
+        assert_close(network, sim_network, rtol=0.01)
+        assert_close(nvlink, sim_nvlink, rtol=0.01)
+    unlimited = _move_rows(_values(ranks, 8, 8, 2.0 ** 30))
+    if not exact:
+        # Two groups a node: a token's four groups may share nodes and reach fewer than the four the cap allows, so
+        # the form (then the one without groups: the cap does not bind) prices more than the routes move (24 %).
+        assert (network, nvlink) == unlimited
+        assert sim_network <= network <= 1.3 * sim_network and sim_nvlink <= nvlink <= 1.3 * sim_nvlink
+    assert network <= unlimited[0] * (1 + 1e-12)  # never more than without groups
 
 
 def test_one_node_sends_each_row_once_per_rank_and_nothing_over_the_network():
@@ -150,3 +197,20 @@ def test_symcost_collective_prices_one_dispatch_as_the_form_does(capsys):
         assert main(["collective", *args, "--system", "dgx_h100", "--ranks", "16", "--bytes", "64MiB"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
+
+
+def test_route_groups_are_read_from_the_model_file_and_checked(tmp_path):
+    from codegen.configs import ModelConfigError, load_model
+
+    bundled = load_model("deepseek-v3")
+    assert (bundled.n_route_groups, bundled.n_route_groups_topk) == (8, 4)
+    assert (load_model("qwen3-30b-a3b").n_route_groups, load_model("qwen3-30b-a3b").n_route_groups_topk) == (1, 1)
+    text = Path(bundled.source).read_text(encoding="utf-8")
+    for old, new, needle in (("n_group: 8", "n_group: 7", "n_group: must divide the 256 routed experts, got 7"),
+                             ("topk_group: 4", "topk_group: 9", "topk_group: cannot exceed n_group = 8, got 9"),
+                             ("    topk_group: 4\n", "", "topk_group: required key is missing"),
+                             ("n_group: 8", "n_group: 256", "topk_group: 4 groups of 1 experts hold fewer than")):
+        path = tmp_path / "model.yaml"
+        path.write_text(text.replace(old, new, 1), encoding="utf-8")
+        with pytest.raises(ModelConfigError, match=needle):
+            load_model(str(path))

@@ -335,7 +335,8 @@ def test_time_bindings_cover_the_hardware_side_of_every_collective_formula(name)
     for fname, meta in generated.FORMULAS.items():
         if fname.startswith("collective_"):
             # (the expert dispatch reads the model's top-k too: the copies of a token it deduplicates)
-            model_side = {"n_chosen_exp"} if fname.startswith("collective_ep_dispatch_") else set()
+            model_side = ({"n_chosen_exp", "n_route_groups", "n_route_groups_topk"}
+                          if fname.startswith("collective_ep_dispatch_") else set())
             assert set(meta["arguments"]) <= set(b) | group_side | model_side, fname
 
 

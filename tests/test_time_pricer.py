@@ -476,7 +476,8 @@ def test_chooser_gives_the_numbers_of_choose_to_the_bit(system, monkeypatch):
     cases.append({k: v[0, 0] for k, v in _call_values(rng, 1, 1).items()})  # 0-d
     for op in sorted(set(OPS.values())):
         # (the expert dispatch reads the model's top-k beside the hardware, as TimePricer binds it)
-        shared = dict(hardware_side, n_chosen_exp=8.0) if op == "ep_dispatch" else hardware_side
+        shared = (dict(hardware_side, n_chosen_exp=8.0, n_route_groups=8.0, n_route_groups_topk=4.0)
+                  if op == "ep_dispatch" else hardware_side)
         chooser = collective.Chooser(op, shared)
         assert chooser.direct, op
         wants = [collective.choose(op, {**shared, **values}) for values in cases]

@@ -48,8 +48,8 @@ def test_collective_slopes_match_central_differences(system, op):
     sizes = np.array([3.0e3, 5.0e5, 3.0e7, 7.0e8])
     for ranks, nodes in ((8, 1), (16, 2)):
         values = group_values(hardware.load(system), np.full(sizes.shape, float(ranks)), sizes)
-        if op == "ep_dispatch":  # (its forms read the model's top-k too)
-            values["n_chosen_exp"] = 8.0
+        if op == "ep_dispatch":  # (its forms read the model's top-k and routing groups too)
+            values.update(n_chosen_exp=8.0, n_route_groups=8.0, n_route_groups_topk=4.0)
         t, index = _time(op, values)
         got = collective.slopes(op, values, index)
         for by in collective.SLOPE_BY:

@@ -19,7 +19,8 @@ class ModelConfigError(ValueError):
 
 #: Attributes that are no config field of the original's (text, the layout, and the per-layer structure only the
 #: step time reads).
-_NOT_FIELDS = frozenset({"name", "source", "layout", "first_k_dense", "sliding_window", "window_layers"})
+_NOT_FIELDS = frozenset({"name", "source", "layout", "first_k_dense", "sliding_window", "window_layers",
+                         "n_route_groups", "n_route_groups_topk"})
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class ModelConfig:
             (``moe_intermediate_size``; ``hff`` for a dense model, as HyperParallel's parser).
         n_exp, n_shared_exp, n_chosen_exp: routed experts (1 when dense), shared experts,
             top-k. cap_fact: capacity factor (at least 1).
+        n_route_groups, n_route_groups_topk: group-limited routing (``n_group``, ``topk_group``; Megatron-Core's
+            ``moe_router_num_groups``, ``moe_router_group_topk``): the routed experts in that many equal groups of
+            consecutive experts, a token's top-k taken from its best ``n_route_groups_topk`` groups; 1 and 1 without.
+            Read by the expert dispatch's time only (``symbolic.collective_time``), not one of :meth:`fields`.
         v: vocabulary. n_lay: body layers. n_mtp: multi-token-prediction layers
             (``mtp_depth`` / ``num_nextn_predict_layers``). first_k_dense: leading dense layers
             of a MoE model (``first_k_dense_replace``); the original's walk (the volumes) prices every
@@ -81,6 +86,8 @@ class ModelConfig:
     n_exp: int = 1
     n_shared_exp: int = 0
     n_chosen_exp: int = 1
+    n_route_groups: int = 1
+    n_route_groups_topk: int = 1
     cap_fact: float = 1.0
     n_mtp: int = 0
     first_k_dense: int = 0

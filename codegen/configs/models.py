@@ -213,6 +213,28 @@ class _Reader:
             raise self.fail(f"{where}.{key}", f"must be true or false, got {value!r}")
         return value
 
+    def route_groups(self, over: Mapping[str, Any], where: str, n_exp: int, n_chosen: int) -> tuple[int, int]:
+        """``(groups, groups per token)`` of group-limited routing from Hugging Face's ``n_group`` and ``topk_group``
+        (Megatron-Core's ``moe_router_num_groups``, ``moe_router_group_topk``: Megatron-Bridge's converter maps one to
+        the other); ``(1, 1)`` without. The groups split the routed experts evenly and hold a token's top-k."""
+        groups = self.integer(over, "n_group", where, default=0, minimum=0) or \
+            self.integer(over, "moe_router_num_groups", where, default=1)
+        topk = self.integer(over, "topk_group", where, default=0, minimum=0) or \
+            self.integer(over, "moe_router_group_topk", where, default=0, minimum=0)
+        if not topk:
+            if groups > 1:
+                raise self.fail(f"{where}.topk_group", f"required key is missing (n_group = {groups}: the groups a "
+                                                       f"token's experts are taken from)")
+            topk = 1
+        if n_exp % groups:
+            raise self.fail(f"{where}.n_group", f"must divide the {n_exp} routed experts, got {groups}")
+        if topk > groups:
+            raise self.fail(f"{where}.topk_group", f"cannot exceed n_group = {groups}, got {topk}")
+        if topk * (n_exp // groups) < n_chosen:
+            raise self.fail(f"{where}.topk_group", f"{topk} groups of {n_exp // groups} experts hold fewer than the "
+                                                   f"{n_chosen} experts a token is routed to")
+        return groups, topk
+
     def sliding_window(self, over: Mapping[str, Any], where: str, n_lay: int) -> tuple[int, tuple[int, ...]]:
         """``(window, windowed layers)`` from Hugging Face's keys: ``sliding_window`` (tokens; null or absent: none)
         on the layers whose ``layer_types`` entry is ``sliding_attention`` (the others ``full_attention``), or on
@@ -285,8 +307,10 @@ class _Reader:
                 raise self.fail(f"{where}.num_experts_per_tok", f"cannot exceed num_experts = {n_exp}, got {n_chosen}")
             if first_dense > n_lay:
                 raise self.fail(f"{where}.first_k_dense_replace", f"cannot exceed num_hidden_layers = {n_lay}")
+            groups, groups_topk = self.route_groups(over, where, n_exp, n_chosen)
         else:
             n_chosen, hff_exp, n_shared, first_dense, cap = 1, hff, 0, 0, 1.0
+            groups, groups_topk = 1, 1
         n_mtp = self.integer(over, "mtp_depth", where, default=0, minimum=0) or \
             self.integer(over, "num_nextn_predict_layers", where, default=0, minimum=0)
         if n_lay + n_mtp > LAYERS_MAX:
@@ -317,7 +341,8 @@ class _Reader:
             name=self.name, source=str(self.path), s=s, h=h, a=a, n_kv=n_kv, dh=dh, hff=hff, v=v,
             n_lay=n_lay, layout=self.layout(document, over, train, n_lay + n_mtp),
             dhr=dhr, dc_kv=dc_kv, dc_q=dc_q, qk_nope_head_dim=nope, hff_exp=hff_exp, n_exp=n_exp,
-            n_shared_exp=n_shared, n_chosen_exp=n_chosen, cap_fact=cap, n_mtp=n_mtp, first_k_dense=first_dense,
+            n_shared_exp=n_shared, n_chosen_exp=n_chosen, n_route_groups=groups, n_route_groups_topk=groups_topk,
+            cap_fact=cap, n_mtp=n_mtp, first_k_dense=first_dense,
             sliding_window=window, window_layers=window_layers,
             qkv_bias=self.flag(over, "qkv_bias", where, attention_bias),
             o_bias=self.flag(over, "o_bias", where, attention_bias),

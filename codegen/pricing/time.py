@@ -151,9 +151,9 @@ def _item_name(dim: str, coll: str, what: str) -> str:
 _PARAMS = ("P_ne", "P_r")
 #: What the collective forms read besides the hardware (``TIME_SYMBOLS``) and the group's placement.
 _CALL_SYMBOLS = ("msg_bytes", "ranks")
-#: Model constants a collective form reads (the expert dispatch: the copies of a token, top-k), bound with the
-#: hardware's constants for the ops that read them.
-_MODEL_CALL_SYMBOLS = ("n_chosen_exp",)
+#: Model constants a collective form reads (the expert dispatch: the copies of a token, top-k, and its routing
+#: groups), bound with the hardware's constants for the ops that read them.
+_MODEL_CALL_SYMBOLS = ("n_chosen_exp", "n_route_groups", "n_route_groups_topk")
 #: The stage's layer counts a per-stage form reads (``(M, U)`` columns, functions of the pipeline shape).
 _LAYER_SYMBOLS = ("n_layers_stage", "n_moe_layers_stage")
 

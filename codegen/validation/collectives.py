@@ -184,8 +184,8 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
         raise ValueError(f"gpus_per_node: a whole number from 1 to {sys_.devices_per_node} (a {sys_.name} node), "
                          f"got {gpus_per_node!r}")
     values = group_values(sys_, n, size, gpus_per_node)
-    if top_k is not None:
-        values["n_chosen_exp"] = float(top_k)
+    if top_k is not None:  # (the expert dispatch: no routing groups here, every node reachable)
+        values.update(n_chosen_exp=float(top_k), n_route_groups=1.0, n_route_groups_topk=1.0)
     if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
     algorithms = None if algorithms is None else set(algorithms)

@@ -264,6 +264,7 @@ class Family:
     source: str          # where these facts are stated
     unpriced: str = ""   # why the project cannot price the family yet ("" when it can)
     mla: tuple[int, int, int, int, int] = ()  # MLA: q_lora, kv_lora ranks; rope, nope (query/key), value head widths
+    route_groups: tuple[int, int] = (1, 1)   # group-limited routing: groups of experts, groups a token's experts lie in
     first_k_dense: int = 0   # leading dense layers of a model with experts (dense FFN of width ffn_hidden)
     n_mtp: int = 0           # multi-token-prediction layers
     sliding_window: int = 0  # tokens of the sliding window of the windowed layers (0: none)
@@ -300,8 +301,12 @@ FAMILIES: dict[str, Family] = {
                           "(the table's arch_notes); first_k_dense_replace 3 (moe_layer_freq [0]*3 + [1]*58); one "
                           "multi-token-prediction layer (num_nextn_predict_layers 1; NVIDIA's table names the 25.11 "
                           "run 'DeepSeekV3 (w/ MTP)', and Megatron-Core's DeepSeek-V3 recipe, "
-                          "yanring/Megatron-MoE-ModelZoo, sets mtp_num_layers 1); vocabulary 129,280",
-                          mla=(1536, 512, 64, 128, 128), first_k_dense=3, n_mtp=1),
+                          "yanring/Megatron-MoE-ModelZoo, sets mtp_num_layers 1); vocabulary 129,280; node-limited "
+                          "routing n_group 8, topk_group 4 (config.json; Megatron-Bridge's DeepSeek-V3 recipes read "
+                          "the model from it, AutoBridge.from_hf_pretrained, whose converter maps them to "
+                          "moe_router_num_groups and moe_router_group_topk: src/megatron/bridge/recipes/deepseek/"
+                          "deepseek_v3.py, src/megatron/bridge/models/conversion/model_bridge.py at v0.4.2)",
+                          mla=(1536, 512, 64, 128, 128), first_k_dense=3, n_mtp=1, route_groups=(8, 4)),
     "gpt-oss": Family(3, True, False, False, 0, 201088,
                       _NEMO + "gpt_oss.py GPTOSSConfig and openai/gpt-oss-120b config.json: SwiGLU experts, "
                       "RMSNorm, biases on the attention projections and the experts, untied; sliding_window 128 on "
@@ -463,6 +468,7 @@ def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelCo
         first_k_dense=min(family.first_k_dense, n_lay) if moe else 0, n_mtp=family.n_mtp, **window,
         hff_exp=r["moe_ffn_hidden"] if moe else r["ffn_hidden"], n_exp=r["experts"] if moe else 1,
         n_shared_exp=r["shared_experts"] if moe else 0, n_chosen_exp=r["top_k"] if moe else 1,
+        **(dict(zip(("n_route_groups", "n_route_groups_topk"), family.route_groups)) if moe else {}),
         qkv_bias=family.biases, o_bias=family.biases, mlp_bias=family.biases, norm_bias=family.norm_bias,
         tie_emb_out=family.tie_emb_out, n_ffMM=family.n_ffMM, n_qknorm=family.n_qknorm)
     validate(model, layout, devices=r["gpus"])
