@@ -27,10 +27,9 @@ CROSS_NODE_EP = "its expert all-to-all across nodes, exposed, where the search k
 #: (model family, system) → why the search's best undercuts the published layout by more than 15 % today (the
 #: parts of both predictions: docs/search.md, "The decision test").
 KNOWN_GAPS = {
-    ("DeepSeek-V3", "dgx_b200"): "the recipe's 8 stages x 2 chunks hold the 61 layers and the MTP layer unevenly "
-                                 "(12.1 s of compute at the slowest stage, 1.9 s of communication exposed with DeepEP "
-                                 "and the EP overlap), where the search's best runs 4 stages x 15 chunks with EP 16 "
-                                 "over two nodes: 20.5 %",
+    ("DeepSeek-V3", "dgx_b200"): "EP 32 over four nodes: 3.1 s of communication exposed even with DeepEP and the "
+                                 "EP overlap (and 0.3 s of bubble), against 0.1 s for the search's best, 4 stages x 15 "
+                                 "chunks with EP 16 over two nodes, which computes 0.3 s more: 20.3 %",
     ("Nemotron-22B", "dgx_h100"): "more compute with 4 stages than without a pipeline (the last stage's output layer "
                                   "of a 256,000-token vocabulary, about 3 layers' worth, beside its 10 layers)",
     ("Qwen3-235B-A22B", "dgx_h100"): CROSS_NODE_EP + " (EP 32 over four nodes on NCCL, the recipe's dispatcher: "

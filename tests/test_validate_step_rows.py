@@ -182,3 +182,21 @@ def test_each_row_says_the_overlap_and_recomputed_modules_it_was_priced_with(cap
     assert (recipe["overlap"], recipe["recompute_modules"]) == ("dp,pp", "layernorm,moe_act")
     assert (none["overlap"], none["recompute_modules"]) == ("dp,pp", "none")
     assert recipe["compute_s"] > none["compute_s"]
+
+
+def test_deepseek_rows_take_the_recipes_pipeline_layout():
+    """Megatron-Bridge's DeepSeek-V3 layouts (set_deepseek_v3_pipeline_model_parallel_layout): the embedding with the
+    first chunk's 4 decoder layers, the MTP layer and the loss with the last chunk's 1, 4 in every other chunk."""
+    from codegen.configs import chunk_layer_counts
+    from codegen.validation.csvfile import read_table
+    from codegen.validation.step_rows import model_and_layout, read_rows
+
+    rows = {r["line"]: r for r in read_rows(read_table(NEMO))}
+    for line, (p, vp) in ((2, (16, 1)), (5, (8, 2))):
+        model, layout, _ = model_and_layout(rows[line], rows[line]["model"], "")
+        assert (layout.p, layout.vp) == (p, vp) and model.layout.offset == layout.offset
+        per_slot = [chunk_layer_counts(model, layout)[s][c] for c in range(vp) for s in range(p)]  # model order
+        assert per_slot == [4] * 15 + [2]  # (the last: one decoder layer and the MTP layer)
+    # A family without a recipe layout keeps the even split.
+    qwen = next(r for r in rows.values() if r["model"].startswith("Qwen3_235B") and r["pp"] == 8)
+    assert model_and_layout(qwen, qwen["model"], "")[1].offset is None

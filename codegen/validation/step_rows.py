@@ -68,7 +68,8 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -251,6 +252,16 @@ RECIPE_EP_DISPATCHER: dict[tuple[str, str, str, str], tuple[str, str]] = {
 }
 
 
+#: Megatron-Bridge's DeepSeek-V3 pipeline layouts by (pp, vp) (``set_deepseek_v3_pipeline_model_parallel_layout``'s
+#: ``layout_map``, the same at v0.2.0, v0.3.0 and v0.4.2: src/megatron/bridge/recipes/deepseek/deepseek_v3.py; v0.4.2's
+#: B200 MXFP8 preset states the (8, 2) one as "Et*4|(t*4|)*14tmL"): the embedding with the first chunk's decoder
+#: layers, the MTP layer and the loss with the last chunk's one to thirteen; here body and MTP layers per chunk.
+_DEEPSEEK_LAYOUTS: Mapping[tuple[int, int], tuple[int, ...]] = MappingProxyType({
+    (4, 1): (16, 16, 16, 13 + 1), (8, 1): (8,) * 7 + (5 + 1,), (4, 2): (8,) * 7 + (5 + 1,),
+    (16, 1): (4,) * 15 + (1 + 1,), (8, 2): (4,) * 15 + (1 + 1,), (4, 4): (4,) * 15 + (1 + 1,),
+})
+
+
 @dataclass(frozen=True)
 class Family:
     """What a model family's architecture has beyond the table's columns (``ModelConfig`` switches)."""
@@ -265,6 +276,11 @@ class Family:
     unpriced: str = ""   # why the project cannot price the family yet ("" when it can)
     mla: tuple[int, int, int, int, int] = ()  # MLA: q_lora, kv_lora ranks; rope, nope (query/key), value head widths
     route_groups: tuple[int, int] = (1, 1)   # group-limited routing: groups of experts, groups a token's experts lie in
+    # The recipe's pipeline layout by (pp, vp): body and MTP layers per chunk in model order (chunk c·pp + s holds
+    # stage s's chunk c), where the recipe states one (Megatron-Core's pipeline_model_parallel_layout); else the even
+    # split.
+    pipeline_layouts: Mapping[tuple[int, int], tuple[int, ...]] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}))
     first_k_dense: int = 0   # leading dense layers of a model with experts (dense FFN of width ffn_hidden)
     n_mtp: int = 0           # multi-token-prediction layers
     sliding_window: int = 0  # tokens of the sliding window of the windowed layers (0: none)
@@ -306,7 +322,8 @@ FAMILIES: dict[str, Family] = {
                           "the model from it, AutoBridge.from_hf_pretrained, whose converter maps them to "
                           "moe_router_num_groups and moe_router_group_topk: src/megatron/bridge/recipes/deepseek/"
                           "deepseek_v3.py, src/megatron/bridge/models/conversion/model_bridge.py at v0.4.2)",
-                          mla=(1536, 512, 64, 128, 128), first_k_dense=3, n_mtp=1, route_groups=(8, 4)),
+                          mla=(1536, 512, 64, 128, 128), first_k_dense=3, n_mtp=1, route_groups=(8, 4),
+                          pipeline_layouts=_DEEPSEEK_LAYOUTS),
     "gpt-oss": Family(3, True, False, False, 0, 201088,
                       _NEMO + "gpt_oss.py GPTOSSConfig and openai/gpt-oss-120b config.json: SwiGLU experts, "
                       "RMSNorm, biases on the attention projections and the experts, untied; sliding_window 128 on "
@@ -432,6 +449,20 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     return r
 
 
+def _recipe_offset(r: dict[str, Any], family: Family) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
+    """The row's recipe pipeline layout (``Family.pipeline_layouts`` at its pp and vp) as a layout offset over the even
+    split (``codegen.configs.chunk_layer_counts``: one entry per stage, or one row of pp per chunk); ``None`` where
+    the recipe states none, or the row's layers do not add up to it."""
+    p, vp = r["pp"], r["vp"]
+    counts = family.pipeline_layouts.get((p, vp))
+    total = r["layers"] + family.n_mtp
+    if counts is None or len(counts) != p * vp or sum(counts) != total:
+        return None
+    base = total // (p * vp)
+    rows = tuple(tuple(counts[c * p + s] - base for s in range(p)) for c in range(vp))
+    return rows[0] if vp == 1 else rows
+
+
 def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
     """The model, layout and ZeRO level of a row read by :func:`_row`.
 
@@ -449,7 +480,7 @@ def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelCo
     if not r["head_dim"] and h % a:
         raise LayoutError(f"hidden {h} is not a multiple of the heads {a} and no head_dim is given")
     layout = Layout(d=d, t=r["tp"], p=r["pp"], m=gb // (d * b), b=b, vp=r["vp"], cp=r["cp"], ep=r["ep"],
-                    etp=r["etp"], sp=r["sequence_parallel"])
+                    etp=r["etp"], sp=r["sequence_parallel"], offset=_recipe_offset(r, family))
     moe = r["is_moe"]
     mla: dict[str, Any] = {}
     if family.mla:
