@@ -174,8 +174,8 @@ def test_a_rows_dispatcher_cell_wins_and_an_unknown_one_names_its_line(tmp_path)
 
 
 def test_the_sensitivity_in_seconds_takes_the_dispatcher(capsys):
-    args = ["sensitivity", "--model", "qwen3-30b-a3b", "--device", "dgx_h100", "--layout", "d=16,t=1,p=1,ep=16,m=64,b=1",
-            "--degrees", "d,ep"]
+    args = ["sensitivity", "--model", "qwen3-30b-a3b", "--device", "dgx_h100", "--layout",
+            "d=16,t=1,p=1,ep=16,m=64,b=1", "--degrees", "d,ep"]
     assert main([*args, "--cost", "time", "--ep-dispatcher", "hybridep", "--json"]) == 0
     out = capsys.readouterr().out
     assert '"ep_dispatcher": "hybridep"' in out
@@ -214,3 +214,17 @@ def test_route_groups_are_read_from_the_model_file_and_checked(tmp_path):
         path.write_text(text.replace(old, new, 1), encoding="utf-8")
         with pytest.raises(ModelConfigError, match=needle):
             load_model(str(path))
+
+
+def test_eval_cost_time_says_which_dispatcher_it_priced(capsys):
+    args = ["eval", "--model", "qwen3-30b-a3b", "--device", "dgx_h100", "--cost", "time", "--layout",
+            "d=16,t=1,p=1,ep=16,m=64,b=1"]
+    assert main([*args, "--json"]) == 0
+    nccl = json.loads(capsys.readouterr().out)
+    assert main([*args, "--ep-dispatcher", "hybridep", "--json"]) == 0
+    dedup = json.loads(capsys.readouterr().out)
+    assert (nccl["ep_dispatcher"], dedup["ep_dispatcher"]) == ("alltoall", "hybridep")
+    # One EP item runs under each: NCCL's all-to-all, or the dedup dispatch, never both.
+    nccl_items, dedup_items = nccl["stages"][0]["by_collective"], dedup["stages"][0]["by_collective"]
+    assert nccl_items["ep.dedup_dispatch"] == 0 < nccl_items["ep.all_to_all"]
+    assert dedup_items["ep.all_to_all"] == 0 < dedup_items["ep.dedup_dispatch"]

@@ -307,6 +307,7 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
                            "convention": "consistent", "order": order, "stages": stages,
                            "units": TIME_UNITS if time else CONSISTENT_UNITS}
     if time:
+        res["ep_dispatcher"] = pricer.ep_dispatcher
         b = int(prices.bottleneck_stage[0])
         res["bottleneck"] = {"stage": b, "seconds": float(prices.bottleneck_s[0]),
                              "by_dimension": {d: float(v[0]) for d, v in prices.by_dimension.items()}}
@@ -318,7 +319,8 @@ def _print_consistent(res: dict[str, Any]) -> None:
     scale, unit = (1e3, "ms") if time else (2.0 ** -30, "GiB")
     total = "total_s" if time else "total_bytes"
     dims = list(res["stages"][0]["by_dimension"]) if res["stages"] else []
-    print(f"model {res['model']}  layout {res['layout']}  device {res['device']}  order {res['order']}")
+    print(f"model {res['model']}  layout {res['layout']}  device {res['device']}  order {res['order']}"
+          + (f"  EP dispatcher {res['ep_dispatcher']}" if time else ""))
     print(f"{'stage':>5}  {'total ' + unit:>12}  " + "  ".join(f"{d.upper() + ' ' + unit:>12}" for d in dims))
     for row in res["stages"]:
         print(f"{row['stage']:>5}  {row[total] * scale:>12.4f}  "
