@@ -34,8 +34,8 @@ from sympy import Ne, Piecewise
 
 from .attention import head_width
 from .formula import Formula
-from .params import (attention_params, dense_ffn_params, mla_up_projection_params, norm_params, router_params,
-                     routed_expert_params, shared_expert_params)
+from .params import (attention_params, dense_ffn_params, mla_up_projection_params, mla_up_projection_shapes,
+                     norm_params, router_params, routed_expert_params, shared_expert_params)
 from .symbols import syms
 from .vocabulary import AttentionParams
 
@@ -377,10 +377,11 @@ def _module_recompute(variant: AttentionParams, moe: bool) -> tuple[sympy.Expr, 
     if variant is not AttentionParams.STANDARD:
         # The up-projections' operands again: their inputs (the latents, or h without a query latent), weights and
         # outputs (every head's query and key/value widths, split by TP).
-        query, key_value = mla_up_projection_params(variant is AttentionParams.MLA_Q_LATENT)
-        inputs = dc_kv + (dc_q if variant is AttentionParams.MLA_Q_LATENT else h)
-        outputs = (query / (dc_q if variant is AttentionParams.MLA_Q_LATENT else h) + key_value / dc_kv) / t
-        hbm = hbm + recompute_mla_up * _E * (b * s / cp * (inputs + outputs) + (query + key_value) / t)
+        shapes = mla_up_projection_shapes(variant is AttentionParams.MLA_Q_LATENT)
+        inputs = sum(width_in for width_in, _ in shapes)
+        outputs = sum(width_out for _, width_out in shapes) / t
+        weights = sum(width_in * width_out for width_in, width_out in shapes) / t
+        hbm = hbm + recompute_mla_up * _E * (b * s / cp * (inputs + outputs) + weights)
     return hbm, vector
 
 

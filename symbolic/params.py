@@ -42,7 +42,8 @@ from .symbols import syms
 from .vocabulary import AttentionParams, attention_variant
 
 __all__ = ["AttentionParams", "attention_variant", "ParamCounts", "ParamFormulas", "layer_counts",
-           "layer_formulas", "attention_params", "mla_up_projection_params", "norm_params", "dense_ffn_params",
+           "layer_formulas", "attention_params", "mla_up_projection_params", "mla_up_projection_shapes", "norm_params",
+           "dense_ffn_params",
            "router_params", "routed_expert_params", "shared_expert_params", "FORMULAS"]
 
 h, a, n_kv, dh, dhr, dc_kv, dc_q, qk_nope = syms("h", "a", "n_kv", "dh", "dhr", "dc_kv", "dc_q", "qk_nope_head_dim")
@@ -97,13 +98,20 @@ def _mla_attention(q_latent: bool) -> sympy.Expr:
     return _QUARTER * n_attMM * (query + key_value + output)
 
 
-def mla_up_projection_params(q_latent: bool) -> tuple[sympy.Expr, sympy.Expr]:
-    """The parameters of MLA's up-projections, as :func:`attention_params` counts them: (the query's, from its latent
+def mla_up_projection_shapes(q_latent: bool) -> tuple[tuple[sympy.Expr, sympy.Expr], tuple[sympy.Expr, sympy.Expr]]:
+    """(input width, output width) of MLA's two up-projections, elements per token: the query's, from its latent
     ``dc_q`` or, without one, from ``h`` to every head's ``d_qk + dhr``; the key/value's, from ``dc_kv`` to every
-    head's ``d_qk + dh``), in parameters."""
+    head's ``d_qk + dh``. The output widths carry :func:`attention_params`' ``n_attMM / 4`` (1 with the four attention
+    matmuls), so that input × output is the parameter count it counts."""
     d_qk = Piecewise((qk_nope, Ne(qk_nope, 0)), (dh, True))
-    query = (dc_q if q_latent else h) * a * (d_qk + dhr)
-    return _QUARTER * n_attMM * query, _QUARTER * n_attMM * dc_kv * n_kv * (d_qk + dh)
+    return ((dc_q if q_latent else h, _QUARTER * n_attMM * a * (d_qk + dhr)),
+            (dc_kv, _QUARTER * n_attMM * n_kv * (d_qk + dh)))
+
+
+def mla_up_projection_params(q_latent: bool) -> tuple[sympy.Expr, sympy.Expr]:
+    """The parameters of MLA's up-projections, as :func:`attention_params` counts them: (the query's, the key/value's)
+    (:func:`mla_up_projection_shapes`: input width × output width), in parameters."""
+    return tuple(width_in * width_out for width_in, width_out in mla_up_projection_shapes(q_latent))
 
 
 def norm_params() -> sympy.Expr:
