@@ -123,8 +123,8 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
                             "default: the quantized weights are the primary ones, as NVIDIA's FP8 recipes set it)")
 
 
-#: Every memory option (``add_memory_options``), in the order a message names the first one given; the last, the
-#: recompute modules, is a setting of ``eval --cost step-time`` too.
+#: Every memory option (``add_memory_options``), in the order a message names the first one given; the recompute
+#: modules are a setting of ``eval --cost step-time`` too.
 MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--bf16-weights", "--recompute-modules")
 
 
@@ -360,7 +360,8 @@ def check_applies(args: argparse.Namespace) -> None:
         ValueError: one line naming the first option given that the run does not read, and its value.
     """
     if args.cost == "step-time":
-        refuse_options(args, ("--convention", "--ttype", "--with-recomp", "--order", *MEMORY_OPTIONS[:-1]),
+        refuse_options(args, ("--convention", "--ttype", "--with-recomp", "--order",
+                              *(o for o in MEMORY_OPTIONS if o != "--recompute-modules")),
                        "--cost step-time prices the step as the search does (memory with the model's widths and "
                        "the layout's ZeRO level, Megatron's rank order): drop it")
         if getattr(args, "memory", False):
