@@ -104,3 +104,13 @@ def test_bad_table_is_one_line(tmp_path):
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "precision" in done.stderr and "FP7" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_each_case_states_the_recipe_settings_it_was_priced_with(cases):
+    rows = {r["line"]: r for r in read_rows(read_table(DEFAULT_DATA))}
+    for c in cases:
+        row = rows[c.line]
+        assert (c.overlap, c.recompute_modules, c.ep_dispatcher) == (
+            recipe_overlap(row)[0], recipe_modules(row)[0], recipe_dispatcher(row)[0]), c.line
+    qwen = next(c for c in cases if (c.family, c.system) == ("Qwen3-30B-A3B", "dgx_h100"))
+    assert qwen.ep_dispatcher == "hybridep" and "ep" not in qwen.overlap  # Megatron-Bridge v0.5.0's H100 preset

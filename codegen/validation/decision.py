@@ -67,6 +67,7 @@ class DecisionCase:
     Attributes:
         family, system, line, model, release, precision: the row's (``line``: its line in the file).
         devices, global_batch, seq_len: the run the search keeps.
+        overlap, recompute_modules, ep_dispatcher: the recipe's run settings both searches priced with.
         best, published: the layouts (degrees, ``m``, recompute mode, ZeRO level); ``published`` is ``None``
             when no recompute mode of it fits in memory.
         best_s, published_s: their predicted step seconds (``published_s`` the best mode's, priced regardless of
@@ -86,6 +87,9 @@ class DecisionCase:
     devices: int
     global_batch: int
     seq_len: int
+    overlap: tuple[str, ...]
+    recompute_modules: tuple[str, ...]
+    ep_dispatcher: str
     best: dict[str, Any]
     published: dict[str, Any] | None
     best_s: float
@@ -158,7 +162,8 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
         cases.append(DecisionCase(
             family=families[i], system=r["system"], line=r["line"], model=r["model"], release=r["release"],
             precision=r["precision"], devices=r["gpus"], global_batch=r["global_batch"], seq_len=r["seq_len"],
-            best=_layout(best), published=_layout(published) if fits else None, best_s=float(best["step_time_s"]),
+            overlap=common["overlap"], recompute_modules=common["recompute_modules"],
+            ep_dispatcher=common["ep_dispatcher"], best=_layout(best), published=_layout(published) if fits else None, best_s=float(best["step_time_s"]),
             published_s=published_s, published_fits=fits, gap=gap, passes=fits and gap <= GAP_BOUND,
             layouts=layouts))
     return cases
