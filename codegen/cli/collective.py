@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     dispatch = args.op == collectives.EP_DISPATCH
     if dispatch and args.top_k is None:
-        raise ValueError(f"--top-k: {collectives.EP_DISPATCH} needs the experts each token is routed to, e.g. --top-k 8")
+        raise ValueError(f"--top-k: {collectives.EP_DISPATCH} needs the experts each token is routed to, "
+                         f"e.g. --top-k 8")
     if not dispatch and args.top_k is not None:
         raise ValueError(f"--top-k {args.top_k}: only {collectives.EP_DISPATCH} reads it ({args.op} is NCCL's "
                          f"collective): drop it")

@@ -11,9 +11,10 @@ Command line::
 ``--json`` prints ``{"objective", "value", "degrees": {x: {"value", "derivative", "elasticity",
 "doubling_ratio"}}, "units"}``; with ``--cost time`` (communication seconds per step on NCCL's model, a
 catalog system with GPU facts as ``--device``) also ``"cost": "time"``, ``"system"``, ``"order"``,
-``"ep_dispatcher"`` and ``"levels": {L: {"symbols", "derivative", "elasticity"}}`` for each network level's α and β; ``--plot FILE`` draws the objective against each degree over the
-powers of two that give valid layouts into exactly FILE (a ``.png``, ``.svg`` or ``.pdf``, which must not
-exist yet: ``codegen.cli._output``) and needs matplotlib (the ``plot`` extra).
+``"ep_dispatcher"`` and ``"levels": {L: {"symbols", "derivative", "elasticity"}}`` for each network level's α and
+β; ``--plot FILE`` draws the objective against each degree over the powers of two that give valid layouts into
+exactly FILE (a ``.png``, ``.svg`` or ``.pdf``, which must not exist yet: ``codegen.cli._output``) and needs
+matplotlib (the ``plot`` extra).
 """
 
 from __future__ import annotations

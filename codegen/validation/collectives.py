@@ -37,9 +37,9 @@ from ..pricing.collective import choose, enabled_on
 from .clusters import cluster, cluster_of, nccl_settings
 from .csvfile import DATA_DIR, Table, read_table
 
-__all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements", "Prediction",
-           "curves", "groups_json", "load_measurements", "overall", "predict", "predicted_rows", "predicted_times",
-           "validate"]
+__all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements",
+           "Prediction", "curves", "groups_json", "load_measurements", "overall", "predict", "predicted_rows",
+           "predicted_times", "validate"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
 BAND_EDGE_BYTES = 1 << 20

@@ -163,7 +163,8 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
             family=families[i], system=r["system"], line=r["line"], model=r["model"], release=r["release"],
             precision=r["precision"], devices=r["gpus"], global_batch=r["global_batch"], seq_len=r["seq_len"],
             overlap=common["overlap"], recompute_modules=common["recompute_modules"],
-            ep_dispatcher=common["ep_dispatcher"], best=_layout(best), published=_layout(published) if fits else None, best_s=float(best["step_time_s"]),
+            ep_dispatcher=common["ep_dispatcher"], best=_layout(best),
+            published=_layout(published) if fits else None, best_s=float(best["step_time_s"]),
             published_s=published_s, published_fits=fits, gap=gap, passes=fits and gap <= GAP_BOUND,
             layouts=layouts))
     return cases
