@@ -176,14 +176,18 @@ def test_the_volumes_spec_prices_as_the_stage_pricer(name, device, ttype, with_r
 # ----------------------------------------------------------------------------- collective time
 
 
-@pytest.mark.parametrize("name,order", [("qwen3-72b", "tp-cp-ep-dp-pp"), ("deepseek-v3", "tp-ep-cp-dp-pp")])
-def test_the_collective_time_spec_prices_as_the_time_pricer(name, order):
-    """Every stage's seconds over every item, NCCL's pick per call, to the bit as TimePricer's stages (which
-    evaluates each item once per group of layouts with equal inputs and per distinct layer count); the
-    bottleneck as its bottleneck."""
+@pytest.mark.parametrize("name,order,dispatcher", [("qwen3-72b", "tp-cp-ep-dp-pp", "alltoall"),
+                                                   ("deepseek-v3", "tp-ep-cp-dp-pp", "alltoall"),
+                                                   ("deepseek-v3", "tp-cp-ep-dp-pp", "deepep")])
+def test_the_collective_time_spec_prices_as_the_time_pricer(name, order, dispatcher):
+    """Every stage's seconds over every item, NCCL's pick per call (or the expert dispatch's form), to the bit as
+    TimePricer's stages (which evaluates each item once per group of layouts with equal inputs and per distinct
+    layer count); the bottleneck as its bottleneck."""
     model, batch = _batch(name, 1500, seed=17)
-    want = TimePricer(model, system=SYSTEM, order=order).price_batch(batch, validated=True, per_stage=True)
-    got = price_family(time_family(model, SYSTEM, order=order), model, batch, validated=True, per_stage=True)
+    want = TimePricer(model, system=SYSTEM, order=order, ep_dispatcher=dispatcher).price_batch(
+        batch, validated=True, per_stage=True)
+    got = price_family(time_family(model, SYSTEM, order=order, ep_dispatcher=dispatcher), model, batch,
+                       validated=True, per_stage=True)
     np.testing.assert_array_equal(got.stages, want.stages["total_s"])
     np.testing.assert_array_equal(got.step, want.bottleneck_s)
     # The spec names the first stage of the most seconds; the pricer the first stage of its layer count that has

@@ -758,7 +758,8 @@ class TimePricer:
 # ----------------------------------------------------------------------------- the family as a spec
 
 
-def time_family(model: ModelConfig, system: str, *, order: str = DEFAULT_ORDER) -> FamilySpec:
+def time_family(model: ModelConfig, system: str, *, order: str = DEFAULT_ORDER,
+                ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> FamilySpec:
     """The collective-time family of *model* on *system* as a spec (``codegen.pricing.families``).
 
     Its parts are every item's generated forms (``symbolic.stage_time``: calls per step, the size S of one call,
@@ -766,9 +767,10 @@ def time_family(model: ModelConfig, system: str, *, order: str = DEFAULT_ORDER) 
     per group, the placement under the rank *order* (``"<group>@ranks_per_node"``, ``…@nodes``, ``…@nics_used``);
     a stage's value is ``Σ_items calls × t(S, n)`` seconds with ``t`` the time of NCCL's pick for one call
     (``codegen.pricing.collective``), a per-layer item weighed by the stage's layers (or MoE layers); the step is
-    the stage with the most seconds. :class:`TimePricer` prices the same numbers with its grouped fast path.
+    the stage with the most seconds, the experts' tokens moved by *ep_dispatcher* (:class:`TimePricer`'s).
+    :class:`TimePricer` prices the same numbers with its grouped fast path.
     """
-    pricer = TimePricer(model, system=system, order=order)
+    pricer = TimePricer(model, system=system, order=order, ep_dispatcher=ep_dispatcher)
     moe = model.is_moe
 
     def terms(_model: ModelConfig, _batch: LayoutBatch | None) -> dict[str, str]:
