@@ -238,7 +238,8 @@ _DISPATCH_TAGS = ("scripts/performance/configs/{deepseek,gpt_oss,qwen}/*workload
 #: as :data:`RECIPE_OVERLAP`'s; every other row's recipe leaves Megatron-Core's default, NCCL's all-to-all
 #: (``alltoall``; an ``ep_dispatcher`` column wins where given). From the tagged presets of each release
 #: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.4.0 = 26.04, v0.4.1 = 26.02.01, v0.4.2 = 26.04.01, v0.5.0 =
-#: 26.06): in 25.11 no B200 or H100 preset names one; from 26.02 DeepSeek-V3's B200 presets name hybridep (EP 8), and
+#: 26.06): in 25.11 none of the presets this table's rows ran names one (DeepSeek-V3's H100 preset, which no row runs,
+#: names deepep); from 26.02 DeepSeek-V3's B200 presets name hybridep (EP 8), and
 #: v0.4.2's FP8_MX_V2 deepep (EP 32); Qwen3-30B-A3B's H100 presets deepep in 26.02 and hybridep from 26.04 (EP 16),
 #: its B200 presets and GPT-OSS 120B's B200 V2 preset hybridep from 26.02.01; the Qwen3-235B-A22B presets none.
 RECIPE_EP_DISPATCHER: dict[tuple[str, str, str, str], tuple[str, str]] = {
