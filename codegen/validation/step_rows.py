@@ -241,7 +241,10 @@ _DISPATCH_TAGS = ("scripts/performance/configs/{deepseek,gpt_oss,qwen}/*workload
 #: 26.06): in 25.11 none of the presets this table's rows ran names one (DeepSeek-V3's H100 preset, which no row runs,
 #: names deepep); from 26.02 DeepSeek-V3's B200 presets name hybridep (EP 8), and
 #: v0.4.2's FP8_MX_V2 deepep (EP 32); Qwen3-30B-A3B's H100 presets deepep in 26.02 and hybridep from 26.04 (EP 16),
-#: its B200 presets and GPT-OSS 120B's B200 V2 preset hybridep from 26.02.01; the Qwen3-235B-A22B presets none.
+#: its B200 presets hybridep from 26.02.01, GPT-OSS 120B's B200 V2 preset in 26.02.01 (v0.4.1) only; the Qwen3-235B-A22B
+#: presets none. Each runs where the preset names it: from v0.3.0 Megatron-Bridge applies Hybrid-EP on compute
+#: capability 8 to 10 and DeepEP on Ampere, Hopper, B200 and B300 (src/megatron/bridge/training/
+#: flex_dispatcher_backend.py, apply_flex_dispatcher_backend; v0.2.0 kept Hybrid-EP to GB200 and GB300).
 RECIPE_EP_DISPATCHER: dict[tuple[str, str, str, str], tuple[str, str]] = {
     ("deepseekv3", "dgx_b200", "mxfp8", "26.02"): ("hybridep", f"Megatron-Bridge v0.3.0 {_DISPATCH_TAGS}"),
     ("deepseekv3", "dgx_b200", "mxfp8", "26.04.01"): ("deepep", f"Megatron-Bridge v0.4.2 {_DISPATCH_TAGS}"),
