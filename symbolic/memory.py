@@ -132,7 +132,8 @@ MEGATRON_MODULES = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/tr
                     "query, key and value discarded after the core attention)")
 MOE_COMBINE = ("Megatron-Core (NVIDIA/Megatron-LM@d98e8a6) megatron/core/transformer/moe/experts.py (TEGroupedMLP: the "
                "routing probabilities applied in bias_act_func, weighted_bias_swiglu_impl with "
-               "bias_activation_fusion), token_dispatcher.py (MoEAlltoAllTokenDispatcher.combine_preprocess: unpermute without probabilities), "
+               "bias_activation_fusion), token_dispatcher.py (MoEAlltoAllTokenDispatcher.combine_preprocess: "
+               "unpermute without probabilities), "
                "moe_utils.py (unpermute: a scatter-add, whose backward needs no saved tensor)")
 TE_WEIGHTS = ("NVIDIA TransformerEngine transformer_engine/pytorch/module/linear.py (Linear.forward: the quantized "
               "weight cached in _fp8_workspaces['weight'] while is_first_microbatch is not None, row- and column-wise "

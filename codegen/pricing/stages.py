@@ -232,7 +232,7 @@ ZERO_SWITCHES: dict[str, tuple[str, float]] = {
 BIND_SOURCES: dict[str, tuple[str, ...]] = {
     **{name: (source,) for name, (source, _level) in ZERO_SWITCHES.items()}, "gather": ("rec_op",),
     "level_bound_0": (), "stage_cost_scale": (), **{name: _SCORE_DEGREES for name in SCORE_FACTORS},
-    "cp_ulysses": ("cp_algo",), "ep_dedup": (),
+    "cp_ulysses": ("cp_algo",),
 }
 
 
@@ -247,8 +247,7 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
     """The values of the terms' arguments *names* (count names excepted): numbers or per-layout arrays.
 
     Fields are read from *f*; the switches are derived from them (``zero2_non_exp`` is 1 where
-    ``comm_d_non_exp`` is 2, …, ``cp_ulysses`` 1 where ``cp_algo`` is Ulysses; ``ep_dedup`` 0, NCCL's expert
-    all-to-all, which ``codegen.pricing.time.TimePricer`` replaces by its run's dispatcher); ``gather`` from ``rec_op``;
+    ``comm_d_non_exp`` is 2, …, ``cp_ulysses`` 1 where ``cp_algo`` is Ulysses); ``gather`` from ``rec_op``;
     ``max_rank_tokens`` from ``tokens_per_expert``; ``level_bound_0`` and ``stage_cost_scale`` from the
     *system* (``hardware.System``); the score factors are 1 on the FLOP path and the level scores of a unit
     volume on the TIME path (*score*, by default ``levels.score_factors`` on the system).
@@ -275,8 +274,6 @@ def bind(f: Fields, names: Iterable[str], *, system: Any, ttype: str = "FLOP",
                                            ep=int(f.scalar("ep")))
         elif name == "cp_ulysses":
             values[name] = float(f.raw.get("cp_algo") == CpAlgorithm.ULYSSES.value)
-        elif name == "ep_dedup":  # NCCL's all-to-all: the time pricer sets its run's dispatcher over this
-            values[name] = 0.0
         elif name == "level_bound_0":
             values[name] = float(system.level_bounds()[0])
         elif name == "stage_cost_scale":

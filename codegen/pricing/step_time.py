@@ -216,8 +216,8 @@ _SETTING_FIELDS = {
     **dict.fromkeys(("rec_op", "gather"), "recompute"),
     "cp_algo": "cp_algo",
 }
-#: Run fields a search keeps as the model file sets them for every layout (its settings are those above).
-_RUN_FIELDS = frozenset({"reshards"})
+#: Run fields a search keeps as the model file sets them for every layout, and the expert dispatcher's switch.
+_RUN_FIELDS = frozenset({"reshards", "ep_dedup"})
 #: What an item follows from when one of its arguments is none of the known kinds: everything.
 _EVERYTHING = frozenset(SEARCH_KEYS) | frozenset(SEARCH_SETTINGS)
 

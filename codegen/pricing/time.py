@@ -154,6 +154,8 @@ _CALL_SYMBOLS = ("msg_bytes", "ranks")
 #: Model constants a collective form reads (the expert dispatch: the copies of a token, top-k, and its routing
 #: groups), bound with the hardware's constants for the ops that read them.
 _MODEL_CALL_SYMBOLS = ("n_chosen_exp", "n_route_groups", "n_route_groups_topk")
+#: The switches of the pricer's own run settings (not layout fields, so not ``bind``'s): the expert dispatcher's.
+_SETTING_SYMBOLS = ("ep_dedup",)
 #: The stage's layer counts a per-stage form reads (``(M, U)`` columns, functions of the pipeline shape).
 _LAYER_SYMBOLS = ("n_layers_stage", "n_moe_layers_stage")
 
@@ -254,7 +256,8 @@ class TimePricer:
         layout_args = {a for n in names for a in term_arguments(n)} - {"n_layers_stage", "n_moe_layers_stage"}
         self._needed = frozenset(layout_args)
         params = {a for n in generated.FORMULAS if n.startswith("params_") for a in term_arguments(n)}
-        self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) for s in BIND_SOURCES.get(n, (n,))}
+        self._fields = tuple(sorted({s for n in layout_args - set(_PARAMS) - set(_SETTING_SYMBOLS)
+                                     for s in BIND_SOURCES.get(n, (n,))}
                                     | {"t", "cp", "ep", "d", "p", "vp", "t_exp", "d_exp", "n_exp", "dc_kv", "dc_q"}
                                     | params))
 
@@ -375,11 +378,10 @@ class TimePricer:
     def _values(self, batch: LayoutBatch) -> tuple[dict[str, Any], Fields]:
         derived = derive_fields_batch(self.model, batch, names=self._fields, validated=True, compact=True)
         f = Fields(derived)
-        values = bind(f, self._needed - set(_PARAMS), system=self.system)
+        values = bind(f, self._needed - set(_PARAMS) - set(_SETTING_SYMBOLS), system=self.system)
         values.update(_layer_params(f))
         values.update(self.hardware)
-        if "ep_dedup" in values:  # the run's expert dispatcher (bind's default is NCCL's all-to-all)
-            values["ep_dedup"] = float(EP_DISPATCHERS[self.ep_dispatcher][0])
+        values["ep_dedup"] = float(EP_DISPATCHERS[self.ep_dispatcher][0])  # the run's expert dispatcher
         return values, f
 
     def _groups(self, f: Fields) -> dict[str, tuple[tuple[Any, Any], ...]]:
