@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import types
 from unittest import mock
@@ -268,6 +269,19 @@ def test_every_command_prints_its_help(capsys):
         assert main([*path, "--help"]) == 0, path
         captured = capsys.readouterr()
         assert captured.out.startswith(f"usage: {' '.join(('symcost', *path))}") and not captured.err, path
+
+
+def test_only_the_command_run_is_imported():
+    # `symcost --help` lists every command from their names and help alone, as the whole parser does; running one
+    # command imports its own module and no other command's (each brings its pricers or validation tables).
+    assert build_parser(()).format_help() == build_parser().format_help()
+    code = ("import sys\nfrom codegen.cli import COMMANDS, main\n"
+            "for argv in (['--help'], ['--catalog', '.', 'models', '--help']):\n"
+            "    main(argv)\n"
+            "    print(sorted(n for n in COMMANDS if f'codegen.cli.{n}' in sys.modules), 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "['models'] True", done.stdout
+    assert "[] False" in done.stdout.splitlines(), done.stdout  # --help: no command, not even NumPy
 
 
 @pytest.mark.parametrize("extra, fragment", [

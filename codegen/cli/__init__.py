@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from typing import NoReturn, Sequence
+from typing import Collection, NoReturn, Sequence
 
-from . import calibrate, check, collective, compile, derive, eval, hardware, models, search, sensitivity, validate
-
-#: Sub-command modules, each with ``register(subparsers)`` that sets ``func``.
-COMMANDS = (eval, check, derive, compile, hardware, sensitivity, validate, collective, calibrate, models, search)
+#: The sub-commands in the order ``symcost --help`` lists them, each with its one-line help. Command NAME is the
+#: module ``codegen/cli/NAME.py``, whose ``register(subparsers)`` adds its parser (help from here) and sets
+#: ``func``. Only the module of the command being run is imported (:func:`build_parser`): the others bring NumPy,
+#: the pricers and the validation tables, which ``symcost --help`` and every other command's start would
+#: otherwise pay for.
+COMMANDS: dict[str, str] = {
+    "eval": "price a parallel layout of a model, stage by stage",
+    "check": "check the evaluators against a reference case file",
+    "derive": "print the closed form of a formula, a function of the original or a stage",
+    "compile": "compile every registered formula into generated/",
+    "hardware": "list or show the systems of the hardware catalog",
+    "sensitivity": "derivative, elasticity and doubling ratio of the cost per degree",
+    "validate": "compare a model with measurements",
+    "collective": "predicted time, algbw, busbw and algorithm of one collective call",
+    "calibrate": "fit a cluster's network constants to its own nccl-tests logs",
+    "models": "list the bundled models",
+    "search": "rank every valid layout of a model on N devices",
+}
 
 
 def version() -> str:
@@ -52,7 +67,9 @@ class _Version(argparse.Action):
         parser.exit(0)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with *commands*, only those commands' parsers in full (their modules imported), the
+    others as their name and help alone, enough for ``symcost --help`` and for argparse to name an unknown one."""
     parser = _Parser(
         prog="symcost",
         description="Symbolic cost model of distributed LLM training (communication volumes and seconds, "
@@ -64,16 +81,43 @@ def build_parser() -> argparse.ArgumentParser:
                              "every command (repeatable; or the environment variable SYMCOST_CATALOG: folders "
                              "joined by the path separator)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
-        module.register(sub)
+    for name, help_text in COMMANDS.items():
+        if commands is None or name in commands:
+            importlib.import_module(f"{__name__}.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+class _GlobalOptions(argparse.ArgumentParser):
+    """The options before the command, to find which command a command line runs; a usage error is left to the
+    whole parser to report."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(message)
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command *argv* names (the first word after the global options), or ``None`` if it names none or
+    its global options do not parse."""
+    front = _GlobalOptions(add_help=False)
+    front.add_argument("--catalog", action="append")
+    front.add_argument("--version", action="store_true")
+    front.add_argument("command", nargs="?")
+    try:
+        known, _ = front.parse_known_args(list(argv))
+    except ValueError:
+        return None
+    return known.command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code. Errors in input print one line and exit 2."""
-    parser = build_parser()
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    command = command_of(arguments)
+    parser = build_parser((command,) if command in COMMANDS else ())
     try:
-        args, unknown = parser.parse_known_args(argv)
+        args, unknown = parser.parse_known_args(arguments)
     except SystemExit as done:  # --help, --version, or a usage error already printed on one line
         return done.code if isinstance(done.code, int) else 0 if done.code is None else 2
     if unknown:  # parse_args would blame the top-level parser; name the command they were given to

@@ -18,12 +18,13 @@ from ..runtime.inputs import InputError
 from ..validation import nccl_logs
 from ..validation.calibration import calibrate
 from ._logs import log_options
+from . import COMMANDS
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="fit a cluster's network constants to its own nccl-tests logs",
+    p = sub.add_parser("calibrate", help=COMMANDS["calibrate"],
                        description="Fit the network level's bandwidth efficiency and per-protocol hop latencies of a "
                                    "catalog system to raw nccl-tests output of the user's cluster (least squares on "
                                    "log time) and write a system file for --catalog.")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from . import COMMANDS
 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="check the evaluators against a reference case file",
+    p = sub.add_parser("check", help=COMMANDS["check"],
                        description="Evaluate every case of a reference file (format 1) through the generated "
                                    "evaluators; print cases and worst relative error per function.")
     p.add_argument("--cases", required=True, metavar="FILE", help="reference case file (JSON, format 1)")

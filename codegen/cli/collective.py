@@ -24,6 +24,7 @@ import numpy as np
 from ..pricing.collective import Fall, next_fall
 from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
 from ..validation import collectives
+from . import COMMANDS
 
 _SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*(?P<unit>[KMG]i?B?|[kKMG]B|B)?")
 _UNITS = {None: 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,
@@ -71,7 +72,7 @@ def ranks_count(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("collective", help="predicted time, algbw, busbw and algorithm of one collective call",
+    p = sub.add_parser("collective", help=COMMANDS["collective"],
                        description=__doc__.split("\n\n")[1])
     p.add_argument("op", metavar="OP", help=f"collective: {', '.join(sorted(collectives.OPS))}, or "
                                             f"{collectives.EP_DISPATCH} (DeepEP's / Hybrid-EP's expert dispatch)")

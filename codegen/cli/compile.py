@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from . import COMMANDS
 
 
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compile", help="compile every registered formula into generated/",
+    p = sub.add_parser("compile", help=COMMANDS["compile"],
                        description="Render every registered formula into NumPy evaluators (one module per "
                                    "dimension, a model's stage terms one per variant, formulas.json with the FORMULAS table) and the formula reference "
                                    "docs/formulas.md. Writes atomically and removes stale files; --check only "

@@ -18,6 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from symbolic.vocabulary import STAGE_COUNT_NAMES, STAGE_OUTPUTS
+from . import COMMANDS
 
 if TYPE_CHECKING:  # pragma: no cover
     import sympy
@@ -70,7 +71,7 @@ Examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("derive", help="print the closed form of a formula, a function of the original or a stage",
+    p = sub.add_parser("derive", help=COMMANDS["derive"],
                        description="Print the simplified closed form of a registered formula, of a function of "
                                    "the original for one variant, or of a model's pipeline-stage total, as text, "
                                    "LaTeX or Markdown.",

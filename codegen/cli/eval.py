@@ -21,6 +21,7 @@ from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
 from ..pricing.recompute import recompute_modules
 from ._step import print_step_time, step_time_result
+from . import COMMANDS
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
 
@@ -37,7 +38,7 @@ def devices_count(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="price a parallel layout of a model, stage by stage",
+    p = sub.add_parser("eval", help=COMMANDS["eval"],
                        description="Evaluate the closed-form stage totals of a model for one parallel layout: "
                                    "each pipeline stage's total and its DP/TP/EP/CP parts, in the original's "
                                    "mixed units by default; --convention consistent gives bytes per rank per "

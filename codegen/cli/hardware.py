@@ -12,10 +12,11 @@ from hardware import Level, System
 from symbolic.symbols import SPECS
 
 from ..runtime.inputs import json_text
+from . import COMMANDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("hardware", help="list or show the systems of the hardware catalog",
+    p = sub.add_parser("hardware", help=COMMANDS["hardware"],
                        description="The hardware catalog (hardware/catalog/*.toml): network levels innermost "
                                    "first, peak bandwidth per device and per direction (the marketed figure "
                                    "beside it), the GPU's memory and compute peaks, the values each system "

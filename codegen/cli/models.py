@@ -6,6 +6,7 @@ import argparse
 
 from ..configs import load_model, model_names
 from ..runtime.inputs import json_text
+from . import COMMANDS
 
 __all__ = ["register", "run", "rows"]
 
@@ -14,7 +15,7 @@ COLUMNS = (("name", "model"), ("layers", "layers"), ("hidden", "hidden"), ("head
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="list the bundled models",
+    p = sub.add_parser("models", help=COMMANDS["models"],
                        description="List the bundled model configs (usable as --model NAME): body layers (plus "
                                    "MTP layers), hidden width, attention and key/value heads, routed experts "
                                    "(1 for a dense model) and sequence length.")

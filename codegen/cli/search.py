@@ -40,12 +40,13 @@ from ..pricing.exposure import overlap_names
 from ..pricing.recompute import recompute_modules
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
+from . import COMMANDS
 
 OUT_COLUMNS = ("rank", *SEARCH_KEYS, *SEARCH_SETTINGS)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="rank every valid layout of a model on N devices",
+    p = sub.add_parser("search", help=COMMANDS["search"],
                        description="Enumerate every valid parallel layout of a model on N devices for a global "
                                    "batch, price each (step time or the original's cost) and print the best.")
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")

@@ -33,12 +33,13 @@ from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import MEMORY_OPTIONS, UNITS, add_memory_options, memory_settings, refuse_options
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
+from . import COMMANDS
 
 __all__ = ["register", "run"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sensitivity", help="derivative, elasticity and doubling ratio of the cost per degree",
+    p = sub.add_parser("sensitivity", help=COMMANDS["sensitivity"],
                        description="How a layout's communication cost (bottleneck stage or sum over stages; "
                                    "volumes, or seconds with --cost time) or its memory per rank "
                                    "(--objective memory) responds to each parallel degree and size: the "

@@ -25,6 +25,7 @@ from typing import Callable
 from ..runtime.inputs import InputError
 from ..validation import collectives, no_cyclic_gc, rows_read
 from ._logs import log_options
+from . import COMMANDS
 
 
 def _register_collectives(p: argparse.ArgumentParser) -> None:
@@ -172,7 +173,7 @@ CHOICES: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="compare a model with measurements",
+    p = sub.add_parser("validate", help=COMMANDS["validate"],
                        description="Compare a model's predictions with measurements and report the errors.")
     what = p.add_subparsers(dest="what", required=True, metavar="WHAT")
     for name, (help_text, add) in CHOICES.items():
