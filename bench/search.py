@@ -11,7 +11,7 @@ Memory: the peak of traced allocations (``tracemalloc``, NumPy's arrays included
 search on the full grid and on a small one (ZeRO level 1, one CP algorithm: about a twentieth), in separate untimed runs: a flat
 peak means memory does not grow with the grid (it is proportional to ``--chunk``).
 
-The small grid (the issue's search: ZeRO level 1, one CP algorithm, 1,442,856 layouts) is timed in process too
+The small grid (ZeRO level 1, one CP algorithm, 1,442,856 layouts) is timed in process too
 (``small_grid_in_process``: its own layouts per second).
 
 Prints a table, then one JSON line::
@@ -21,8 +21,8 @@ Prints a table, then one JSON line::
 
 rates are valid layouts priced per second (enumeration included). Without Dask (the optional extra
 ``symcost[search]``) the in-process figures are measured alone: the table says Dask is missing, ``dask_local``
-is absent from the JSON, ``"dask": "missing"`` and ``identical`` is null. ``cold`` is the wall and CPU time of the
-issue's ``symcost search --model deepseek-v3 --devices 16384 --system dgx_h100 --global-batch 4096`` and of
+is absent from the JSON, ``"dask": "missing"`` and ``identical`` is null. ``cold`` is the wall and CPU time of
+``symcost search --model deepseek-v3 --devices 16384 --system dgx_h100 --global-batch 4096`` and of
 ``symcost eval --model deepseek-v3 --device dgx_h100`` (one layout), each in a fresh process, the median of
 ``--cold-rounds`` alternated runs, with Python's bytecode cache off (``PYTHONDONTWRITEBYTECODE=1``) and on,
 and their ratios (the CPU ratio is the steadier one on a shared machine). ``--cold-only`` runs only that.
@@ -65,7 +65,7 @@ def _cold(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def _cold_ratio(rounds: int) -> dict[str, dict[str, float]]:
-    """Wall and CPU time of ``symcost search`` (the issue's command) and ``symcost eval`` on one layout, each in
+    """Wall and CPU time of ``symcost search`` (DeepSeek-V3 on 16,384 H100s) and ``symcost eval`` on one layout, each in
     a new process, alternated round by round; the median of *rounds* each, with Python's bytecode cache off
     (``PYTHONDONTWRITEBYTECODE=1``: every module compiled from source) and on (a warm ``__pycache__``)."""
     out = {}

@@ -1,4 +1,4 @@
-"""How long does a cold start take, beside ``python3 -c "import numpy"``? (issue: one pricer, compiled ahead of time)
+"""How long does a cold start take, beside ``python3 -c "import numpy"``?
 
 Each way runs in a fresh interpreter, bytecode caching as the environment has it (with
 ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__`` left by an earlier run, every module imported

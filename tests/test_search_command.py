@@ -225,7 +225,7 @@ def test_validate_step_time(capsys):
     assert_close(last["mean_abs_rel_err"], np.mean([abs(r["rel_err"]) for r in last["rows"]]), rtol=1e-6, atol=1e-12)
     # GEMM + HBM + vector-unit compute with Calculon's A100 constants, comm from the time family: 3.2 % (rows
     # +1.9, -6.6, +0.5, -3.7 %; 6.8 % without the vector unit and the gradients' accumulation traffic, 10.2 %
-    # with the end-to-end MFU of 0.52 and comm and bubble added on top). Issue #13's bound; no constant was
+    # with the end-to-end MFU of 0.52 and comm and bubble added on top). The bound: 5 %; no constant was
     # fitted to these rows.
     assert last["mean_abs_rel_err"] <= 0.05
 

@@ -469,10 +469,10 @@ def test_step_volumes_leave_the_original_formulas_alone():
 
 GROUPS = {(g.system, g.op, g.band): g for g in collectives.validate(collectives.load_measurements(SHIPPED))}
 
-#: The issue's bounds on the median relative error: 25 % below 1 MiB, 12 % from 1 MiB on.
+#: The bounds on the median relative error each group is held to: 25 % below 1 MiB, 12 % from 1 MiB on.
 _BOUND = {"small": 0.25, "large": 0.12}
 
-#: Groups that do not meet the issue's bound yet, each with why (docs/time.md, "What is left"). The
+#: Groups that do not meet their bound yet, each with why (docs/time.md, "What is left"). The
 #: test is a strict expected failure for these: a group that starts meeting its bound fails it, and
 #: must then leave this list.
 _NOT_YET = {

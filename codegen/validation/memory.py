@@ -66,7 +66,7 @@ ZERO_CSV = DATA_DIR / "zero_table1.csv"
 MEGATRON_CSV = DATA_DIR / "megatron_memory_figure1.csv"
 RUNS_CSV = DATA_DIR / "megatron_iteration_times.csv"
 
-#: Relative errors the issue asks for on the Megatron rows: activations, parameters + optimizer.
+#: The relative errors the Megatron rows are held to: activations, parameters + optimizer.
 ACTIVATIONS_BOUND = 0.02
 STATES_BOUND = 0.05
 
@@ -378,7 +378,7 @@ def run_memory_validation(data: Path | None = None) -> int:
     """``symcost validate memory [--data FILE]``: print each row with its relative errors, then one JSON line.
 
     With no *data*, first checks ZeRO's Table 1 (one summary line) and then the shipped Figure 1
-    rows. Returns 1 when a Megatron row misses the issue's bounds (the layers' activations, what
+    rows. Returns 1 when a Megatron row misses its bounds (the layers' activations, what
     the figure plots, 2 %; parameters + optimizer 5 %) or a Table 1 cell does not print as
     published, else 0.
     """
