@@ -500,7 +500,7 @@ def test_validation_error_bounds_reached(key):
 
 @pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.xfail(reason=_NOT_YET[k], strict=True))
                                  if k in _NOT_YET else k for k in sorted(GROUPS)], ids=lambda k: "-".join(k))
-def test_issue_bounds_on_the_shipped_data(key):
+def test_group_bounds_on_the_shipped_data(key):
     g = GROUPS[key]
     assert g.median_rel_err <= _BOUND[g.band], g
 
