@@ -14,11 +14,11 @@ import argparse
 import os
 from pathlib import Path
 
+from . import COMMANDS
 from ..runtime.inputs import InputError
 from ..validation import nccl_logs
 from ..validation.calibration import calibrate
 from ._logs import log_options
-from . import COMMANDS
 
 _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 

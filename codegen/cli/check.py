@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from . import COMMANDS
 
+from . import COMMANDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:

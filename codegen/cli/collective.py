@@ -21,10 +21,10 @@ import re
 
 import numpy as np
 
+from . import COMMANDS
 from ..pricing.collective import Fall, next_fall
 from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
 from ..validation import collectives
-from . import COMMANDS
 
 _SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*(?P<unit>[KMG]i?B?|[kKMG]B|B)?")
 _UNITS = {None: 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30,

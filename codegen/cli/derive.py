@@ -18,6 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from symbolic.vocabulary import STAGE_COUNT_NAMES, STAGE_OUTPUTS
+
 from . import COMMANDS
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS,
                                  RECOMPUTE_MODES, RECOMPUTE_MODULES)
 
+from . import COMMANDS
 from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.exposure import overlap_names
@@ -21,7 +22,6 @@ from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
 from ..pricing.recompute import recompute_modules
 from ._step import print_step_time, step_time_result
-from . import COMMANDS
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
 

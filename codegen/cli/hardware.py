@@ -11,8 +11,8 @@ import hardware
 from hardware import Level, System
 from symbolic.symbols import SPECS
 
-from ..runtime.inputs import json_text
 from . import COMMANDS
+from ..runtime.inputs import json_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:

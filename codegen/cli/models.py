@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from . import COMMANDS
 from ..configs import load_model, model_names
 from ..runtime.inputs import json_text
-from . import COMMANDS
 
 __all__ = ["register", "run", "rows"]
 

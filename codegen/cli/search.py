@@ -35,12 +35,12 @@ import numpy as np
 from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS,
                                  RECOMPUTE_MODES, RECOMPUTE_MODULES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS)
 
+from . import COMMANDS
 from ..configs import LayoutError, load_model, model_names
 from ..pricing.exposure import overlap_names
 from ..pricing.recompute import recompute_modules
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
-from . import COMMANDS
 
 OUT_COLUMNS = ("rank", *SEARCH_KEYS, *SEARCH_SETTINGS)
 

@@ -27,13 +27,13 @@ from typing import Any
 
 from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEGREES, EP_DISPATCHERS, RECOMPUTE_MODES
 
+from . import COMMANDS
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import MEMORY_OPTIONS, UNITS, add_memory_options, memory_settings, refuse_options
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
-from . import COMMANDS
 
 __all__ = ["register", "run"]
 

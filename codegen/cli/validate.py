@@ -22,10 +22,10 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
+from . import COMMANDS
 from ..runtime.inputs import InputError
 from ..validation import collectives, no_cyclic_gc, rows_read
 from ._logs import log_options
-from . import COMMANDS
 
 
 def _register_collectives(p: argparse.ArgumentParser) -> None:
