@@ -31,12 +31,18 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     (``symbolic.vocabulary.RECOMPUTE_MODULES`` names) and *ep_dispatcher* (``symbolic.vocabulary.EP_DISPATCHERS``).
 
     Raises:
-        ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
-            cannot run.
+        ValueError: naming a system without the facts the step time or the memory needs, a precision its GPU
+            cannot run, or a recompute list per stage (the step time prices one mode for every layer).
     """
-    if layout.s is not None and layout.s != model.layout.s:
-        # (the pricers read the run's sequence length from the model's layout: s=N of --layout is set there)
-        model = model.with_sequence_length(layout.s)
+    if layout.recompute.full_per_stage is not None:
+        # (the step-time pricer, as the search, prices one mode for every layer: a per-stage list taken as its mode
+        # would price every layer of every stage as recomputed)
+        raise ValueError(f"--recompute: the step time prices one recompute mode for every layer (none, selective, "
+                         f"full), but this layout recomputes {layout.recompute} layers per stage; give --recompute "
+                         f"none, selective or full")
+    # The pricers read the run's settings that no search key holds (the sequence length, the pipeline split's
+    # offset) from the model's layout: *layout*'s are set there.
+    model = replace(model, layout=layout if layout.s is not None else replace(layout, s=model.layout.s))
     comm = time_family_comm(model, system, precision, ep_dispatcher=ep_dispatcher)
     try:
         pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap,
