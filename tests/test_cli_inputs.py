@@ -293,3 +293,38 @@ def test_only_the_command_run_is_imported():
 def test_collective_ranks_bytes_and_dtype_are_checked_for_every_op(capsys, extra, fragment):
     # The dtype only changes a reduction's candidates, but a misspelt name is an error for an all-gather too.
     assert fragment in _error(capsys, ["collective", "all_gather", "--system", "dgx_a100", *extra])
+
+
+_SPLIT = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+_405B = ["eval", "--model", "llama3.1-405b", "--device", "dgx_h100", "--cost", "step-time", "--json"]
+
+
+def _step_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_megatrons_accounted_pipeline_split_states_what_the_even_split_cannot(capsys):
+    # 126 layers over PP 16 x VP 8: the even split leaves a chunk empty; with the embedding and the loss counted
+    # as layers (Megatron-Core) each chunk holds one, the first and the last none.
+    layout = ["--layout", "d=8,t=8,p=16,vp=8,m=64,b=1"]
+    assert "leaves a chunk empty" in _error(capsys, [*_405B, *layout])
+    res = _step_json(capsys, [*_405B, *layout, *_SPLIT])
+    assert len(res["memory"]) == 16 and res["step_time_s"] > 0
+    assert "127 do not divide over p = 16" in _error(capsys, [*_405B, *layout, _SPLIT[1]])
+    assert _error(capsys, [*_405B, *layout, _SPLIT[1]]).startswith(f"symcost eval: error: {_SPLIT[1]}: ")
+
+
+def test_the_accounted_split_prices_as_the_even_split_where_they_agree(capsys):
+    # 126 + 2 over two stages: 63 decoder layers each, as the even split gives them.
+    layout = ["--layout", "d=32,t=8,p=2,m=16,b=1"]
+    assert _step_json(capsys, [*_405B, *layout, *_SPLIT]) == _step_json(capsys, [*_405B, *layout])
+
+
+def test_the_step_time_refuses_a_recompute_list_per_stage(capsys):
+    # qwen3-72b's file recomputes 8,6,6,6,4,4,2,2 layers per stage; the step time prices one mode for every layer,
+    # and taking the list's mode (full) would price every layer as recomputed.
+    line = _error(capsys, ["eval", "--model", "qwen3-72b", "--device", "dgx_h100", "--cost", "step-time"])
+    assert "recomputes 8,6,6,6,4,4,2,2 layers per stage; give --recompute none, selective or full" in line
+    assert main(["eval", "--model", "qwen3-72b", "--device", "dgx_h100", "--cost", "step-time", "--recompute",
+                 "full"]) == 0

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from codegen.configs import (ORIGINAL_CP_NETWORK, Layout, LayoutError, ModelConfig, ModelConfigError, RecomputePlan,
-                             build_stages, chunk_layer_counts, derive_fields, load_model, model_names, parse_layout,
+                             accounted_split_offset, build_stages, chunk_layer_counts, derive_fields, load_model, model_names, parse_layout,
                              parse_recompute, validate)
 from codegen.pricing.stages import stage_counts
 from conftest import CASES, ROOT
@@ -243,6 +243,42 @@ def test_offsets_place_layers_beyond_the_even_split():
     assert chunk_layer_counts(model, two_chunks) == [[4, 4]] * 6 + [[4, 3]] * 2
     with pytest.raises(LayoutError, match="offset places 64 layers, but the model has n_lay \\+ n_mtp = 61 \\+ 1 = 62"):
         chunk_layer_counts(model, dataclasses.replace(model.layout, offset=(1,) * 16))
+
+
+def _megatron_layers_to_build(n_lay: int, p: int, vp: int, stage: int, chunk: int, embedding: bool,
+                              loss: bool) -> int:
+    """Decoder layers Megatron-Core builds on (stage, chunk), restated from its get_num_layers_to_build
+    (megatron/core/transformer/transformer_block.py at NVIDIA/Megatron-LM@d98e8a6) for these two settings."""
+    per_rank = (n_lay + embedding + loss) // p
+    build = per_rank // vp
+    build -= embedding and stage == 0 and chunk == 0
+    build -= loss and stage == p - 1 and chunk == vp - 1
+    return build
+
+
+@pytest.mark.parametrize("p, vp, embedding, loss", [(16, 8, True, True), (8, 2, True, True), (8, 8, True, True),
+                                                    (16, 1, True, True), (2, 1, True, True), (127, 1, True, False),
+                                                    (127, 1, False, True)])
+def test_the_accounted_split_builds_what_megatron_builds(p, vp, embedding, loss):
+    # Llama 3.1 405B (126 layers): Megatron-Bridge's llama31_405b_pretrain_config sets both settings at PP 8 x VP 2.
+    model = load_model("llama3.1-405b")
+    offset = accounted_split_offset(model, p, vp, embedding, loss)
+    counts = chunk_layer_counts(model, dataclasses.replace(model.layout, p=p, vp=vp, offset=offset))
+    assert counts == [[_megatron_layers_to_build(126, p, vp, s, c, embedding, loss) for c in range(vp)]
+                      for s in range(p)]
+    if (p, vp) == (16, 8):  # the layout the even split refuses: 128 chunks for 126 layers
+        assert counts[0][0] == counts[-1][-1] == 0 and sum(map(sum, counts)) == 126
+
+
+def test_the_accounted_split_puts_mtp_on_the_last_chunk_and_names_what_does_not_divide():
+    model = load_model("deepseek-v3")  # 61 decoder layers and one MTP layer
+    counts = chunk_layer_counts(model, dataclasses.replace(
+        model.layout, p=2, vp=1, offset=accounted_split_offset(model, 2, 1, False, True)))
+    assert counts == [[31], [30 + 1]]
+    with pytest.raises(LayoutError, match="61 layers \\+ the embedding \\+ the loss = 63 do not divide over p = 16"):
+        accounted_split_offset(model, 16, 1, True, True)
+    with pytest.raises(LayoutError, match="16 layers a stage .* do not divide over vp = 3"):
+        accounted_split_offset(load_model("llama3.1-405b"), 8, 3, True, True)
 
 
 # --------------------------------------------------------------------------- layouts

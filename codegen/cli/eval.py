@@ -14,7 +14,8 @@ from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISP
                                  RECOMPUTE_MODES, RECOMPUTE_MODULES)
 
 from . import COMMANDS
-from ..configs import LayoutBatch, ModelConfig, load_model, model_names, parse_layout, validate
+from ..configs import (Layout, LayoutBatch, LayoutError, ModelConfig, accounted_split_offset, load_model,
+                       model_names, parse_layout, validate)
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.exposure import overlap_names
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
@@ -83,6 +84,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dimension and collective")
     p.add_argument("--order", default=None,
                    help=f"rank order for --cost time, innermost first (default Megatron's {DEFAULT_ORDER})")
+    for part, place in (("embedding", "first stage's first"), ("loss", "last stage's last")):
+        p.add_argument(f"--account-for-{part}-in-pipeline-split", action="store_true",
+                       help=f"split the pipeline as Megatron-Core's account_for_{part}_in_pipeline_split does: the "
+                            f"{part} counts as one layer, the {place} model chunk builds one decoder layer fewer, "
+                            f"and the layers so counted must divide over p and vp (docs/model.md)")
     add_memory_options(p, "--memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -212,12 +218,35 @@ def run_model(args: argparse.Namespace) -> ModelConfig:
     return model.with_sequence_length(seq)
 
 
+def run_layout(args: argparse.Namespace, model: ModelConfig) -> Layout:
+    """The command line's layout: ``--layout`` over the model file's, with ``--fsdp`` and ``--recompute``, and the
+    pipeline split of the ``--account-for-*-in-pipeline-split`` flags (``accounted_split_offset``).
+
+    Raises:
+        LayoutError: naming the flag, where the counted layers do not divide over the pipeline or the model file
+            splits it already (an offset; Megatron-Core refuses both at once).
+    """
+    layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    embedding, loss = args.account_for_embedding_in_pipeline_split, args.account_for_loss_in_pipeline_split
+    if not (embedding or loss):
+        return layout
+    flags = " and ".join(f"--account-for-{part}-in-pipeline-split" for part, on in
+                         (("embedding", embedding), ("loss", loss)) if on)
+    if layout.offset is not None:
+        raise LayoutError(f"{flags}: the model file's offset splits this pipeline already; drop one of them")
+    try:
+        offset = accounted_split_offset(model, layout.p, layout.vp, embedding, loss)
+    except LayoutError as exc:
+        raise LayoutError(f"{flags}: {exc}") from None
+    return dataclasses.replace(layout, offset=offset)
+
+
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:
     """The stage totals and per-dimension lists for the command's arguments, from the one pricer."""
     model = run_model(args)
     settings = memory_settings(args, "--memory", getattr(args, "memory", False))
     devices = None if args.devices is None else devices_count(args.devices)
-    layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    layout = run_layout(args, model)
     pricer = StagePricer(model, device=args.device, with_recomp=args.with_recomp, ttype=_ttype(args))
     validate(model, layout, devices)
     stages = pricer.price_batch(LayoutBatch.from_layouts([layout]), per_stage=True, validated=True).stages
@@ -278,7 +307,7 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
 
     model = run_model(args)
     devices = None if args.devices is None else devices_count(args.devices)
-    layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+    layout = run_layout(args, model)
     time = args.cost == "time"
     order = DEFAULT_ORDER if args.order is None else args.order
     pricer = TimePricer(model, system=args.device, order=order, volumes_only=not time,
@@ -398,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cost == "step-time":
         model = run_model(args)
         devices = None if args.devices is None else devices_count(args.devices)
-        layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
+        layout = run_layout(args, model)
         validate(model, layout, devices)
         overlap = overlap_names("--overlap", DEFAULT_OVERLAP if args.overlap is None else args.overlap)
         modules = recompute_modules("--recompute-modules", args.recompute_modules or ())

@@ -9,13 +9,50 @@ import numpy as np
 from ._layout import Layout, LayoutError, RecomputePlan
 from ._model import ModelConfig
 
-__all__ = ["chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "offset_pipeline",
-           "recompute_list_error", "slot_layers"]
+__all__ = ["accounted_split_offset", "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage",
+           "offset_pipeline", "recompute_list_error", "slot_layers"]
 
 
 def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
     """Whether an even split of *total* layers over ``p·vp`` chunks leaves a chunk without one."""
     return p * vp > total
+
+
+def accounted_split_offset(model: ModelConfig, p: int, vp: int, embedding: bool,
+                           loss: bool) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
+    """The offset (:attr:`Layout.offset`) of Megatron-Core's pipeline split with the input embedding and/or the loss
+    counted as one transformer layer each (``account_for_embedding_in_pipeline_split``,
+    ``account_for_loss_in_pipeline_split``).
+
+    Megatron-Core (megatron/core/transformer/transformer_config.py, the checks of these two settings, and
+    transformer_block.py, ``get_num_layers_to_build``): the decoder layers plus one for each setting, ``N``, split
+    evenly, ``N/p`` a stage and ``N/(p·vp)`` a model chunk, which both must divide; the first chunk of the first
+    stage builds one decoder layer fewer for the embedding, the last chunk of the last stage one fewer for the loss.
+    The model's multi-token-prediction layers sit on that last chunk besides (Megatron-Core builds them after the
+    decoder on the last stage). Llama 3.1 405B's 126 layers with both settings fill PP 16 × VP 8: one layer a
+    chunk, none on the first and the last (Megatron-Bridge's ``llama31_405b_pretrain_config`` sets both).
+
+    (Where ``N`` divides, every chunk holds at least one counted layer, so none is left with fewer than none.)
+
+    Raises:
+        LayoutError: *N* does not divide by ``p`` or ``N/p`` by ``vp``.
+    """
+    counted = model.n_lay + int(embedding) + int(loss)
+    what = " + ".join(["the embedding"] * embedding + ["the loss"] * loss)
+    if counted % p:
+        raise LayoutError(f"pipeline split: {model.n_lay} layers + {what} = {counted} do not divide over p = {p} "
+                          f"stages (Megatron-Core needs them to)")
+    if (counted // p) % vp:
+        raise LayoutError(f"pipeline split: {counted // p} layers a stage ({model.n_lay} + {what} over p = {p}) do "
+                          f"not divide over vp = {vp} model chunks (Megatron-Core needs them to)")
+    rows = np.full((p, vp), counted // (p * vp), dtype=np.int64)
+    rows[0, 0] -= int(embedding)
+    rows[p - 1, vp - 1] -= int(loss)
+    rows[p - 1, vp - 1] += model.n_mtp
+    offset = rows - (model.n_lay + model.n_mtp) // (p * vp)
+    if vp == 1:
+        return tuple(int(n) for n in offset[:, 0])
+    return tuple(tuple(int(n) for n in offset[:, c]) for c in range(vp))
 
 
 def offset_pipeline(offset: tuple[int, ...] | tuple[tuple[int, ...], ...]) -> tuple[int, int]:
