@@ -262,7 +262,7 @@ def _megatron_layers_to_build(n_lay: int, p: int, vp: int, stage: int, chunk: in
 def test_the_accounted_split_builds_what_megatron_builds(p, vp, embedding, loss):
     # Llama 3.1 405B (126 layers): Megatron-Bridge's llama31_405b_pretrain_config sets both settings at PP 8 x VP 2.
     model = load_model("llama3.1-405b")
-    offset = accounted_split_offset(model, p, vp, embedding, loss)
+    offset = accounted_split_offset(126, 0, p, vp, embedding, loss)
     counts = chunk_layer_counts(model, dataclasses.replace(model.layout, p=p, vp=vp, offset=offset))
     assert counts == [[_megatron_layers_to_build(126, p, vp, s, c, embedding, loss) for c in range(vp)]
                       for s in range(p)]
@@ -273,12 +273,12 @@ def test_the_accounted_split_builds_what_megatron_builds(p, vp, embedding, loss)
 def test_the_accounted_split_puts_mtp_on_the_last_chunk_and_names_what_does_not_divide():
     model = load_model("deepseek-v3")  # 61 decoder layers and one MTP layer
     counts = chunk_layer_counts(model, dataclasses.replace(
-        model.layout, p=2, vp=1, offset=accounted_split_offset(model, 2, 1, False, True)))
+        model.layout, p=2, vp=1, offset=accounted_split_offset(61, 1, 2, 1, False, True)))
     assert counts == [[31], [30 + 1]]
     with pytest.raises(LayoutError, match="61 layers \\+ the embedding \\+ the loss = 63 do not divide over p = 16"):
-        accounted_split_offset(model, 16, 1, True, True)
+        accounted_split_offset(61, 1, 16, 1, True, True)
     with pytest.raises(LayoutError, match="16 layers a stage .* do not divide over vp = 3"):
-        accounted_split_offset(load_model("llama3.1-405b"), 8, 3, True, True)
+        accounted_split_offset(126, 0, 8, 3, True, True)
 
 
 # --------------------------------------------------------------------------- layouts

@@ -186,7 +186,8 @@ def test_each_row_says_the_overlap_and_recomputed_modules_it_was_priced_with(cap
 
 def test_deepseek_rows_take_the_recipes_pipeline_layout():
     """Megatron-Bridge's DeepSeek-V3 layouts (set_deepseek_v3_pipeline_model_parallel_layout): the embedding with the
-    first chunk's 4 decoder layers, the MTP layer and the loss with the last chunk's 1, 4 in every other chunk."""
+    first chunk's 4 decoder layers, the MTP layer and the loss with the last chunk's 1, 4 in every other chunk; its
+    Qwen3 235B-A22B recipe's split with the embedding and the loss counted as layers."""
     from codegen.configs import chunk_layer_counts
     from codegen.validation.csvfile import read_table
     from codegen.validation.step_rows import model_and_layout, read_rows
@@ -197,6 +198,12 @@ def test_deepseek_rows_take_the_recipes_pipeline_layout():
         assert (layout.p, layout.vp) == (p, vp) and model.layout.offset == layout.offset
         per_slot = [chunk_layer_counts(model, layout)[s][c] for c in range(vp) for s in range(p)]  # model order
         assert per_slot == [4] * 15 + [2]  # (the last: one decoder layer and the MTP layer)
-    # A family without a recipe layout keeps the even split.
-    qwen = next(r for r in rows.values() if r["model"].startswith("Qwen3_235B") and r["pp"] == 8)
-    assert model_and_layout(qwen, qwen["model"], "")[1].offset is None
+    # Qwen3 235B-A22B's recipe (Megatron-Bridge's releases) counts the embedding and the loss as layers: 94 + 2
+    # over PP 8 x VP 2, 6 a chunk, one fewer on the first and on the last (Megatron-Core's get_num_layers_to_build).
+    qwen = rows[18]
+    assert (qwen["model"], qwen["release"], qwen["pp"], qwen["vp"]) == ("Qwen3_235B_a22B", "25.11", 8, 2)
+    model, layout, _ = model_and_layout(qwen, qwen["model"], "")
+    assert [chunk_layer_counts(model, layout)[s][c] for c in range(2) for s in range(8)] == [5] + [6] * 14 + [5]
+    # A family whose recipe states neither keeps the even split.
+    llama = next(r for r in rows.values() if r["model"] == "LLAMA3_70B" and r["pp"] > 1)
+    assert model_and_layout(llama, llama["model"], "")[1].offset is None

@@ -235,7 +235,7 @@ def run_layout(args: argparse.Namespace, model: ModelConfig) -> Layout:
     if layout.offset is not None:
         raise LayoutError(f"{flags}: the model file's offset splits this pipeline already; drop one of them")
     try:
-        offset = accounted_split_offset(model, layout.p, layout.vp, embedding, loss)
+        offset = accounted_split_offset(model.n_lay, model.n_mtp, layout.p, layout.vp, embedding, loss)
     except LayoutError as exc:
         raise LayoutError(f"{flags}: {exc}") from None
     return dataclasses.replace(layout, offset=offset)

@@ -18,10 +18,10 @@ def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
     return p * vp > total
 
 
-def accounted_split_offset(model: ModelConfig, p: int, vp: int, embedding: bool,
+def accounted_split_offset(n_lay: int, n_mtp: int, p: int, vp: int, embedding: bool,
                            loss: bool) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
-    """The offset (:attr:`Layout.offset`) of Megatron-Core's pipeline split with the input embedding and/or the loss
-    counted as one transformer layer each (``account_for_embedding_in_pipeline_split``,
+    """The offset (:attr:`Layout.offset`) of a model of *n_lay* decoder and *n_mtp* multi-token-prediction layers
+    under Megatron-Core's pipeline split with the input embedding and/or the loss counted as one transformer layer each (``account_for_embedding_in_pipeline_split``,
     ``account_for_loss_in_pipeline_split``).
 
     Megatron-Core (megatron/core/transformer/transformer_config.py, the checks of these two settings, and
@@ -37,19 +37,19 @@ def accounted_split_offset(model: ModelConfig, p: int, vp: int, embedding: bool,
     Raises:
         LayoutError: *N* does not divide by ``p`` or ``N/p`` by ``vp``.
     """
-    counted = model.n_lay + int(embedding) + int(loss)
+    counted = n_lay + int(embedding) + int(loss)
     what = " + ".join(["the embedding"] * embedding + ["the loss"] * loss)
     if counted % p:
-        raise LayoutError(f"pipeline split: {model.n_lay} layers + {what} = {counted} do not divide over p = {p} "
+        raise LayoutError(f"pipeline split: {n_lay} layers + {what} = {counted} do not divide over p = {p} "
                           f"stages (Megatron-Core needs them to)")
     if (counted // p) % vp:
-        raise LayoutError(f"pipeline split: {counted // p} layers a stage ({model.n_lay} + {what} over p = {p}) do "
+        raise LayoutError(f"pipeline split: {counted // p} layers a stage ({n_lay} + {what} over p = {p}) do "
                           f"not divide over vp = {vp} model chunks (Megatron-Core needs them to)")
     rows = np.full((p, vp), counted // (p * vp), dtype=np.int64)
     rows[0, 0] -= int(embedding)
     rows[p - 1, vp - 1] -= int(loss)
-    rows[p - 1, vp - 1] += model.n_mtp
-    offset = rows - (model.n_lay + model.n_mtp) // (p * vp)
+    rows[p - 1, vp - 1] += n_mtp
+    offset = rows - (n_lay + n_mtp) // (p * vp)
     if vp == 1:
         return tuple(int(n) for n in offset[:, 0])
     return tuple(tuple(int(n) for n in offset[:, c]) for c in range(vp))

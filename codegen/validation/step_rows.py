@@ -45,7 +45,7 @@ model ranks first (its measured time over the fastest measured, minus 1).
 Public API::
 
     FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP,
-    RECIPE_EP_DISPATCHER
+    RECIPE_EP_DISPATCHER, RECIPE_ACCOUNTED_SPLIT
     is_step_rows_table(table) -> bool
     read_rows(table, system=None) -> list[dict]            # every row's cells read through the gate
     model_and_layout(row, name, source) -> (ModelConfig, Layout, ZeRO level)   # a row read by read_rows
@@ -76,7 +76,7 @@ import numpy as np
 import hardware
 from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, SEARCH_KEYS
 
-from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
+from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, accounted_split_offset, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.exposure import overlap_names
@@ -87,10 +87,10 @@ from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, Inp
 from .csvfile import Table, recompute_mode, rows_read
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE",
-           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "Family", "is_step_rows_table",
-           "read_rows", "model_and_layout", "step_rows", "recipe_recompute", "recipe_modules", "recipe_overlap",
-           "recipe_dispatcher", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats", "group_stats",
-           "summary_json", "print_report"]
+           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "RECIPE_ACCOUNTED_SPLIT", "Family",
+           "is_step_rows_table", "read_rows", "model_and_layout", "step_rows", "recipe_recompute", "recipe_modules",
+           "recipe_overlap", "recipe_dispatcher", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats",
+           "group_stats", "summary_json", "print_report"]
 
 #: The columns every row of this format needs (the others are optional, with the defaults above).
 REQUIRED = ("model", "model_family", "system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp",
@@ -233,6 +233,22 @@ RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
 
 _DISPATCH_TAGS = ("scripts/performance/configs/{deepseek,gpt_oss,qwen}/*workload_base_configs.py, "
                   "moe_flex_dispatcher_backend of the system's preset")
+#: The model families whose recipe splits the pipeline with the input embedding and the loss counted as one layer
+#: each (Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``:
+#: ``codegen.configs.accounted_split_offset``), ``model`` key as :data:`RECIPE_OVERLAP`'s → (the releases, source).
+#: Megatron-Bridge's pretraining recipes of Llama 3.1 405B and Qwen3 235B-A22B set both in every release of the table
+#: (v0.2.0 = 25.11 to v0.5.0 = 26.06), and the performance scripts of each build on them and leave both as set
+#: (no ``account_for`` anywhere under scripts/performance); NeMo 2.0's (24.x, 25.02) rows keep the even split.
+_BRIDGE_RELEASES = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06")
+RECIPE_ACCOUNTED_SPLIT: dict[str, tuple[tuple[str, ...], str]] = {
+    "llama3_1_405b": (_BRIDGE_RELEASES, "Megatron-Bridge v0.2.0-v0.5.0 src/megatron/bridge/recipes/llama/llama3.py "
+                                        "llama31_405b_pretrain_config, built on by scripts/performance/configs/"
+                                        "llama{31,}/llama31_llm_pretrain.py"),
+    "qwen3_235b_a22b": (_BRIDGE_RELEASES, "Megatron-Bridge v0.2.0-v0.5.0 src/megatron/bridge/recipes/qwen/"
+                                          "qwen3_moe.py qwen3_235b_a22b_pretrain_config, built on by "
+                                          "scripts/performance/configs/qwen{3,}/qwen3_llm_pretrain.py"),
+}
+
 #: The expert dispatcher of the runs whose recipes move their tokens with DeepEP's or Hybrid-EP's kernels
 #: (Megatron-Core's flex token dispatcher), ``(model, system, precision, release)`` → (dispatcher, source), the key
 #: as :data:`RECIPE_OVERLAP`'s; every other row's recipe leaves Megatron-Core's default, NCCL's all-to-all
@@ -454,17 +470,26 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
 
 
 def _recipe_offset(r: dict[str, Any], family: Family) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
-    """The row's recipe pipeline layout (``Family.pipeline_layouts`` at its pp and vp) as a layout offset over the even
-    split (``codegen.configs.chunk_layer_counts``: one entry per stage, or one row of pp per chunk); ``None`` where
-    the recipe states none, or the row's layers do not add up to it."""
+    """The row's recipe pipeline split as a layout offset over the even split (``codegen.configs.chunk_layer_counts``:
+    one entry per stage, or one row of pp per chunk): its pipeline layout (``Family.pipeline_layouts`` at its pp and
+    vp), else the embedding and the loss counted as layers (:data:`RECIPE_ACCOUNTED_SPLIT`); ``None`` where the
+    recipe states neither, or the row's layers do not add up to its layout.
+
+    Raises:
+        LayoutError: the recipe counts the embedding and the loss as layers, and the row's pipeline does not divide
+            them (Megatron-Core would refuse it).
+    """
     p, vp = r["pp"], r["vp"]
     counts = family.pipeline_layouts.get((p, vp))
     total = r["layers"] + family.n_mtp
-    if counts is None or len(counts) != p * vp or sum(counts) != total:
-        return None
-    base = total // (p * vp)
-    rows = tuple(tuple(counts[c * p + s] - base for s in range(p)) for c in range(vp))
-    return rows[0] if vp == 1 else rows
+    if counts is not None and len(counts) == p * vp and sum(counts) == total:
+        base = total // (p * vp)
+        rows = tuple(tuple(counts[c * p + s] - base for s in range(p)) for c in range(vp))
+        return rows[0] if vp == 1 else rows
+    releases, _ = RECIPE_ACCOUNTED_SPLIT.get(_model_key(r), ((), ""))
+    if r.get("release", "") in releases:
+        return accounted_split_offset(r["layers"], family.n_mtp, p, vp, True, True)
+    return None
 
 
 def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
