@@ -207,3 +207,28 @@ def test_deepseek_rows_take_the_recipes_pipeline_layout():
     # A family whose recipe states neither keeps the even split.
     llama = next(r for r in rows.values() if r["model"] == "LLAMA3_70B" and r["pp"] > 1)
     assert model_and_layout(llama, llama["model"], "")[1].offset is None
+
+
+def test_rows_state_megatrons_accounted_pipeline_split(capsys, tmp_path):
+    """The account_for_*_in_pipeline_split columns: blank takes the recipe's (Llama 3.1 405B in Megatron-Bridge's
+    releases: both), false the even split, true on a pipeline they do not divide an unpriced row with its reason."""
+    from codegen.configs import chunk_layer_counts
+    from codegen.validation.csvfile import read_table
+    from codegen.validation.step_rows import model_and_layout, read_rows
+
+    header, rows = read_csv(NEMO)
+    llama = next(r for r in rows if r["model"] == "LLAMA3.1_405B" and r["release"] == "26.02")  # PP 8 x VP 8
+    dense = next(r for r in rows if r["model"] == "LLAMA3_70B" and r["pp"] == "8")  # 80 layers: 82 do not divide
+    columns = [*header, "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"]
+    cells = [{**llama}, {**llama, columns[-2]: "false", columns[-1]: "false"}, {**dense, columns[-1]: "true",
+                                                                               columns[-2]: "true"}]
+    path = write_csv(tmp_path / "split.csv", columns, cells)
+    read = read_rows(read_table(path))
+    first = [[chunk_layer_counts(*model_and_layout(r, r["model"], "")[:2])[s][c] for c in range(8) for s in (0, 7)]
+             for r in read[:2]]
+    # Recipe split: the first stage's first chunk and the last stage's last hold one layer fewer (2 a chunk);
+    # even split: 126 over 64 chunks, the last two chunks in model order (stages 6 and 7 of chunk 7) one fewer.
+    assert first[0] == [1, 2] + [2, 2] * 6 + [2, 1]
+    assert first[1] == [2, 2] * 7 + [2, 1]
+    got, _ = _run(capsys, path)
+    assert got["rows"][2]["rel_err"] is None and "82 do not divide over p = 8" in got["rows"][2]["reason"]

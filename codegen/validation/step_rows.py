@@ -18,7 +18,9 @@ on 32 and 64 A100, 90 layouts). One row is one run:
   delayed scaling), FP8-CS → fp8-cs (current scaling), MXFP8 and FP8-MX → mxfp8, NVFP4 → nvfp4;
 * the run settings from ``recompute_mode`` (none, selective, full), ``recompute_modules`` (Megatron-Core's
   modules recomputed inside every layer not fully recomputed, ``layernorm;moe_act``), ``sequence_parallel`` and
-  ``flash_attention`` where the file has them; a row that leaves one out takes NeMo's recipe default
+  ``flash_attention``, ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+  (Megatron-Core's pipeline split, :data:`RECIPE_ACCOUNTED_SPLIT` where blank) where the file has them; a row
+  that leaves one out takes NeMo's recipe default
   (:data:`DEFAULTS`): recompute none, the recipe's modules (:data:`RECIPE_RECOMPUTE_MODULES`, else none),
   sequence parallel on when ``tp > 1``, FlashAttention on; and, in
   every row, dropout off and Megatron's distributed optimizer (ZeRO level 1), or ZeRO level 3 where
@@ -239,6 +241,7 @@ _DISPATCH_TAGS = ("scripts/performance/configs/{deepseek,gpt_oss,qwen}/*workload
 #: Megatron-Bridge's pretraining recipes of Llama 3.1 405B and Qwen3 235B-A22B set both in every release of the table
 #: (v0.2.0 = 25.11 to v0.5.0 = 26.06), and the performance scripts of each build on them and leave both as set
 #: (no ``account_for`` anywhere under scripts/performance); NeMo 2.0's (24.x, 25.02) rows keep the even split.
+_ACCOUNTED = ("embedding", "loss")
 _BRIDGE_RELEASES = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06")
 RECIPE_ACCOUNTED_SPLIT: dict[str, tuple[tuple[str, ...], str]] = {
     "llama3_1_405b": (_BRIDGE_RELEASES, "Megatron-Bridge v0.2.0-v0.5.0 src/megatron/bridge/recipes/llama/llama3.py "
@@ -456,6 +459,8 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["release"] = table.cells("release")[i].strip()
     r["overlap"] = cell(i, "overlap", _names_or_recipe(overlap_names))
     r["ep_dispatcher"] = cell(i, "ep_dispatcher", _dispatcher)
+    for part in _ACCOUNTED:
+        r[f"account_{part}"] = cell(i, f"account_for_{part}_in_pipeline_split", _flag_or(None))
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
     r["sweep"] = table.cells("sweep")[i].strip()
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
@@ -472,23 +477,29 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
 def _recipe_offset(r: dict[str, Any], family: Family) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
     """The row's recipe pipeline split as a layout offset over the even split (``codegen.configs.chunk_layer_counts``:
     one entry per stage, or one row of pp per chunk): its pipeline layout (``Family.pipeline_layouts`` at its pp and
-    vp), else the embedding and the loss counted as layers (:data:`RECIPE_ACCOUNTED_SPLIT`); ``None`` where the
-    recipe states neither, or the row's layers do not add up to its layout.
+    vp), else the embedding and/or the loss counted as layers as the row's ``account_for_embedding_in_pipeline_split``
+    and ``account_for_loss_in_pipeline_split`` cells say (blank: its recipe's, :data:`RECIPE_ACCOUNTED_SPLIT`, else
+    not); ``None`` where neither applies, or the row's layers do not add up to its layout.
 
     Raises:
-        LayoutError: the recipe counts the embedding and the loss as layers, and the row's pipeline does not divide
-            them (Megatron-Core would refuse it).
+        LayoutError: the row counts the embedding or the loss as a layer, and its pipeline does not divide the
+            layers so counted, or its recipe's pipeline layout places them already (Megatron-Core refuses both).
     """
     p, vp = r["pp"], r["vp"]
     counts = family.pipeline_layouts.get((p, vp))
     total = r["layers"] + family.n_mtp
     if counts is not None and len(counts) == p * vp and sum(counts) == total:
+        if any(r.get(f"account_{part}") for part in _ACCOUNTED):
+            raise LayoutError("account_for_*_in_pipeline_split: the recipe's pipeline layout places the embedding and "
+                              "the loss already (Megatron-Core refuses both at once)")
         base = total // (p * vp)
         rows = tuple(tuple(counts[c * p + s] - base for s in range(p)) for c in range(vp))
         return rows[0] if vp == 1 else rows
     releases, _ = RECIPE_ACCOUNTED_SPLIT.get(_model_key(r), ((), ""))
-    if r.get("release", "") in releases:
-        return accounted_split_offset(r["layers"], family.n_mtp, p, vp, True, True)
+    recipe = r.get("release", "") in releases
+    embedding, loss = (recipe if r.get(f"account_{part}") is None else r[f"account_{part}"] for part in _ACCOUNTED)
+    if embedding or loss:
+        return accounted_split_offset(r["layers"], family.n_mtp, p, vp, embedding, loss)
     return None
 
 
