@@ -232,3 +232,13 @@ def test_rows_state_megatrons_accounted_pipeline_split(capsys, tmp_path):
     assert first[1] == [2, 2] * 7 + [2, 1]
     got, _ = _run(capsys, path)
     assert got["rows"][2]["rel_err"] is None and "82 do not divide over p = 8" in got["rows"][2]["reason"]
+
+
+def test_a_recipe_pipeline_layout_refuses_the_accounted_split(capsys, tmp_path):
+    # DeepSeek-V3's recipe places the embedding and the loss by its pipeline layout; Megatron-Core refuses the
+    # account_for_* settings beside one.
+    header, rows = read_csv(NEMO)
+    row = next(r for r in rows if r["model"] == "DeepSeekV3" and r["release"] == "26.02")
+    columns = [*header, "account_for_loss_in_pipeline_split"]
+    got, _ = _run(capsys, write_csv(tmp_path / "ds.csv", columns, [{**row, columns[-1]: "true"}]))
+    assert got["rows"][0]["rel_err"] is None and "places the embedding and the loss already" in got["rows"][0]["reason"]
