@@ -21,8 +21,8 @@ def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
 def accounted_split_offset(n_lay: int, n_mtp: int, p: int, vp: int, embedding: bool,
                            loss: bool) -> tuple[int, ...] | tuple[tuple[int, ...], ...]:
     """The offset (:attr:`Layout.offset`) of a model of *n_lay* decoder and *n_mtp* multi-token-prediction layers
-    under Megatron-Core's pipeline split with the input embedding and/or the loss counted as one transformer layer each (``account_for_embedding_in_pipeline_split``,
-    ``account_for_loss_in_pipeline_split``).
+    under Megatron-Core's pipeline split with the input embedding and/or the loss counted as one transformer layer
+    each (``account_for_embedding_in_pipeline_split``, ``account_for_loss_in_pipeline_split``).
 
     Megatron-Core (megatron/core/transformer/transformer_config.py, the checks of these two settings, and
     transformer_block.py, ``get_num_layers_to_build``): the decoder layers plus one for each setting, ``N``, split
@@ -32,7 +32,7 @@ def accounted_split_offset(n_lay: int, n_mtp: int, p: int, vp: int, embedding: b
     decoder on the last stage). Llama 3.1 405B's 126 layers with both settings fill PP 16 × VP 8: one layer a
     chunk, none on the first and the last (Megatron-Bridge's ``llama31_405b_pretrain_config`` sets both).
 
-    (Where ``N`` divides, every chunk holds at least one counted layer, so none is left with fewer than none.)
+    (Where ``N`` divides, each chunk counts at least one layer, so the first and the last never fall below none.)
 
     Raises:
         LayoutError: *N* does not divide by ``p`` or ``N/p`` by ``vp``.
