@@ -517,3 +517,21 @@ def test_search_seq_len_overrides_the_model_files(capsys):
     assert json.loads(capsys.readouterr().out)["top"][0]["compute_s"] < row["compute_s"]  # (4,096 by default)
     assert main([*args, "--seq-len", "0"]) == 2
     assert capsys.readouterr().err.strip().endswith("--seq-len: must be a whole number >= 1, got 0")
+
+
+def test_the_search_under_megatrons_accounted_split_prices_as_eval_does(capsys):
+    # Llama 3.1 405B's 126 layers with the embedding and the loss counted: only pipelines 128 counted layers divide
+    # (then their chunks), each layout priced as `symcost eval --cost step-time` prices it with the same flags.
+    split = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    common = ["--model", "llama3.1-405b", "--precision", "fp8"]
+    assert main(["search", *common, "--devices", "1024", "--system", "dgx_h100", "--global-batch", "1536",
+                 "--top", "40", "--json", "--fix", "t=8", "--zero", "1", *split]) == 0  # (the model file's ZeRO level)
+    top = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["top"]
+    assert {r["p"] for r in top} <= {1, 2, 4, 8, 16, 32, 64, 128} and any(r["p"] == 16 and r["vp"] == 8 for r in top)
+    assert all((128 // r["p"]) % r["vp"] == 0 for r in top)
+    for row in top[:3] + [r for r in top if (r["p"], r["vp"]) == (16, 8)][:1]:
+        layout = ",".join(f"{k}={row[k]}" for k in ("d", "t", "p", "cp", "ep", "vp", "b", "m"))
+        assert main(["eval", *common, "--device", "dgx_h100", "--cost", "step-time", "--json", "--layout", layout,
+                     "--recompute", row["recompute"], *split]) == 0
+        priced = json.loads(capsys.readouterr().out)
+        assert_close(priced["step_time_s"], row["step_time_s"], rtol=1e-9, atol=0)

@@ -14,7 +14,7 @@ from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISP
                                  RECOMPUTE_MODES, RECOMPUTE_MODULES)
 
 from . import COMMANDS
-from ..configs import (Layout, LayoutBatch, LayoutError, ModelConfig, accounted_split_offset, load_model,
+from ..configs import (Layout, LayoutBatch, LayoutError, ModelConfig, accounted, accounted_split_offset, load_model,
                        model_names, parse_layout, validate)
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.exposure import overlap_names
@@ -84,11 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dimension and collective")
     p.add_argument("--order", default=None,
                    help=f"rank order for --cost time, innermost first (default Megatron's {DEFAULT_ORDER})")
-    for part, place in (("embedding", "first stage's first"), ("loss", "last stage's last")):
-        p.add_argument(f"--account-for-{part}-in-pipeline-split", action="store_true",
-                       help=f"split the pipeline as Megatron-Core's account_for_{part}_in_pipeline_split does: the "
-                            f"{part} counts as one layer, the {place} model chunk builds one decoder layer fewer, "
-                            f"and the layers so counted must divide over p and vp (docs/model.md)")
+    add_pipeline_split_options(p)
     add_memory_options(p, "--memory")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -202,14 +198,40 @@ def memory_settings(args: argparse.Namespace, needs: str, wanted: bool) -> Memor
     return dataclasses.replace(DEFAULT_SETTINGS, **changes)
 
 
+def add_pipeline_split_options(p: argparse.ArgumentParser) -> None:
+    """``--account-for-embedding-in-pipeline-split`` and ``--account-for-loss-in-pipeline-split`` (eval, search)."""
+    for part, place in (("embedding", "first stage's first"), ("loss", "last stage's last")):
+        p.add_argument(f"--account-for-{part}-in-pipeline-split", action="store_true",
+                       help=f"split the pipeline as Megatron-Core's account_for_{part}_in_pipeline_split does: the "
+                            f"{part} counts as one layer, the {place} model chunk builds one decoder layer fewer, "
+                            f"and the layers so counted must divide over p and vp (docs/model.md)")
+
+
+def accounted_model(model: ModelConfig, args: argparse.Namespace) -> ModelConfig:
+    """*model* with the pipeline split of the ``--account-for-*-in-pipeline-split`` flags.
+
+    Raises:
+        LayoutError: naming the flags, where the model file's offset splits its own pipeline too (Megatron-Core
+            refuses both at once).
+    """
+    on = {part: bool(getattr(args, f"account_for_{part}_in_pipeline_split", False)) for part in ("embedding", "loss")}
+    if not any(on.values()):
+        return model
+    if model.layout.offset is not None:
+        flags = " and ".join(f"--account-for-{part}-in-pipeline-split" for part, o in on.items() if o)
+        raise LayoutError(f"{flags}: the model file's offset splits its pipeline already; drop one of them")
+    return dataclasses.replace(model, **{f"account_for_{part}_in_pipeline_split": o for part, o in on.items()})
+
+
 def run_model(args: argparse.Namespace) -> ModelConfig:
     """The model of ``--model``, its layout's sequence length set by ``--seq-len`` where given (which every family
-    then reads, as ``s=N`` in ``--layout``; both at once is an error).
+    then reads, as ``s=N`` in ``--layout``; both at once is an error), its pipeline split Megatron-Core's accounted
+    one where ``--account-for-*-in-pipeline-split`` say so.
 
     Raises:
         ValueError: naming ``--seq-len`` and its value, or the model file's error.
     """
-    model = load_model(args.model)
+    model = accounted_model(load_model(args.model), args)
     if getattr(args, "seq_len", None) is None:
         return model
     seq = parse_whole("--seq-len", args.seq_len, minimum=1, maximum=COUNT_MAX)
@@ -219,26 +241,23 @@ def run_model(args: argparse.Namespace) -> ModelConfig:
 
 
 def run_layout(args: argparse.Namespace, model: ModelConfig) -> Layout:
-    """The command line's layout: ``--layout`` over the model file's, with ``--fsdp`` and ``--recompute``, and the
-    pipeline split of the ``--account-for-*-in-pipeline-split`` flags (``accounted_split_offset``).
+    """The command line's layout: ``--layout`` over the model file's, with ``--fsdp`` and ``--recompute``.
 
     Raises:
-        LayoutError: naming the flag, where the counted layers do not divide over the pipeline or the model file
-            splits it already (an offset; Megatron-Core refuses both at once).
+        LayoutError: naming the ``--account-for-*-in-pipeline-split`` flags *model* was read with
+            (:func:`run_model`), where the layers they count do not divide over the pipeline.
     """
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
-    embedding, loss = args.account_for_embedding_in_pipeline_split, args.account_for_loss_in_pipeline_split
+    embedding, loss = accounted(model)
     if not (embedding or loss):
         return layout
     flags = " and ".join(f"--account-for-{part}-in-pipeline-split" for part, on in
                          (("embedding", embedding), ("loss", loss)) if on)
-    if layout.offset is not None:
-        raise LayoutError(f"{flags}: the model file's offset splits this pipeline already; drop one of them")
     try:
-        offset = accounted_split_offset(model.n_lay, model.n_mtp, layout.p, layout.vp, embedding, loss)
+        accounted_split_offset(model.n_lay, model.n_mtp, layout.p, layout.vp, embedding, loss)
     except LayoutError as exc:
         raise LayoutError(f"{flags}: {exc}") from None
-    return dataclasses.replace(layout, offset=offset)
+    return layout
 
 
 def stage_results(args: argparse.Namespace) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from ..pricing.exposure import overlap_names
 from ..pricing.recompute import recompute_modules
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
 from ._output import PLOT_FORMATS, create, new_file, pyplot
+from .eval import accounted_model, add_pipeline_split_options
 
 OUT_COLUMNS = ("rank", *SEARCH_KEYS, *SEARCH_SETTINGS)
 
@@ -74,6 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "alias (ulysses,ulysses_cp), is tried once, under the first name")
     p.add_argument("--seq-len", default=None, metavar="N",
                    help="the run's sequence length, overriding the model file's (as s=N in eval's --layout)")
+    add_pipeline_split_options(p)
     p.add_argument("--precision", default="bf16", choices=tuple(PRECISIONS),
                    help="the run's GEMM precision (default bf16): fp8, fp8-cs (Hopper and newer), mxfp8, nvfp4 "
                         "(Blackwell) run the linear layers' GEMMs at that precision's peak, and the memory filter "
@@ -287,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
         bytes_grad = parse_number("--bytes-grad", args.bytes_grad, minimum=0.0, maximum=COUNT_MAX)
         if not bytes_grad > 0:
             raise ValueError(f"--bytes-grad: expected bytes per gradient > 0, got {args.bytes_grad!r}")
-    model = load_model(args.model)
+    model = accounted_model(load_model(args.model), args)
     if args.seq_len is not None:
         # (the layout's s overrides the model file's for every family, as eval's --layout s=N does)
         seq = parse_whole("--seq-len", args.seq_len, minimum=1, maximum=COUNT_MAX)

@@ -32,7 +32,9 @@ from ._layout import parse_layout as parse_layout
 from ._layout import parse_recompute as parse_recompute
 from ._model import ModelConfig as ModelConfig
 from ._model import ModelConfigError as ModelConfigError
+from ._pipeline import accounted as accounted
 from ._pipeline import accounted_split_offset as accounted_split_offset
+from ._pipeline import accounted_stage_layers as accounted_stage_layers
 from ._pipeline import chunk_layer_counts as chunk_layer_counts
 from ._stages import batch_stage_counts as batch_stage_counts
 from ._stages import build_stages as build_stages

@@ -20,7 +20,8 @@ class ModelConfigError(ValueError):
 #: Attributes that are no config field of the original's (text, the layout, and the per-layer structure only the
 #: step time reads).
 _NOT_FIELDS = frozenset({"name", "source", "layout", "first_k_dense", "sliding_window", "window_layers",
-                         "n_route_groups", "n_route_groups_topk"})
+                         "n_route_groups", "n_route_groups_topk", "account_for_embedding_in_pipeline_split",
+                         "account_for_loss_in_pipeline_split"})
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class ModelConfig:
             else ``param_init_type``), gradient (``reduce_dtype``, default float32) and norm
             input (4, as the original's parser fixes it).
         layout: the file's own layout (``train.accelerator``, batch, recompute, offset).
+        account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split: Megatron-Core's settings of
+            those names (in its TransformerConfig): the pipeline split counts the input embedding / the loss as one
+            layer (``codegen.configs.accounted_split_offset``) in every layout without an offset; false by default
+            (the even split). Not one of :meth:`fields`.
     """
 
     name: str
@@ -112,6 +117,8 @@ class ModelConfig:
     bytes_p: float = 2.0
     bytes_grad: float = 4.0
     bytes_norm: float = 4.0
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
 
     def with_sequence_length(self, s: int) -> "ModelConfig":
         """This model run at sequence length *s* (a whole number the caller has checked): its layout's ``s``, which

@@ -9,13 +9,39 @@ import numpy as np
 from ._layout import Layout, LayoutError, RecomputePlan
 from ._model import ModelConfig
 
-__all__ = ["accounted_split_offset", "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage",
-           "offset_pipeline", "recompute_list_error", "slot_layers"]
+__all__ = ["accounted", "accounted_split_broken", "accounted_split_offset", "accounted_stage_layers",
+           "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "offset_pipeline",
+           "recompute_list_error", "slot_layers"]
 
 
 def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
     """Whether an even split of *total* layers over ``p·vp`` chunks leaves a chunk without one."""
     return p * vp > total
+
+
+def accounted(model: ModelConfig) -> tuple[bool, bool]:
+    """Whether *model*'s pipeline split counts the embedding and the loss as layers (Megatron-Core's settings)."""
+    return model.account_for_embedding_in_pipeline_split, model.account_for_loss_in_pipeline_split
+
+
+def accounted_split_broken(model: ModelConfig, p: Any, vp: Any) -> Any:
+    """Whether the layers *model*'s accounted split counts do not divide over ``p`` stages and then ``vp`` chunks
+    (:func:`accounted_split_offset` refuses them); elementwise over arrays."""
+    counted = model.n_lay + sum(accounted(model))
+    return (counted % p != 0) | ((counted // p) % vp != 0)
+
+
+def accounted_stage_layers(model: ModelConfig, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Body layers (MTP included) of the most loaded stage but the last and of the last, per pipeline depth *p*,
+    under *model*'s accounted split (:func:`accounted_split_offset`): ``N/p`` counted layers a stage, the first one
+    fewer for the embedding, the last one fewer for the loss and its MTP layers more, so the most loaded stage but
+    the last is a middle one where there is one. A depth the counted layers do not divide is no valid layout
+    (:func:`accounted_split_broken`): its numbers mean nothing."""
+    embedding, loss = accounted(model)
+    total = model.n_lay + model.n_mtp
+    per_stage = (model.n_lay + embedding + loss) // p
+    first = np.where(p == 1, total, np.where(p > 2, per_stage, per_stage - embedding))
+    return first, np.where(p == 1, total, per_stage - loss + model.n_mtp)
 
 
 def accounted_split_offset(n_lay: int, n_mtp: int, p: int, vp: int, embedding: bool,
@@ -68,6 +94,12 @@ def slot_layers(model: ModelConfig, p: int, vp: int,
     """Body layers per (stage, chunk) slot, shape ``(p, vp)``: see :func:`chunk_layer_counts`."""
     total = model.n_lay + model.n_mtp
     slots = p * vp
+    embedding, loss = accounted(model)
+    if embedding or loss:
+        if offset is not None:
+            raise LayoutError("offset: the model's pipeline split counts the embedding or the loss as a layer "
+                              "(Megatron-Core's account_for_*_in_pipeline_split); an offset cannot split it too")
+        offset = accounted_split_offset(model.n_lay, model.n_mtp, p, vp, embedding, loss)
     if offset is None:
         if even_split_leaves_empty(total, p, vp):
             raise LayoutError(f"p·vp <= n_lay + n_mtp: {p}·{vp} = {slots} pipeline chunks for "

@@ -16,7 +16,8 @@ from ._batch import ARRAY_KEYS, WHOLE_DP_GROUP, LayoutBatch, key_columns
 from ._derivation import expert_degrees
 from ._layout import Layout, LayoutError, positive_int
 from ._model import ModelConfig
-from ._pipeline import chunk_layer_counts, even_split_leaves_empty, offset_pipeline, recompute_list_error, slot_layers
+from ._pipeline import (accounted, accounted_split_broken, chunk_layer_counts, even_split_leaves_empty,
+                        offset_pipeline, recompute_list_error, slot_layers)
 
 __all__ = ["LAYOUT_CONSTRAINTS", "check_batch", "constraint_keys", "layout_violations", "validate", "validate_batch",
            "validate_one", "violation_message"]
@@ -69,7 +70,10 @@ def _constraint_rules(model: ModelConfig, batch: LayoutBatch,
     rules.append(("virtual_pipeline", ("p", "vp"), lambda p, vp: (vp > 1) & (p == 1)))
 
     def pipeline_split(p: Any, vp: Any) -> Any:
-        broken = even_split_leaves_empty(total, p, vp)
+        if any(accounted(model)):  # Megatron-Core's split: the counted layers divide over p, then vp
+            broken = accounted_split_broken(model, p, vp)
+        else:
+            broken = even_split_leaves_empty(total, p, vp)
         if batch.offset is None:
             return broken
         offset_applies, _ = batch.stage_lists_apply(p, vp)

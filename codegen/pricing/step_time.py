@@ -29,8 +29,7 @@ Public API::
     NoComputeFactsError
     StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0, precision="bf16",
                    overlap=DEFAULT_OVERLAP)
-    pricer.exposed(by_dimension, recompute, cp_algo, compute_s, m, zero, p=1, vp=1) -> exposed seconds under
-        its overlap
+    pricer.exposed(by_dimension, recompute, cp_algo, compute_s, m, zero, p=1, vp=1) -> exposed s under its overlap
     pricer.price(values, recompute, chunk=None, zero=None, *, validated=False) -> dict[str, ndarray]   # PARTS
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
@@ -62,7 +61,7 @@ from hardware import System
 from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, PRECISIONS, SEARCH_KEYS,
                                  SEARCH_SETTINGS, attention_variant)
 
-from ..configs import LayoutBatch, ModelConfig, chunk_layer_counts
+from ..configs import LayoutBatch, ModelConfig, accounted, accounted_stage_layers, chunk_layer_counts
 from ..runtime import inputs
 from .engine import distinct_rows, term_arguments, term_function
 from .exposure import exposed_comm, forward_shares, overlap_names
@@ -94,20 +93,21 @@ class NoComputeFactsError(ValueError):
 def stage_layer_counts(model: ModelConfig, p: np.ndarray, vp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Body layers (MTP included) of the most loaded non-last stage and of the last stage, per layout.
 
-    Even split (``chunk_layer_counts``): each of the ``p·vp`` slots holds ``L // (p·vp)`` layers and the
-    first ``L % (p·vp)`` slots in model order one more, so stage 0 holds ``vp·base + min(vp, ⌈rem/p⌉)``
-    (the most of any stage) and stage ``p − 1`` holds ``vp·base + min(vp, ⌊rem/p⌋)``. Layouts with the
-    model's own ``(p, vp)`` and an offset take the offset's counts.
-
-    The counts come from a table over every ``(p, vp)`` up to the largest asked for; *p* and *vp* beyond the
-    model's layers ``n_lay + n_mtp`` (at most ``LAYERS_MAX`` = 2**10) are refused, so the table holds at most
-    2**20 entries (8 MiB an array) whatever the layouts.
+    Even split (``chunk_layer_counts``): each of the ``p·vp`` slots holds ``L // (p·vp)`` layers and the first
+    ``L % (p·vp)`` slots in model order one more, so stage 0 holds ``vp·base + min(vp, ⌈rem/p⌉)`` (the most of
+    any stage) and stage ``p − 1`` holds ``vp·base + min(vp, ⌊rem/p⌋)``. Layouts with the model's own ``(p, vp)``
+    and an offset take the offset's counts; a model whose split counts the embedding or the loss as layers takes
+    that split's (``codegen.configs.accounted_stage_layers``). The counts come from a table over every ``(p, vp)``
+    up to the largest asked for; *p* and *vp* beyond the model's layers ``n_lay + n_mtp`` (at most ``LAYERS_MAX``
+    = 2**10) are refused, so the table holds at most 2**20 entries (8 MiB an array) whatever the layouts.
 
     Raises:
         InputError: naming *p* or *vp* when not whole numbers from 1 to the model's layers, or of other shapes.
     """
     total = model.n_lay + model.n_mtp
     p, vp = _pipeline_depths(model, p, vp)
+    if any(accounted(model)):
+        return accounted_stage_layers(model, p)
     top_p, top_vp = int(np.max(p, initial=1)), int(np.max(vp, initial=1))
     pp, vv = np.meshgrid(np.arange(1, top_p + 1), np.arange(1, top_vp + 1), indexing="ij")
     base, rem = np.divmod(total, pp * vv)  # one entry per (p, vp) value, gathered per layout below

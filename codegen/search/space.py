@@ -37,7 +37,7 @@ import numpy as np
 
 from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, layout_key
 
-from ..configs import LayoutBatch, LayoutError, ModelConfig, layout_violations
+from ..configs import LayoutBatch, LayoutError, ModelConfig, accounted, layout_violations
 from ..pricing.chunks import Chunk, Setting, distinct_sorted
 from ..runtime.inputs import DEVICES_MAX, InputError, flag, int_array, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, parse_restrictions, recompute_modes, restrictions
@@ -174,7 +174,9 @@ class SearchSpace:
         # Pipeline chunks: p·vp within the layers, vp > 1 only with a pipeline (the layouts' own rules,
         # applied here so that the grid holds no (p, vp) pair they reject).
         vp = self._candidates("vp", np.arange(1, total_layers + 1, dtype=np.int64))
-        pair = (pp[:, None] * vp[None, :] <= total_layers) & ((vp[None, :] == 1) | (pp[:, None] > 1))
+        # (the chunks of Megatron-Core's accounted split are the layers plus the embedding and the loss it counts)
+        chunks = total_layers + sum(accounted(model))
+        pair = (pp[:, None] * vp[None, :] <= chunks) & ((vp[None, :] == 1) | (pp[:, None] > 1))
         rows, cols = np.nonzero(pair)
         self.base = {"t": tt[rows], "cp": cc[rows], "p": pp[rows], "d": dd[rows], "vp": vp[cols]}
         self.ep = self._candidates("ep", _divisors(model.n_exp) if model.n_exp > 1 else np.ones(1, np.int64))

@@ -78,7 +78,7 @@ import numpy as np
 import hardware
 from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, SEARCH_KEYS
 
-from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, accounted_split_offset, validate
+from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.exposure import overlap_names
@@ -475,15 +475,13 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
 
 
 def _recipe_offset(r: dict[str, Any], family: Family) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
-    """The row's recipe pipeline split as a layout offset over the even split (``codegen.configs.chunk_layer_counts``:
-    one entry per stage, or one row of pp per chunk): its pipeline layout (``Family.pipeline_layouts`` at its pp and
-    vp), else the embedding and/or the loss counted as layers as the row's ``account_for_embedding_in_pipeline_split``
-    and ``account_for_loss_in_pipeline_split`` cells say (blank: its recipe's, :data:`RECIPE_ACCOUNTED_SPLIT`, else
-    not); ``None`` where neither applies, or the row's layers do not add up to its layout.
+    """The row's recipe pipeline layout (``Family.pipeline_layouts`` at its pp and vp) as a layout offset over the even
+    split (``codegen.configs.chunk_layer_counts``: one entry per stage, or one row of pp per chunk); ``None`` where
+    the recipe states none, or the row's layers do not add up to it.
 
     Raises:
-        LayoutError: the row counts the embedding or the loss as a layer, and its pipeline does not divide the
-            layers so counted, or its recipe's pipeline layout places them already (Megatron-Core refuses both).
+        LayoutError: the row counts the embedding or the loss as a layer (:func:`_accounted_split`) beside a recipe
+            pipeline layout, which places them already (Megatron-Core refuses both).
     """
     p, vp = r["pp"], r["vp"]
     counts = family.pipeline_layouts.get((p, vp))
@@ -495,12 +493,16 @@ def _recipe_offset(r: dict[str, Any], family: Family) -> tuple[int, ...] | tuple
         base = total // (p * vp)
         rows = tuple(tuple(counts[c * p + s] - base for s in range(p)) for c in range(vp))
         return rows[0] if vp == 1 else rows
+    return None
+
+
+def _accounted_split(r: dict[str, Any]) -> dict[str, bool]:
+    """Whether the row's pipeline split counts the embedding and the loss as layers, as ``ModelConfig`` switches: its
+    ``account_for_*_in_pipeline_split`` cells, a blank one its recipe's (:data:`RECIPE_ACCOUNTED_SPLIT`, else not)."""
     releases, _ = RECIPE_ACCOUNTED_SPLIT.get(_model_key(r), ((), ""))
     recipe = r.get("release", "") in releases
-    embedding, loss = (recipe if r.get(f"account_{part}") is None else r[f"account_{part}"] for part in _ACCOUNTED)
-    if embedding or loss:
-        return accounted_split_offset(r["layers"], family.n_mtp, p, vp, embedding, loss)
-    return None
+    return {f"account_for_{part}_in_pipeline_split": recipe if r.get(f"account_{part}") is None
+            else r[f"account_{part}"] for part in _ACCOUNTED}
 
 
 def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
@@ -541,7 +543,7 @@ def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelCo
         n_shared_exp=r["shared_experts"] if moe else 0, n_chosen_exp=r["top_k"] if moe else 1,
         **(dict(zip(("n_route_groups", "n_route_groups_topk"), family.route_groups)) if moe else {}),
         qkv_bias=family.biases, o_bias=family.biases, mlp_bias=family.biases, norm_bias=family.norm_bias,
-        tie_emb_out=family.tie_emb_out, n_ffMM=family.n_ffMM, n_qknorm=family.n_qknorm)
+        tie_emb_out=family.tie_emb_out, n_ffMM=family.n_ffMM, n_qknorm=family.n_qknorm, **_accounted_split(r))
     validate(model, layout, devices=r["gpus"])
     return model, layout, zero
 
