@@ -11,6 +11,8 @@ exceeds the GPU's HBM less the reserve (``--reserve GIB``, default 2) are droppe
 with the optional ``pyarrow``); an existing file is never overwritten. ``--plot`` draws step time
 against peak memory of the top layouts and their Pareto front (optional ``matplotlib``). A progress
 bar (``tqdm``, optional) appears on searches longer than a second; Ctrl-C prints the best so far.
+``--account-for-embedding-in-pipeline-split`` / ``--account-for-loss-in-pipeline-split`` walk Megatron-Core's
+pipeline split (the summary line and the JSON's ``pipeline_split`` say which split the search walked).
 
 Every option, the output paths and the scheduler are checked before any work (``codegen.search.options``), each
 problem one line naming the option and the value, exit status 2: lists are merged (a recompute mode, ZeRO level
@@ -36,7 +38,7 @@ from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISP
                                  RECOMPUTE_MODES, RECOMPUTE_MODULES, SEARCH_KEYS, SEARCH_SETTINGS, ZERO_LEVELS)
 
 from . import COMMANDS
-from ..configs import LayoutError, load_model, model_names
+from ..configs import LayoutError, accounted, load_model, model_names
 from ..pricing.exposure import overlap_names
 from ..pricing.recompute import recompute_modules
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, parse_number, parse_whole
@@ -316,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
             state["bar"].close()
     labels = result.labels
     rows = result.rows()
+    split = ",".join(part for part, on in zip(("embedding", "loss"), accounted(model)) if on)
     for row in rows:
         if row["fits"] < 0:  # not priced by the search (--no-memory): the one-layout evaluation
             mem = _memory(model, row, system, args.precision, spec.recompute_modules)
@@ -323,7 +326,8 @@ def run(args: argparse.Namespace) -> int:
             row["fits"] = None if mem is None else int(mem[1] >= 0)
     if args.json:
         print(json.dumps({"model": model.name, "devices": devices, "system": spec.system,
-                          "objective": args.objective, "layouts": result.layouts, "grid": result.grid,
+                          "objective": args.objective, "pipeline_split": split or "even",
+                          "layouts": result.layouts, "grid": result.grid,
                           "interrupted": result.interrupted, "seconds": round(result.seconds, 3),
                           "top": [{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
                                    for k, v in row.items()} for row in rows]}))
@@ -334,7 +338,9 @@ def run(args: argparse.Namespace) -> int:
                    f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}")
         missing = (" Communication is not in this build's step time (0 s): see docs/search.md."
                    if context.step is not None and context.step.comm is None else "")
-        print(f"{result.layouts:,} valid layouts in {result.seconds:.2f} s{note}{written}.{missing}")
+        under = (f" under Megatron-Core's pipeline split ({split.replace(',', ' and ')} counted as layers)"
+                 if split else "")
+        print(f"{result.layouts:,} valid layouts{under} in {result.seconds:.2f} s{note}{written}.{missing}")
         if not result.layouts:
             print(space.why_empty() or
                   f"No layout of {devices:,} devices meets the constraints: the degrees' product is the device "
