@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from codegen.configs import (ORIGINAL_CP_NETWORK, Layout, LayoutError, ModelConfig, ModelConfigError, RecomputePlan,
-                             accounted_split_offset, build_stages, chunk_layer_counts, derive_fields, load_model, model_names, parse_layout,
-                             parse_recompute, validate)
+                             accounted_split_offset, build_stages, chunk_layer_counts, derive_fields, load_model,
+                             model_names, parse_layout, parse_recompute, validate)
 from codegen.pricing.stages import stage_counts
 from conftest import CASES, ROOT
 from symbolic.vocabulary import BODY_KINDS, LayerType
