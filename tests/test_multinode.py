@@ -240,6 +240,25 @@ def test_calibrate_writes_a_system_file_and_never_overwrites(tmp_path, capsys, m
     assert not (tmp_path / "z.toml").exists()
 
 
+@pytest.mark.parametrize("column", ["out-of-place", "in-place"])
+def test_calibrate_refuses_a_log_with_wrong_results(tmp_path, capsys, column):
+    # A real log with one #wrong cell set: the run's collective returned wrong data, and no constant is fitted to it
+    # (the validation still reads it; LogRow.wrong keeps the larger of the two counts).
+    lines = (LOGS / "skypilot_nebius_h100_2n_ar.txt").read_text().splitlines()
+    words = lines[18].split()  # line 19: 1 GiB
+    words[8 if column == "out-of-place" else 12] = "5"
+    lines[18] = "  ".join(words)
+    log = tmp_path / "wrong.txt"
+    log.write_text("\n".join(lines) + "\n")
+    rows = nccl_logs.read_logs([log], gpus_per_node=8)
+    assert [r.wrong for r in rows if r.line == 19] == [5]
+    out = tmp_path / "w.toml"
+    assert main(["calibrate", str(log), "--system", "dgx_h100", "--name", "w", "--out", str(out),
+                 "--gpus-per-node", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"LOG {log} line 19: #wrong = 5" in err[0] and not out.exists()
+
+
 def test_collective_algo_and_proto_flags(capsys):
     base = ["collective", "all_reduce", "--system", "dgx_h100", "--ranks", "16", "--bytes", "1GiB", "--json"]
     assert main([*base, "--algo", "Ring", "--proto", "Simple"]) == 0

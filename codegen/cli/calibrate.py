@@ -5,7 +5,7 @@ Reads the logs (``codegen.validation.nccl_logs``), fits the network level's band
 latencies of *BASE* to them (``codegen.validation.calibration``: least squares on log time, nothing else fitted),
 prints what it fitted, the fit's median relative error on the logs against *BASE*'s, and each constant's change,
 and writes a system file (``base = BASE`` with a ``[network]`` table) for ``symcost --catalog``. An existing file is
-never overwritten.
+never overwritten, and a log whose ``#wrong`` column counts errors (its collective returned wrong data) is refused.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
     out = _out(args)
     per_node, op = log_options(args)
     rows = nccl_logs.read_logs(args.logs, per_node, op, argument="LOG")
+    broken = next((row for row in rows if row.wrong), None)
+    if broken is not None:
+        # (a sweep whose collective returned wrong data timed a broken run: no constant is fitted to it)
+        raise InputError(f"LOG {broken.path} line {broken.line}: #wrong = {broken.wrong}, the collective returned "
+                         f"wrong results; calibration refuses a log with errors (fix the run or drop that sweep)")
     data = nccl_logs.measurements(rows, args.system)
     print(f"{len(rows)} rows read from {len(args.logs)} log file(s)")
     fit = calibrate(data, args.system)

@@ -64,7 +64,8 @@ class LogRow:
         gpu: the GPU named on the ``# Rank`` lines, ``""`` if none.
         hosts: the host names of the rank lines (or of ``mpirun -H``), in order.
         path, line: the file and the 1-based line of this row; ``sweep`` is ``<file stem>#<k>``.
-        wrong: the out-of-place ``#wrong`` count; ``None`` where not printed (``N/A``, old ``error`` column).
+        wrong: the larger of the out-of-place and in-place ``#wrong`` counts (elements the collective got wrong);
+            ``None`` where not printed (``N/A``, old ``error`` column).
     """
 
     op: str
@@ -246,13 +247,17 @@ def _row(sweep: _Sweep, words: list[str], number: int, where: str) -> _Cells:
     algbw, busbw = (_bandwidth(f"{where}, column {name}", words[at + k]) for k, name in ((1, "algbw"), (2, "busbw")))
     inplace = (parse_real(f"{where}, column time (in-place)", words[in_place])
                if in_place is not None and in_place < len(words) else None)
-    wrong = None
-    if after == "#wrong" and at + 3 < len(words) and words[at + 3] != "N/A":
-        text = words[at + 3]  # nccl-tests prints the count with %g: 1e+06 is a million wrong elements
-        wrong = (parse_whole(f"{where}, column #wrong", text, minimum=0, maximum=VALUE_MAX) if _WHOLE.fullmatch(text)
-                 else whole(f"{where}, column #wrong", parse_real(f"{where}, column #wrong", text), minimum=0,
-                            floats=True))
+    counts = [_wrong(words[k], where) for k in (at + 3, None if in_place is None else in_place + 3)
+              if after == "#wrong" and k is not None and k < len(words) and words[k] != "N/A"]
+    wrong = max(counts) if counts else None
     return _Cells(number, words[2], words[3].lower(), root, size, count, time, algbw, busbw, inplace, wrong)
+
+
+def _wrong(text: str, where: str) -> int:
+    """A ``#wrong`` cell: nccl-tests prints the count with %g (1e+06 is a million wrong elements)."""
+    if _WHOLE.fullmatch(text):
+        return parse_whole(f"{where}, column #wrong", text, minimum=0, maximum=VALUE_MAX)
+    return whole(f"{where}, column #wrong", parse_real(f"{where}, column #wrong", text), minimum=0, floats=True)
 
 
 def _bandwidth(field_name: str, text: str) -> tuple[float, float]:
