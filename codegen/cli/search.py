@@ -338,8 +338,9 @@ def run(args: argparse.Namespace) -> int:
                    f"; wrote {writer.rows:,} layouts (the feasible ones unless --keep-infeasible) to {out}")
         missing = (" Communication is not in this build's step time (0 s): see docs/search.md."
                    if context.step is not None and context.step.comm is None else "")
-        under = (f" under Megatron-Core's pipeline split ({split.replace(',', ' and ')} counted as layers)"
-                 if split else "")
+        counted = " and ".join(f"the {part}" for part in split.split(",")) if split else ""
+        under = (f" under Megatron-Core's pipeline split ({counted} counted as "
+                 f"{'layers' if ',' in split else 'a layer'})" if split else "")
         print(f"{result.layouts:,} valid layouts{under} in {result.seconds:.2f} s{note}{written}.{missing}")
         if not result.layouts:
             print(space.why_empty() or
