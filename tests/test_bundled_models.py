@@ -14,13 +14,15 @@ the published measurements, by its line number); a test keeps the copy and the f
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 
 import pytest
 
 from codegen.cli import main
-from codegen.configs import ModelConfigError, RecomputePlan, build_stages, load_model, model_names, validate
+from codegen.configs import (ModelConfigError, RecomputePlan, build_stages, chunk_layer_counts, load_model, model_names,
+                             validate)
 from codegen.validation.csvfile import DATA_DIR
 from codegen.validation.step_rows import DEFAULTS, FAMILIES
 
@@ -187,6 +189,21 @@ def _file(tmp_path, extra: str = "", name: str = "model.yaml"):
 def test_unstated_mlp_and_norm_keys_keep_the_gated_rmsnorm_reading(tmp_path):
     model = load_model(_file(tmp_path))
     assert (model.n_ffMM, model.norm_bias) == (3, False)
+
+
+def test_a_model_file_states_megatrons_accounted_pipeline_split(tmp_path):
+    # Four layers with the embedding and the loss counted: six over three stages, two each, one fewer on the first
+    # and on the last; beside a stated offset (Megatron-Core refuses a stated split beside them) or as a word, one
+    # error naming the key.
+    both = ", account_for_embedding_in_pipeline_split: true, account_for_loss_in_pipeline_split: true"
+    model = load_model(_file(tmp_path, both))
+    assert model.account_for_embedding_in_pipeline_split and model.account_for_loss_in_pipeline_split
+    assert chunk_layer_counts(model, dataclasses.replace(model.layout, p=3)) == [[1], [2], [1]]
+    assert not load_model(_file(tmp_path, name="plain.yaml")).account_for_loss_in_pipeline_split
+    with pytest.raises(ModelConfigError, match="model.config_overrides.offset: cannot be given with account_for_"):
+        load_model(_file(tmp_path, both + ", offset: [0]", "offset.yaml"))
+    with pytest.raises(ModelConfigError, match="account_for_loss_in_pipeline_split: must be true or false, got 3"):
+        load_model(_file(tmp_path, ", account_for_loss_in_pipeline_split: 3", "word.yaml"))
 
 
 def test_gated_linear_unit_and_norm_bias_reach_the_formulas(tmp_path, capsys):

@@ -244,15 +244,16 @@ def run_layout(args: argparse.Namespace, model: ModelConfig) -> Layout:
     """The command line's layout: ``--layout`` over the model file's, with ``--fsdp`` and ``--recompute``.
 
     Raises:
-        LayoutError: naming the ``--account-for-*-in-pipeline-split`` flags *model* was read with
-            (:func:`run_model`), where the layers they count do not divide over the pipeline.
+        LayoutError: naming the ``--account-for-*-in-pipeline-split`` flags (or the model file's switches) *model*
+            was read with (:func:`run_model`), where the layers they count do not divide over the pipeline.
     """
     layout = parse_layout(args.layout, model.layout, fsdp=True if args.fsdp else None, recompute=args.recompute)
     embedding, loss = accounted(model)
     if not (embedding or loss):
         return layout
-    flags = " and ".join(f"--account-for-{part}-in-pipeline-split" for part, on in
-                         (("embedding", embedding), ("loss", loss)) if on)
+    given = [f"--account-for-{part}-in-pipeline-split" for part in ("embedding", "loss")
+             if getattr(args, f"account_for_{part}_in_pipeline_split", False)]
+    flags = " and ".join(given) or "the model file's account_for_*_in_pipeline_split"
     try:
         accounted_split_offset(model.n_lay, model.n_mtp, layout.p, layout.vp, embedding, loss)
     except LayoutError as exc:

@@ -138,6 +138,9 @@ _DTYPE_BYTES = {
 }
 
 # train.accelerator keys HyperParallel's parser reads (legacy and AutoModels spellings).
+#: The model file's switches of Megatron-Core's accounted pipeline split (``ModelConfig`` fields of the same names).
+_ACCOUNTED_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
 _ACCELERATOR_KEYS = frozenset({
     "dp_shard", "dp_replicate", "tp_degree", "tp_size", "pipeline_parallel_degree", "pp_size",
     "context_parallel_degree", "cp_size", "context_parallel_algo", "expert_parallel_degree", "ep_size",
@@ -355,7 +358,13 @@ class _Reader:
             n_ffMM=3 if self.flag(over, "gated_linear_unit", where, True) else 2,
             bytes_compute=self.dtype(model, "compute_dtype", "model", "bfloat16"),
             bytes_p=bytes_p, bytes_grad=bytes_grad,
+            # Megatron-Core's pipeline split with the embedding / the loss counted as a layer (its TransformerConfig
+            # names); Megatron-Core refuses them beside a stated layout, so beside an offset.
+            **{name: self.flag(over, name, where, False) for name in _ACCOUNTED_KEYS},
         )
+        if any(getattr(config, name) for name in _ACCOUNTED_KEYS) and config.layout.offset is not None:
+            raise self.fail(f"{where}.offset", "cannot be given with account_for_*_in_pipeline_split (Megatron-Core "
+                                               "refuses a stated split beside them); drop one")
         try:
             validate(config, config.layout)
         except LayoutError as exc:
