@@ -173,3 +173,20 @@ def test_stage_parts_by_groups_are_every_rows_own_to_the_bit(recompute):
                     continue
                 b = np.take(np.broadcast_to(b, reps.shape), inverse)  # each row's group's value
                 np.testing.assert_array_equal(np.broadcast_to(a, batch.shape), b)
+
+
+@pytest.mark.parametrize("loss_only", [False, True])
+def test_bounded_walk_equals_pricing_every_layout_under_the_accounted_split(loss_only):
+    """Megatron-Core's accounted pipeline split (DeepSeek-V3: 61 layers + the loss = 62, + the embedding = 63; its
+    MTP layer on the last chunk, its leading dense layers priced apart): the bound still never cuts a layout the
+    table would keep."""
+    model = dataclasses.replace(load_model("deepseek-v3"), account_for_embedding_in_pipeline_split=not loss_only,
+                                account_for_loss_in_pipeline_split=True)
+    spec = dataclasses.replace(_spec(), model=model)
+    bounds._floor_table.cache_clear()
+    bounded = search(spec, top=10, chunk=20000)
+    everything = search(spec, top=10, chunk=20000, sink=lambda table: None)
+    assert bounded.layouts == everything.layouts > 1000
+    assert set(np.unique(bounded.table["p"])) <= ({1, 2, 31, 62} if loss_only else {1, 3, 7, 9, 21, 63})
+    for key in bounded.table:
+        np.testing.assert_array_equal(bounded.table[key], everything.table[key], err_msg=key)
