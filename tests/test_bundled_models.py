@@ -13,6 +13,7 @@ the published measurements, by its line number); a test keeps the copy and the f
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import json
@@ -21,8 +22,9 @@ import re
 import pytest
 
 from codegen.cli import main
-from codegen.configs import (ModelConfigError, RecomputePlan, build_stages, chunk_layer_counts, load_model, model_names,
-                             validate)
+from codegen.cli.eval import accounted_model
+from codegen.configs import (ModelConfigError, RecomputePlan, accounted, build_stages, chunk_layer_counts, load_model,
+                             model_names, validate)
 from codegen.validation.csvfile import DATA_DIR
 from codegen.validation.step_rows import DEFAULTS, FAMILIES
 
@@ -200,6 +202,10 @@ def test_a_model_file_states_megatrons_accounted_pipeline_split(tmp_path):
     assert model.account_for_embedding_in_pipeline_split and model.account_for_loss_in_pipeline_split
     assert chunk_layer_counts(model, dataclasses.replace(model.layout, p=3)) == [[1], [2], [1]]
     assert not load_model(_file(tmp_path, name="plain.yaml")).account_for_loss_in_pipeline_split
+    # The command line's flags add to the file's switches, never clear one.
+    loss_only = load_model(_file(tmp_path, ", account_for_loss_in_pipeline_split: true", "loss.yaml"))
+    flags = argparse.Namespace(account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=False)
+    assert accounted(accounted_model(loss_only, flags)) == (True, True)
     with pytest.raises(ModelConfigError, match="model.config_overrides.offset: cannot be given with account_for_"):
         load_model(_file(tmp_path, both + ", offset: [0]", "offset.yaml"))
     with pytest.raises(ModelConfigError, match="account_for_loss_in_pipeline_split: must be true or false, got 3"):

@@ -42,7 +42,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
                          f"none, selective or full")
     # The pricers read the run's settings that no search key holds (the sequence length, the pipeline split's
     # offset) from the model's layout: *layout*'s are set there.
-    model = replace(model, layout=layout if layout.s is not None else replace(layout, s=model.layout.s))
+    model = replace(model, layout=replace(layout, s=layout.s or model.layout.s))
     comm = time_family_comm(model, system, precision, ep_dispatcher=ep_dispatcher)
     try:
         pricer = StepTimePricer(model, system=system, comm=comm, precision=precision, overlap=overlap,

@@ -208,7 +208,8 @@ def add_pipeline_split_options(p: argparse.ArgumentParser) -> None:
 
 
 def accounted_model(model: ModelConfig, args: argparse.Namespace) -> ModelConfig:
-    """*model* with the pipeline split of the ``--account-for-*-in-pipeline-split`` flags.
+    """*model* with the pipeline split of the ``--account-for-*-in-pipeline-split`` flags (added to the switches its
+    file sets, never clearing one).
 
     Raises:
         LayoutError: naming the flags, where the model file's offset splits its own pipeline too (Megatron-Core
@@ -220,7 +221,7 @@ def accounted_model(model: ModelConfig, args: argparse.Namespace) -> ModelConfig
     if model.layout.offset is not None:
         flags = " and ".join(f"--account-for-{part}-in-pipeline-split" for part, o in on.items() if o)
         raise LayoutError(f"{flags}: the model file's offset splits its pipeline already; drop one of them")
-    return dataclasses.replace(model, **{f"account_for_{part}_in_pipeline_split": o for part, o in on.items()})
+    return dataclasses.replace(model, **{f"account_for_{part}_in_pipeline_split": True for part, o in on.items() if o})
 
 
 def run_model(args: argparse.Namespace) -> ModelConfig:
