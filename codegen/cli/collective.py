@@ -152,11 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if fall is not None:
         print(f"  falls     to {fall.time_s * 1e6:.2f} us at {fall.msg_bytes:.0f} bytes, where NCCL switches from "
               f"{fall.before} to {fall.after}: {fall.rule}")
-    if placement["nodes"] == 1:
-        print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
-    else:
-        print(f"  placement {placement['nodes']} nodes x {placement['ranks_per_node']} ranks, "
-              f"{placement['nics_used']} NIC(s) per node in use (consecutive ranks)")
+    _print_placement(placement)
     print("  candidates: NCCL's tuned price and the predicted time, us")
     for label, pair in candidates.items():
         if pair["price_s"] is None:
@@ -165,6 +161,15 @@ def run(args: argparse.Namespace) -> int:
         mark = "  <- picked" if label == record["algorithm"] else ""
         print(f"    {label:<14} {pair['price_s'] * 1e6:>12.2f} {pair['time_s'] * 1e6:>12.2f}{mark}")
     return 0
+
+
+def _print_placement(placement: dict[str, int]) -> None:
+    """The placement line of a collective's table: one node (NVLink only), or nodes, ranks and NICs in use."""
+    if placement["nodes"] == 1:
+        print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
+    else:
+        print(f"  placement {placement['nodes']} nodes x {placement['ranks_per_node']} ranks, "
+              f"{placement['nics_used']} NIC(s) per node in use (consecutive ranks)")
 
 
 def _print_dispatch(args: argparse.Namespace, size: float, result: collectives.Prediction) -> int:
@@ -184,11 +189,7 @@ def _print_dispatch(args: argparse.Namespace, size: float, result: collectives.P
     print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (the all-to-all's bus bandwidth convention)")
     print("  kernels   DeepEP's or Hybrid-EP's: a token once per node (RDMA) and rank (NVLink) holding its experts "
           "(docs/time.md, Expert dispatch)")
-    if placement["nodes"] == 1:
-        print(f"  placement one node, {placement['ranks_per_node']} ranks (consecutive ranks: NVLink only)")
-    else:
-        print(f"  placement {placement['nodes']} nodes x {placement['ranks_per_node']} ranks, "
-              f"{placement['nics_used']} NIC(s) per node in use (consecutive ranks)")
+    _print_placement(placement)
     return 0
 
 
