@@ -72,6 +72,7 @@ __all__ = [
     "LAYERS_MAX",
     "LAYER_FIELDS",
     "VALUE_MAX",
+    "VALUE_MIN",
     "bound",
     "check_devices",
     "check_inputs",
@@ -101,6 +102,9 @@ class InputError(ValueError):
 
 #: Largest magnitude of any input of ``evaluate`` (whole numbers exact in float64).
 VALUE_MAX = float(1 << 53)
+#: The least number a measured or published cell may hold (``parse_real``): 2**-53, so that a ratio of two read
+#: numbers (a relative error, a bandwidth) stays below 2**106, finite; a subnormal cell would make it infinite.
+VALUE_MIN = 1.0 / VALUE_MAX
 
 #: Fields (layout keys and symbols) that are parallel degrees, bounded by :data:`DEGREE_MAX`: the layout keys
 #: ``symbolic.vocabulary`` declares degrees, and the degrees derived from them.
@@ -411,7 +415,7 @@ def _ascii_float(field: str, text: object, error: type[ValueError]) -> float:
 
 
 def parse_real(field: str, text: str, *, maximum: float = VALUE_MAX, error: type[ValueError] = InputError) -> float:
-    """A finite number > 0 and at most *maximum* from *text*: ASCII decimal notation only (``1.5``, ``2e-3``).
+    """A finite number from :data:`VALUE_MIN` to *maximum* from *text*: ASCII decimal notation only (``1.5``, ``2e-3``).
 
     ``float()`` alone would take ``inf``, ``nan``, ``1_000`` and other scripts' digits; here each is an error.
 
@@ -423,6 +427,9 @@ def parse_real(field: str, text: str, *, maximum: float = VALUE_MAX, error: type
         raise error(f"{field}: must be at most {_bound_text(maximum)}; got {_show(text)}")
     if value <= 0:
         raise error(f"{field}: must be a number > 0, got {_show(text)}")
+    if value < VALUE_MIN:
+        raise error(f"{field}: must be at least 2**-53 (a smaller number is no measurement, and ratios of it "
+                    f"overflow); got {_show(text)}")
     return value
 
 
@@ -455,7 +462,7 @@ def parse_reals(field: str, texts: list[str], *, maximum: float = VALUE_MAX,
     joined = "\n".join(texts)
     if texts and joined.isascii() and _ASCII_REALS.fullmatch(joined):
         values = list(map(float, texts))
-        if min(values) > 0 and max(values) <= maximum:  # NaN cannot pass the pattern; inf exceeds the bound
+        if min(values) >= VALUE_MIN and max(values) <= maximum:  # NaN cannot pass the pattern; inf exceeds the bound
             return values
     for i, text in enumerate(texts):
         try:
