@@ -17,8 +17,9 @@ File layout (every key below is checked; any other key is an error)::
     nvls = true                             # optional, the level's switches do NVLink SHARP
     transport = "ib"                        # optional, network level: ib, roce, efa, tcp (default ib)
     nic_bandwidth_bytes_per_s = 50e9        # optional, one NIC's peak (default: per device x devices / NICs)
-    nccl_net_latency_s = 75e-6              # optional, what NCCL's network plugin reports (default: transport's)
-    net_latency_ll128_s = 2e-5              # optional, per protocol (ll, ll128, simple): what one hop adds
+    nccl_net_latency_s = 75e-6              # optional, what NCCL's network plugin reports, what its tuner prices
+                                            # a network hop with (default: the transport's)
+    net_latency_ll128_s = 2e-5              # optional, per protocol (ll, ll128, simple): what one hop takes, measured
                                             # (default: the plugin's, twice with simple; symcost calibrate writes them)
     rail_optimized = true                   # optional (default true); shown, not yet priced
     sharp = false                           # optional (default false); shown, not yet priced

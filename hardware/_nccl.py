@@ -52,7 +52,8 @@ TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
     "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s", "tree_channel_max_bw_bytes_per_s",
     "tree_ll128_channel_max_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s", "nvls", "nvls_efficiency",
     "nic_bw_bytes_per_s", "gpus_per_node", "nics_per_node", "net_latency_ll_s", "net_latency_ll128_s",
-    "net_latency_simple_s", "net_bw_efficiency",
+    "net_latency_simple_s", "net_tuner_latency_ll_s", "net_tuner_latency_ll128_s", "net_tuner_latency_simple_s",
+    "net_bw_efficiency",
     "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "tree_channel_max_bw_n2_bytes_per_s",
     "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
     "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
@@ -219,13 +220,18 @@ def network_latency(system: System) -> float:
 
 
 def hop_latencies(system: System) -> dict[str, float]:
-    """Seconds one network hop adds to NCCL's hwLat per protocol (``net_latency_<proto>_s``): the network level's
-    ``net_latency_<proto>_s`` where it states one (a calibration), else the plugin's latency (``network_latency``),
-    counted twice with Simple as tuning.cc does (lines 391-393)."""
+    """Seconds one network hop adds to NCCL's hwLat per protocol, in NCCL's tuner and in time.
+
+    ``net_tuner_latency_<proto>_s``, what the tuner prices: the plugin's latency (``network_latency``), counted
+    twice with Simple as tuning.cc does (lines 391-393). ``net_latency_<proto>_s``, what a hop takes: the network
+    level's ``net_latency_<proto>_s`` where it states one (a measured latency, or a calibration), else the same as
+    the tuner's.
+    """
     plugin = network_latency(system)
     stated = system.network.net_latency_s
-    default = {"ll": plugin, "ll128": plugin, "simple": 2 * plugin}
-    return {f"net_latency_{p}_s": stated.get(p, default[p]) for p in PROTOCOLS}
+    tuner = {"ll": plugin, "ll128": plugin, "simple": 2 * plugin}
+    return {**{f"net_tuner_latency_{p}_s": tuner[p] for p in PROTOCOLS},
+            **{f"net_latency_{p}_s": stated.get(p, tuner[p]) for p in PROTOCOLS}}
 
 
 def time_bindings(system: System) -> dict[str, float]:
@@ -268,9 +274,9 @@ def time_bindings(system: System) -> dict[str, float]:
         "nic_bw_bytes_per_s": system.nic_bandwidth_bytes_per_s,
         "gpus_per_node": system.devices_per_node,
         "nics_per_node": system.nics_per_node,
-        # The network: what a hop adds per protocol (stated, else the plugin's latency, twice with Simple; never
-        # scaled by the generation's latency_scale, which measures NCCL's own latencies), the fraction of the
-        # NICs' peak.
+        # The network: what a hop adds per protocol in the tuner and in time (the plugin's latency, twice with
+        # Simple; in time a stated one where given; never scaled by the generation's latency_scale, which
+        # measures NCCL's own latencies), the fraction of the NICs' peak.
         **hop_latencies(system),
         "net_bw_efficiency": system.network.efficiency or 1.0,
         **tuning.multinode,

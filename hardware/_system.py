@@ -107,9 +107,10 @@ class Level:
         nic_bandwidth_bytes_per_s: peak of one NIC per direction; ``None`` = the level's per-device bandwidth
             times the node's devices over its NICs.
         nccl_net_latency_s: the latency the NCCL network plugin reports (``ncclNetProperties.latency``), added to
-            every network hop of NCCL's model; ``None`` = the transport's (``hardware/nccl_tuning.toml``).
-        net_latency_ll_s, net_latency_ll128_s, net_latency_simple_s: what one network hop adds per protocol where
-            stated (a calibration, ``symcost calibrate``); ``None`` = the plugin's latency (twice with Simple).
+            every network hop NCCL's tuner prices; ``None`` = the transport's (``hardware/nccl_tuning.toml``).
+        net_latency_ll_s, net_latency_ll128_s, net_latency_simple_s: what one network hop takes per protocol where
+            stated (a published measurement, a calibration: ``symcost calibrate``); ``None`` = the plugin's latency
+            (twice with Simple).
         rail_optimized: NIC k of every node on one switch rail (DGX SuperPOD style); shown, not yet priced.
         sharp: the switches reduce in the network (SHARP, NCCL's CollNet); shown, not yet priced.
     """

@@ -108,11 +108,18 @@ def _net_bus(nics: sympy.Expr) -> sympy.Expr:
     return nics * _sym("nic_bw_bytes_per_s") * _sym("net_bw_efficiency")
 
 
-def _net_hop(algorithm: str, proto: str) -> sympy.Expr:
-    """tuning.cc ``interLat``: the network hop of *algorithm* plus what the network adds per hop with *proto*
-    (``net_latency_<proto>_s``: the plugin's reported latency ``graphs[a]->latencyInter``, twice with Simple, "the
-    flush extra latency"; or a cluster's calibrated value)."""
-    return _sym(f"hop_net_{algorithm}_{proto}_s") + _sym(f"net_latency_{proto}_s")
+def _net_hop(algorithm: str, proto: str, fill: bool = True) -> sympy.Expr:
+    """tuning.cc ``interLat``: the network hop of *algorithm* plus what the network adds per hop with *proto*.
+
+    In the price (``fill=False``) that is what NCCL's tuner adds, the plugin's reported latency
+    (``net_tuner_latency_<proto>_s``: ``graphs[a]->latencyInter``, twice with Simple, "the flush extra latency");
+    in the time the network's own latency (``net_latency_<proto>_s``: measured where the system file states it,
+    a cluster's calibrated value, else the reported one). A plugin may report a latency that steers NCCL's choice
+    rather than one it measures (aws-ofi-nccl's 75 us on AWS P5, against the 20 us its own tuner models).
+    """
+    extra = f"net_latency_{proto}_s" if fill else f"net_tuner_latency_{proto}_s"
+    hop = "hop_net_nvlstree_s" if algorithm == "nvlstree" else f"hop_net_{algorithm}_{proto}_s"  # Simple only
+    return _sym(hop) + _sym(extra)
 
 
 def _ring_bus_simple(nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
@@ -133,11 +140,12 @@ def _ring_bus(proto: str, nodes: sympy.Expr, nics: sympy.Expr) -> sympy.Expr:
     return simple
 
 
-def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
+def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
+                  fill: bool = True) -> sympy.Expr:
     base = _sym(f"alpha_ring_{proto}_s")
     intra = _sym(f"hop_nvlink_ring_{proto}_s")
     # With one rank per node every step is exposed: tuning.cc uses the tree's network latency then.
-    net = Piecewise((_net_hop("tree", proto), sympy.Eq(q, 1)), (_net_hop("ring", proto), True))
+    net = Piecewise((_net_hop("tree", proto, fill), sympy.Eq(q, 1)), (_net_hop("ring", proto, fill), True))
     overhead = _sym("net_overhead_s") * (3 if proto == "simple" else 1)
     if op == "broadcast":
         # tuning.cc: broadcast/reduce on a ring with the same channels add one hop to the base.
@@ -241,7 +249,7 @@ def _ring_time(op: str, proto: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Ex
     """
     # size / algbw with algbw = busBw · n / nsteps, written without dividing by nsteps (0 for one rank).
     steps = _nsteps(op, n) + (_loop_fill(op, proto) if fill else 0)
-    latency = _ring_latency(op, proto, n, q, nodes)
+    latency = _ring_latency(op, proto, n, q, nodes, fill)
     if op == "all_reduce" and proto == "simple":
         # tuning.cc ncclTopoGetAlgoTime (lines 647-650), "plateau effect of ring": across nodes, once every
         # channel's share per rank is 64 bytes or more, the latency is 1.4 times (compute capability 80 and up;
@@ -306,7 +314,7 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
 
     Across nodes the bus bandwidth is the ring graph's, bounded by what the NICs carry in a tree
     (``_tree_net_factor``), then tuning.cc's refinements with the per-channel caps of its column for the node
-    count; each network hop adds the network plugin's latency (``_net_hop``). The bandwidth is corrected at medium
+    count; each network hop adds the network's latency (``_net_hop``). The bandwidth is corrected at medium
     sizes by NCCL's ``treeCorrectionFactor``: in the price as tuning.cc does, in the time (``fill``) never
     falling as the size grows (``_tree_corrected_bytes``).
     """
@@ -320,12 +328,12 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
         factor = Piecewise((sympy.Rational(7, 9), nodes < 2), (sympy.Rational(120, 128), True))
         bus = Min(bus * factor, channels * _by_nodes("tree_ll128_channel_max_bw_bytes_per_s", nodes))
     latency = _sym(f"alpha_tree_{proto}_s") + 2 * (
-        (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _net_hop("tree", proto))
+        (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _net_hop("tree", proto, fill))
     return latency + _tree_corrected_bytes(proto, size, fill) / (bus / 2)
 
 
 def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
-                    nics: sympy.Expr) -> sympy.Expr:
+                    nics: sympy.Expr, fill: bool = True) -> sympy.Expr:
     """Seconds of an all-reduce on NVLS-tree: NVLink SHARP inside each node, a tree across nodes; ``oo`` where it
     does not run (no NVLS, one node, or fewer than two ranks per node: tuning.cc needs two channels).
 
@@ -334,7 +342,7 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     all-reduce pipelines two operations), ``interBw`` the channel's share of the node's NICs (times 2 on two nodes,
     ``_tree_net_factor``), ``bw = min(intraBw, interBw, perChMaxNVLSTreeBw)``; ``busBw = ch · bw``, converted with
     ``n / nsteps``. Latency: NVLS's NVLink latency plus ``2 log2(nodes)`` network hops, each with the network's
-    Simple latency (``net_latency_simple_s``).
+    Simple latency (``_net_hop``: the tuner's in the price, the network's in the time).
     """
     channels = q
     speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(q - 1, 1))
@@ -344,8 +352,7 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     cap = Piecewise((_sym("nvlstree_channel_max_bw_n2_bytes_per_s"), nodes < 3),
                     (_sym("nvlstree_channel_max_bw_n4_bytes_per_s"), True))
     bus = channels * Min(intra, inter, cap)
-    latency = _sym("hop_nvlink_nvls_s") + 2 * sympy.log(nodes, 2) * (
-        _sym("hop_net_nvlstree_s") + _sym("net_latency_simple_s"))
+    latency = _sym("hop_nvlink_nvls_s") + 2 * sympy.log(nodes, 2) * _net_hop("nvlstree", "simple", fill)
     time = latency + size * _nsteps("all_reduce", n) / (n * bus)
     available = sympy.And(_sym("nvls") > 0, nodes > 1, q > 1)
     return Piecewise((time, available), (_MANY, True))
@@ -423,7 +430,7 @@ def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
     if op in ("all_reduce", "all_gather", "reduce_scatter"):
         out["nvls_simple"] = _nvls_time(op, _S, _N, _NODES)
     if op == "all_reduce":
-        out["nvlstree_simple"] = _nvls_tree_time(_S, _N, _Q, _NODES, nics)
+        out["nvlstree_simple"] = _nvls_tree_time(_S, _N, _Q, _NODES, nics, fill)
     if op in ("all_reduce", "all_gather", "reduce_scatter"):
         out["hierarchical"] = _hierarchical(op, fill)
     return out

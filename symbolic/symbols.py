@@ -248,12 +248,17 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("net_overhead_s", "positive", "s", "NCCL getNetOverhead: post cost of one network step (x3 for Simple)"),
     ("hop_net_nvlstree_s", "positive", "s", "NCCL hwLat network: one inter-node NVLS-tree hop, Simple"),
     ("net_latency_ll_s", "nonnegative", "s",
-     "seconds one network hop adds to NCCL's hwLat with LL: the latency the network plugin reports (the graph's "
-     "latencyInter), or a calibrated value"),
+     "seconds one network hop takes beyond NCCL's hwLat with LL (the time): the network's measured latency where "
+     "its system file states one, or a calibrated value; else the latency the network plugin reports"),
     ("net_latency_ll128_s", "nonnegative", "s", "the same with LL128"),
     ("net_latency_simple_s", "nonnegative", "s",
-     "the same with Simple: twice the plugin's latency (tuning.cc adds it again as the flush latency), or a "
-     "calibrated value"),
+     "the same with Simple; else twice the plugin's latency (tuning.cc adds it again as the flush latency)"),
+    ("net_tuner_latency_ll_s", "nonnegative", "s",
+     "seconds NCCL's tuner adds to a network hop with LL (the price): the latency the network plugin reports "
+     "(the graph's latencyInter, tuning.cc lines 391-393)"),
+    ("net_tuner_latency_ll128_s", "nonnegative", "s", "the same with LL128"),
+    ("net_tuner_latency_simple_s", "nonnegative", "s",
+     "the same with Simple: twice the plugin's latency (tuning.cc adds it again as the flush latency)"),
     ("net_bw_efficiency", "positive", "1", "fraction of the NICs' peak bandwidth collectives reach across nodes"),
     ("ll_max_bw_n2_bytes_per_s", "positive", "bytes/s", "NCCL llMaxBws across 2 nodes (x86 Intel row)"),
     ("ll_max_bw_n4_bytes_per_s", "positive", "bytes/s", "NCCL llMaxBws across more than 2 nodes (x86 Intel row)"),

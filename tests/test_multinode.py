@@ -74,8 +74,52 @@ def test_the_plugins_latency_is_part_of_every_network_hop():
     ib = collectives.predict(cluster("dgx_a100", "ib", 4, 100.0), "all_reduce", 16, 8.0).candidates["tree_ll"]
     efa = collectives.predict(cluster("dgx_a100", "efa", 4, 100.0), "all_reduce", 16, 8.0).candidates["tree_ll"]
     assert float(efa) - float(ib) == pytest.approx(2 * 75e-6, rel=1e-9)
+    reported = {"ll": 75e-6, "ll128": 75e-6, "simple": 150e-6}
     assert hardware.hop_latencies(cluster("dgx_a100", "efa", 4, 100.0)) == {
-        "net_latency_ll_s": 75e-6, "net_latency_ll128_s": 75e-6, "net_latency_simple_s": 150e-6}
+        **{f"net_tuner_latency_{p}_s": v for p, v in reported.items()},
+        **{f"net_latency_{p}_s": v for p, v in reported.items()}}
+
+
+def test_on_aws_p5_a_hop_takes_the_measured_latency_while_nccl_picks_with_the_reported_one():
+    # aws-ofi-nccl reports 75 us to NCCL on p5 (its tuner prices with it) but models the network hop at 20 us
+    # (+3 us completion with Simple; hardware/catalog/aws_p5.toml). A row of H100 nodes on 32 x 100 Gb/s EFA ran
+    # on that cluster, so its latencies apply. Against InfiniBand's cluster of the same NICs (plugin latency 0),
+    # tree LL at 8 B on 2 nodes costs 2 hops more: 2 x 75 us in the price, 2 x 20 us in the time.
+    p5 = cluster("dgx_h100", "efa", 32, 100.0)
+    assert hardware.hop_latencies(p5) == {
+        "net_tuner_latency_ll_s": 75e-6, "net_tuner_latency_ll128_s": 75e-6, "net_tuner_latency_simple_s": 150e-6,
+        "net_latency_ll_s": 20e-6, "net_latency_ll128_s": 20e-6, "net_latency_simple_s": 23e-6}
+    assert hardware.hop_latencies(hardware.load("aws_p5")) == hardware.hop_latencies(p5)
+    efa = collectives.predict(p5, "all_reduce", 16, 8.0)
+    ib = collectives.predict(cluster("dgx_h100", "ib", 32, 100.0), "all_reduce", 16, 8.0)
+    assert float(efa.candidates["tree_ll"]) - float(ib.candidates["tree_ll"]) == pytest.approx(2 * 20e-6, rel=1e-9)
+    assert float(efa.prices["tree_ll"]) - float(ib.prices["tree_ll"]) == pytest.approx(2 * 75e-6, rel=1e-9)
+    # NCCL's pick follows the price: at 32 MiB its tuner keeps ring LL128, which a tuner told 20 us would leave
+    # for NVLS-tree; the time is the kept candidate's.
+    size = 32.0 * 2 ** 20
+    kept = collectives.predict(p5, "all_reduce", 16, size)
+    told = collectives.predict(hardware.with_network(p5, nccl_net_latency_s=20e-6), "all_reduce", 16, size)
+    assert (str(kept.algorithm), str(told.algorithm)) == ("ring_ll128", "nvlstree_simple")
+    assert float(kept.time_s) == float(kept.candidates["ring_ll128"])
+
+
+def test_a_rows_cluster_takes_the_hop_latency_a_catalog_file_of_that_cluster_states(tmp_path, monkeypatch):
+    # A user's cluster file stating its measured hop latencies applies to rows of that node and network; two files
+    # that disagree about one cluster leave the plugin's latency.
+    (tmp_path / "my_ib.toml").write_text(
+        'description = "H100 nodes on 16 x 200 Gb/s InfiniBand"\nbase = "dgx_h100"\n[network]\ntransport = "ib"\n'
+        'nics_per_node = 16\nnic_gbps = 200\nnet_latency_ll_s = 3e-6\nnet_latency_ll128_s = 4e-6\n'
+        'net_latency_simple_s = 5e-6\n', encoding="utf-8")
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    mine = hardware.hop_latencies(cluster("dgx_h100", "ib", 16, 200.0))
+    assert (mine["net_latency_ll_s"], mine["net_latency_ll128_s"], mine["net_latency_simple_s"]) == (3e-6, 4e-6, 5e-6)
+    assert mine["net_tuner_latency_ll_s"] == 0.0
+    assert hardware.hop_latencies(cluster("dgx_h100", "ib", 8, 400.0))["net_latency_ll_s"] == 0.0
+    (tmp_path / "other_p5.toml").write_text(
+        'description = "P5 as someone else measured it"\nbase = "dgx_h100"\n[network]\ntransport = "efa"\n'
+        'nics_per_node = 32\nnic_gbps = 100\nnet_latency_ll_s = 30e-6\n', encoding="utf-8")
+    monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
+    assert hardware.hop_latencies(cluster("dgx_h100", "efa", 32, 100.0))["net_latency_ll_s"] == 75e-6
 
 
 def test_tcp_runs_ring_and_tree_with_simple_only():
@@ -111,9 +155,15 @@ def test_a_cluster_file_names_a_base_node_and_its_network(tmp_path, capsys, monk
     assert system.network.bandwidth_bytes_per_s == 32 * 12.5e9 / 8 and system.network.transport == "efa"
     assert main(["hardware", "show", "p5_efa"]) == 0
     out = capsys.readouterr().out
-    assert "network: efa (transport), 32 NICs per node of 100 Gb/s" in out and "75 us (the transport's)" in out
+    assert "network: efa (transport), 32 NICs per node of 100 Gb/s" in out and "75 us (the transport's;" in out
+    # This file states no hop latency: the time takes the plugin's (aws_p5.toml states P5's measured one).
+    assert "network hop latency in time: ll 75 us, ll128 75 us, simple 150 us (the plugin's" in out
     assert main(["hardware", "show", "p5_efa", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["network"]["nics_per_node"] == 32
+    network = json.loads(capsys.readouterr().out)["network"]
+    assert network["nics_per_node"] == 32 and network["net_latency_s"] == {"ll": 75e-6, "ll128": 75e-6,
+                                                                            "simple": 150e-6}
+    assert main(["hardware", "show", "aws_p5"]) == 0
+    assert "network hop latency in time: ll 20 us, ll128 20 us, simple 23 us (stated)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("network, message", [

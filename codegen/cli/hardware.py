@@ -67,6 +67,8 @@ def _as_json(system: System) -> dict[str, Any]:
         record["network"] = {"transport": system.network.transport or "ib", "nics_per_node": system.nics_per_node,
                              "nic_bandwidth_bytes_per_s": system.nic_bandwidth_bytes_per_s,
                              "nccl_net_latency_s": hardware.network_latency(system),
+                             "net_latency_s": {p: hardware.hop_latencies(system)[f"net_latency_{p}_s"]
+                                               for p in hardware.PROTOCOLS},
                              "rail_optimized": system.network.rail_optimized, "sharp": system.network.sharp,
                              "algorithms": list(runs.algorithms), "protocols": list(runs.protocols)}
     return record
@@ -130,7 +132,12 @@ def _print_network(system: System) -> None:
           f"{system.nic_bandwidth_bytes_per_s * 8 / 1e9:g} Gb/s ({system.nic_bandwidth_bytes_per_s / 1e9:g} GB/s) "
           f"each, rail-optimised: {'yes' if net.rail_optimized else 'no'}, SHARP: {'yes' if net.sharp else 'no'}")
     stated = "stated" if net.nccl_net_latency_s is not None else "the transport's"
-    print(f"      NCCL network plugin latency: {hardware.network_latency(system) * 1e6:g} us ({stated})")
+    print(f"      NCCL network plugin latency: {hardware.network_latency(system) * 1e6:g} us ({stated}; what NCCL's "
+          "tuner prices a network hop with)")
+    hops = hardware.hop_latencies(system)
+    taken = ", ".join(f"{p} {hops[f'net_latency_{p}_s'] * 1e6:g} us" for p in hardware.PROTOCOLS)
+    source = "stated" if net.net_latency_s else "the plugin's, twice with Simple"
+    print(f"      network hop latency in time: {taken} ({source})")
     print(f"      NCCL algorithms: {', '.join(runs.algorithms)}; protocols: {', '.join(runs.protocols)}")
 
 

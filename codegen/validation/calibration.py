@@ -2,8 +2,9 @@
 
 The collective time model prices a cluster with NCCL's tuning constants and the datasheet peaks of its system file.
 Two kinds of facts of a real network are in no datasheet: the fraction of the NICs' peak its collectives reach, and
-the latency one network hop adds per protocol (what NCCL's network plugin would report: tuning.cc adds it to every
-hop, lines 391-393, twice with Simple). :func:`calibrate` fits these four — the network level's ``efficiency`` and
+the latency one network hop takes per protocol (beyond tuning.cc's own per-hop figures; in time only: NCCL's tuner
+keeps pricing each hop with what the network plugin reports, lines 391-393, so the pick stays NCCL's).
+:func:`calibrate` fits these four — the network level's ``efficiency`` and
 ``net_latency_ll_s``, ``net_latency_ll128_s``, ``net_latency_simple_s`` — and nothing else, to the logs a user
 hands it, by least squares on the logarithm of the time (every size weighs alike, small or large):
 

@@ -33,15 +33,48 @@ ALGORITHM_NAMES: dict[str, str | None] = {**{a: a for a in hardware.ALGORITHMS},
 PROTOCOL_NAMES: dict[str, str | None] = {p: p for p in hardware.PROTOCOLS}
 
 
-@functools.cache
 def cluster(system: str, transport: str, nics_per_node: int, nic_gbps: float | None = None) -> hardware.System:
     """The catalog node *system* on a network of *nics_per_node* NICs of *nic_gbps* Gb/s (``None``: the node's
     own NIC speed) running *transport*.
 
+    Where the catalog holds a cluster of that node on that network which states the latency a network hop takes
+    (``net_latency_<proto>_s``: AWS P5, H100 on 32 x 100 Gb/s EFA), those measured latencies apply: a row that
+    names the node and its network ran on that cluster.
+
     Raises:
         hardware.HardwareSpecError: an unknown system or transport, or a value the network level refuses.
     """
-    return cluster_of(hardware.load(system), transport, nics_per_node, nic_gbps)
+    catalog = tuple(sorted((str(f), f.stat().st_mtime_ns) for d in hardware.catalog_dirs() for f in d.glob("*.toml")))
+    return _cluster(catalog, system, transport, nics_per_node, nic_gbps)
+
+
+@functools.cache
+def _cluster(catalog: tuple[object, ...], system: str, transport: str, nics_per_node: int,
+             nic_gbps: float | None) -> hardware.System:
+    """:func:`cluster` once per state of the catalog (its files and their times: a user's ``--catalog`` may add
+    clusters)."""
+    made = cluster_of(hardware.load(system), transport, nics_per_node, nic_gbps)
+    stated = {tuple(sorted(c.network.net_latency_s.items())) for c in _catalog_clusters(catalog)
+              if c.network.net_latency_s and _same_cluster(c, made)}
+    if len(stated) != 1:  # none, or catalog files that disagree: the transport's latency stands
+        return made
+    return hardware.with_network(made, **{f"net_latency_{p}_s": v for p, v in stated.pop()})
+
+
+@functools.cache
+def _catalog_clusters(catalog: tuple[object, ...]) -> tuple[hardware.System, ...]:
+    """The systems of the catalog (*catalog*: its files, as a cache key) with a scale-out network and a GPU (the ones
+    a measured row can have run on)."""
+    systems = (hardware.load(name) for name in hardware.names())
+    return tuple(s for s in systems if s.gpu is not None and len(s.levels) == 2)
+
+
+def _same_cluster(a: hardware.System, b: hardware.System) -> bool:
+    """The same node (GPU and NVLink level) on the same network (transport, NICs per node, NIC speed)."""
+    return (a.gpu == b.gpu and a.levels[0] == b.levels[0]
+            and (a.network.transport or "ib") == (b.network.transport or "ib")
+            and a.nics_per_node == b.nics_per_node
+            and math.isclose(a.nic_bandwidth_bytes_per_s, b.nic_bandwidth_bytes_per_s, rel_tol=1e-9))
 
 
 def cluster_of(node: hardware.System, transport: str, nics_per_node: int,
