@@ -315,6 +315,20 @@ def test_megatrons_accounted_pipeline_split_states_what_the_even_split_cannot(ca
     assert _error(capsys, [*_405B, *layout, _SPLIT[1]]).startswith(f"symcost eval: error: {_SPLIT[1]}: ")
 
 
+def test_sensitivity_reads_the_accounted_pipeline_split(capsys):
+    # The same layout as above: refused on the even split, priced on Megatron-Core's; doubling p (32 stages of 4
+    # counted layers over VP 8) is reported invalid under the split, naming it.
+    base = ["sensitivity", "--model", "llama3.1-405b", "--device", "dgx_h100", "--cost", "time", "--json",
+            "--layout", "d=8,t=8,p=16,vp=8,m=64,b=1"]
+    assert "leaves a chunk empty" in _error(capsys, base)
+    res = _step_json(capsys, [*base, *_SPLIT])
+    assert res["value"] > 0 and res["degrees"]["p"]["doubling_ratio"] is None
+    assert _error(capsys, [*base, _SPLIT[1]]).startswith(f"symcost sensitivity: error: {_SPLIT[1]}: ")
+    # Where both splits agree (two stages of 63 decoder layers), the answers are the same.
+    agree = [*base[:-1], "d=32,t=8,p=2,m=16,b=1"]
+    assert _step_json(capsys, [*agree, *_SPLIT]) == _step_json(capsys, agree)
+
+
 def test_the_accounted_split_prices_as_the_even_split_where_they_agree(capsys):
     # 126 + 2 over two stages: 63 decoder layers each, as the even split gives them.
     layout = ["--layout", "d=32,t=8,p=2,m=16,b=1"]

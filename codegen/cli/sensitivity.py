@@ -5,6 +5,7 @@ Command line::
     symcost sensitivity --model NAME [--layout K=V,…] [--device D] [--fsdp] [--recompute R] [--with-recomp]
                         [--ttype FLOP|TIME] [--objective max|sum|memory] [--degrees t,cp,…] [--json] [--plot FILE.png]
                         [--cost volume|time] [--order tp-cp-ep-dp-pp] [--ep-dispatcher alltoall|deepep|hybridep]
+                        [--account-for-embedding-in-pipeline-split] [--account-for-loss-in-pipeline-split]
                         [memory settings: --reserve GIB --bytes-param B --bytes-grad B --bytes-optimizer K
                          --no-flash-attention --zero-level Z]
 
@@ -31,7 +32,8 @@ from . import COMMANDS
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
-from .eval import MEMORY_OPTIONS, UNITS, add_memory_options, memory_settings, refuse_options
+from .eval import (MEMORY_OPTIONS, UNITS, accounted_model, add_memory_options, add_pipeline_split_options,
+                   memory_settings, refuse_options, run_layout)
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
 
@@ -67,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ep-dispatcher", default=None, choices=tuple(EP_DISPATCHERS),
                    help="with --cost time: how the experts' tokens move (default alltoall: NCCL's all-to-all; deepep, "
                         "hybridep: a token once per node and rank holding its experts; docs/time.md)")
+    add_pipeline_split_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write the objective against each degree into FILE (.png, "
                                                       ".svg or .pdf; a new file; needs matplotlib)")
@@ -128,7 +131,7 @@ def _run_time(args: argparse.Namespace) -> int:
     refuse_options(args, MEMORY_OPTIONS, "a memory setting (read with --objective memory, under the volume cost); "
                                          "--cost time does not read it: drop it")
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
-    model = load_model(args.model)
+    model = _model(args)
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
                               recompute=args.recompute, objective=args.objective, degrees=degrees,
                               ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
@@ -150,6 +153,14 @@ def _run_time(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model(args: argparse.Namespace) -> ModelConfig:
+    """The model of ``--model`` with the pipeline split of ``--account-for-*-in-pipeline-split``; the layout is
+    checked against that split here so that an error names the flags (``codegen.cli.eval.run_layout``)."""
+    model = accounted_model(load_model(args.model), args)
+    run_layout(args, model)
+    return model
+
+
 def run(args: argparse.Namespace) -> int:
     """Options a run does not read are refused when given: ``--order`` and ``--ep-dispatcher`` belong to ``--cost
     time``; ``--ttype`` and ``--with-recomp`` to the communication objectives (``max``, ``sum``), not to
@@ -167,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     target = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
     plt = pyplot("--plot") if target is not None else None
-    model = load_model(args.model)
+    model = _model(args)
     result = sensitivity(model, args.layout, settings, degrees)
     _check_finite(result)
     if args.json:

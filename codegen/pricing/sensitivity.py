@@ -28,7 +28,10 @@ degree or size ``x`` of ``t, cp, ep, d, p, m, b, s``:
   are relaxed continuously: each body-layer count of a stage (``n_body``,
   ``n_extra``, ``n_extra_sel``, ``n_full_rec``, ``n_sel_rec``) is its share of
   an even split, ``∝ 1/p`` (``symbolic.sensitivity.split_derivative``); the
-  embedding and output layers stay where they are. That is the bottleneck
+  embedding and output layers stay where they are. (Under Megatron-Core's
+  accounted split the counted layers are what is shared: exact for the stages
+  between the first and the last; the first and the last, one decoder layer
+  short, are given the same relative slope.) That is the bottleneck
   stage's slope (``max``); for ``sum`` the relaxation cancels — ``p`` stages of
   ``n/p`` layers hold the same layers for every ``p`` — and only an explicit
   ``p`` in the closed forms (FSDP's tied embedding) is differentiated.
