@@ -335,10 +335,8 @@ def test_the_accounted_split_prices_as_the_even_split_where_they_agree(capsys):
     assert _step_json(capsys, [*_405B, *layout, *_SPLIT]) == _step_json(capsys, [*_405B, *layout])
 
 
-def test_the_step_time_refuses_a_recompute_list_per_stage(capsys):
-    # qwen3-72b's file recomputes 8,6,6,6,4,4,2,2 layers per stage; the step time prices one mode for every layer,
-    # and taking the list's mode (full) would price every layer as recomputed.
-    line = _error(capsys, ["eval", "--model", "qwen3-72b", "--device", "dgx_h100", "--cost", "step-time"])
-    assert "recomputes 8,6,6,6,4,4,2,2 layers per stage; give --recompute none, selective or full" in line
-    assert main(["eval", "--model", "qwen3-72b", "--device", "dgx_h100", "--cost", "step-time", "--recompute",
-                 "full"]) == 0
+def test_the_step_time_names_a_recompute_list_that_does_not_fit(capsys):
+    # qwen3-72b's pipeline: 8 stages of 10 layers (tests/test_recompute_list_step_time.py prices lists that fit).
+    base = ["eval", "--model", "qwen3-72b", "--device", "dgx_h100", "--cost", "step-time", "--recompute"]
+    assert "stage 0 holds 10 layers, cannot fully recompute 11" in _error(capsys, [*base, "11,0,0,0,0,0,0,0"])
+    assert "needs one entry per stage: 2 entries [1, 2], p = 8" in _error(capsys, [*base, "1,2"])

@@ -30,16 +30,14 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     under the run's *precision*, *overlap* (``symbolic.vocabulary.OVERLAPS`` names), *recompute_modules*
     (``symbolic.vocabulary.RECOMPUTE_MODULES`` names) and *ep_dispatcher* (``symbolic.vocabulary.EP_DISPATCHERS``).
 
+    A recompute list per stage (``N,N,…``: stage i fully recomputes its first N_i layers, the rest as the plan's
+    mode says) prices every stage with its own counts; the slowest stage's compute is the step's, and the forward
+    collectives its fully recomputed layers repeat are its share of them (``StepTimePricer.price_plan``).
+
     Raises:
-        ValueError: naming a system without the facts the step time or the memory needs, a precision its GPU
-            cannot run, or a recompute list per stage (the step time prices one mode for every layer).
+        ValueError: naming a system without the facts the step time or the memory needs, or a precision its GPU
+            cannot run.
     """
-    if layout.recompute.full_per_stage is not None:
-        # (the step-time pricer, as the search, prices one mode for every layer: a per-stage list taken as its mode
-        # would price every layer of every stage as recomputed)
-        raise ValueError(f"--recompute: the step time prices one recompute mode for every layer (none, selective, "
-                         f"full), but this layout recomputes {layout.recompute} layers per stage; give --recompute "
-                         f"none, selective or full")
     # The pricers read the run's settings that no search key holds (the sequence length, the pipeline split's
     # offset) from the model's layout: *layout*'s are set there.
     model = replace(model, layout=replace(layout, s=layout.s or model.layout.s))
@@ -51,9 +49,10 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
         raise NoComputeFactsError(str(exc).replace("--system", "--device", 1)) from None
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
     zero = zero_level_of(layout)
-    mode = layout.recompute.mode
+    plan = layout.recompute
+    mode = plan.mode
     chunk = Chunk(Setting(mode, zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
-    parts = pricer.price(values, mode, chunk)
+    parts = pricer.price_plan(values, plan, chunk)
     by_dimension = comm(chunk) if comm is not None else {}
     out: dict[str, Any] = {k: float(finite(k, v[0])) for k, v in parts.items()}
     out["comm_by_dimension_s"] = {k: float(finite(k, np.asarray(v).reshape(-1)[0])) for k, v in by_dimension.items()}
@@ -63,7 +62,7 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
                       "fits": row["fits"]} for row in memory["stages"]]
     out.update(system=system, precision=precision, overlap=list(pricer.overlap), ep_dispatcher=ep_dispatcher,
-               recompute=mode,
+               recompute=str(plan),
                recompute_modules=list(pricer.recompute_modules), zero_level=zero,
                units="seconds per training step; memory in bytes per rank")
     return out

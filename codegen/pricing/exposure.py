@@ -47,7 +47,8 @@ stage (``by_dimension``: ``{"tp", "cp", "ep", "dp", "pp": (n,) seconds}``), each
 
 Public API::
 
-    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1, p=1, vp=1)
+    exposed_comm(parts, recompute, cp_algo=None, *, overlap=(), compute_s=None, m=None, zero=1, p=1, vp=1,
+                 full_share=None)
         -> seconds
     forward_shares(cp_algo=None) -> {dimension: share of its calls a layer's forward pass runs}
     overlap_names(field, value) -> tuple of overlap names (checked)
@@ -124,7 +125,7 @@ def overlap_names(field: str, value: Any) -> tuple[str, ...]:
 
 def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None = None, *,
                  overlap: tuple[str, ...] = (), compute_s: Any = None, m: Any = None, zero: int = 1,
-                 p: Any = 1, vp: Any = 1) -> np.ndarray:
+                 p: Any = 1, vp: Any = 1, full_share: Any = None) -> np.ndarray:
     """Exposed communication seconds from the time family's per-dimension seconds of the bottleneck stage.
 
     The time family prices each collective once per pass (TP: the forward half, the backward half).
@@ -133,7 +134,9 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
     the forward share of each dimension more (:func:`forward_shares`: TP, EP and CP; CP's by *cp_algo*, ring
     attention when ``None``). Selective recompute repeats the core attention only, which communicates nothing;
     the all-gather sequence parallelism repeats in the backward pass is issued asynchronously beside the
-    input-gradient GEMM in Megatron-LM and is not added.
+    input-gradient GEMM in Megatron-LM and is not added. *full_share*: the fraction of the bottleneck stage's layers
+    fully recomputed (a per-stage recompute list: that stage's count over its layers), whose forward collectives
+    are repeated; default 1 under *recompute* ``"full"``, else 0.
 
     *overlap*: the dimensions whose seconds run beside compute (names of ``OVERLAPS``, checked by the caller:
     :func:`overlap_names`), each up to its window of *compute_s* (seconds per layout, the bottleneck stage's
@@ -145,13 +148,14 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
     """
     if recompute not in RECOMPUTE_MODES:
         raise InputError(f"recompute: one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}")
-    shares = forward_shares(cp_algo) if recompute == "full" else {}
+    repeated = np.asarray(float(recompute == "full") if full_share is None else full_share, dtype=np.float64)
+    shares = forward_shares(cp_algo) if np.any(repeated > 0) else {}
     if not overlap:
         total = sum(np.asarray(parts[k], dtype=np.float64) for k in EXPOSED_DIMENSIONS if k in parts)
         for dim in _FORWARD_ORDER:
             share = float(shares.get(dim, 0))
             if share:
-                total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share
+                total = total + np.asarray(parts.get(dim, 0.0), dtype=np.float64) * share * repeated
         return total
     if compute_s is None or m is None:
         raise InputError("overlap: the exposed communication of an overlap needs the compute seconds and m")
@@ -168,7 +172,7 @@ def exposed_comm(parts: Mapping[str, np.ndarray], recompute: str, cp_algo: str |
     for dim in EXPOSED_DIMENSIONS:
         if dim not in parts:
             continue
-        seconds = np.asarray(parts[dim], dtype=np.float64) * (1 + float(shares.get(dim, 0)))
+        seconds = np.asarray(parts[dim], dtype=np.float64) * (1 + float(shares.get(dim, 0)) * repeated)
         if dim == "pp" and dim in overlap:  # overlapped in an interleaved pipeline only; else exposed, as before
             interleaved = virtual > 1
             exposed = exposed + np.where(interleaved, 0.0, seconds)

@@ -30,7 +30,10 @@ Public API::
     StepTimePricer(model, *, system, comm=None, flash_attention=1.0, dropout=0.0, precision="bf16",
                    overlap=DEFAULT_OVERLAP)
     pricer.exposed(by_dimension, recompute, cp_algo, compute_s, m, zero, p=1, vp=1) -> exposed s under its overlap
-    pricer.price(values, recompute, chunk=None, zero=None, *, validated=False) -> dict[str, ndarray]   # PARTS
+    pricer.price(values, recompute, chunk=None, zero=None, parts=None, *, validated=False, full_share=None)
+        -> dict[str, ndarray]   # PARTS
+    pricer.listed_stage_parts(values, plan, zero=1) -> (every stage's parts, layers, fully recomputed layers)
+    pricer.price_plan(values, plan, chunk=None, zero=None) -> PARTS of one layout under a RecomputePlan
     pricer.compute(values, recompute, zero=1) -> (compute seconds, FLOPs, HBM bytes, vector FLOPs)
     pricer.stage_flops(values, recompute) -> FLOPs;  pricer.step_time(compute_s, values, comm) -> seconds
     (price, compute, stage_flops and step_time check their arguments unless validated=True: a search's own calls)
@@ -45,6 +48,7 @@ Public API::
     time_family_comm(model, system, precision="bf16", *, lowp_primary_weights=True, ep_dispatcher="alltoall")
         -> comm callable (.stage_seconds(chunk), .item_keys), or None without codegen.pricing.time
     time_item_keys(model) -> {item: keys and settings its seconds per stage follow from}
+    (these two re-exported from codegen.pricing.step_comm)
 """
 
 from __future__ import annotations
@@ -55,13 +59,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-import generated
 import hardware
 from hardware import System
-from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, PRECISIONS, SEARCH_KEYS,
-                                 SEARCH_SETTINGS, attention_variant)
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, attention_variant
 
-from ..configs import LayoutBatch, ModelConfig, accounted, accounted_stage_layers, chunk_layer_counts
+from ..configs import (LayoutBatch, LayoutError, ModelConfig, RecomputePlan, accounted, accounted_stage_layers,
+                       chunk_layer_counts, pipeline_stage_counts, stage_layer_kinds, stage_layers)
 from ..runtime import inputs
 from .engine import distinct_rows, term_arguments, term_function
 from .exposure import exposed_comm, forward_shares, overlap_names
@@ -71,6 +74,7 @@ from .low_precision import precision_name, require_capability
 from .memory import zero_level_of
 from .recompute import module_values
 from .recompute import recompute_modules as module_names
+from .step_comm import gathered_in, time_family_comm, time_item_keys
 
 __all__ = ["NoComputeFactsError", "PARTS", "StepTimePricer", "compute_family", "compute_terms", "step_time_family",
            "exposed_time_comm", "exposed_comm", "forward_shares", "stage_layer_counts",
@@ -152,133 +156,6 @@ def _gpu_facts(system: System | str, precision: str = "bf16"
     return (gpu.peak_flops_bf16_per_s, gpu.compute_efficiency, gpu.hbm_bytes_per_s, gpu.hbm_efficiency,
             gpu.vector_flops_per_s, gpu.vector_efficiency, spec.name, getattr(gpu, chosen.peak),
             getattr(gpu, chosen.efficiency))
-
-
-def _gathered_in(model: ModelConfig, precision: str, lowp_primary_weights: bool) -> ModelConfig:
-    """*model* with its parameter width at the width a *precision* run gathers its weights in over the
-    data-parallel ranks (``Precision.gather_bytes``, where its primary weights are the quantized tensors); the
-    time family reads ``bytes_p`` for those gathers alone."""
-    gather = PRECISIONS[precision_name("precision", precision)].gather_bytes
-    if gather and inputs.flag("lowp_primary_weights", lowp_primary_weights):
-        return dataclasses.replace(model, bytes_p=gather)
-    return model
-
-
-def time_family_comm(model: ModelConfig, system: str, precision: str = "bf16", *, lowp_primary_weights: bool = True,
-                     ep_dispatcher: str = DEFAULT_EP_DISPATCHER) -> Callable[[Any], Mapping[str, np.ndarray]] | None:
-    """The exposed-communication callable of the time family, or ``None`` when this build lacks it.
-
-    A run in a low *precision* whose primary weights are quantized (*lowp_primary_weights*, the recipes' default:
-    docs/memory.md, "Low precision") gathers them over the data-parallel ranks at ``Precision.gather_bytes`` (FP8 1
-    byte a parameter), not at the model's width; its experts' tokens move on *ep_dispatcher* (``EP_DISPATCHERS``).
-
-    ``comm(chunk)`` prices ``chunk.batch`` (layouts of one run setting, ``chunk.setting``: recompute
-    mode, ZeRO level) with ``codegen.pricing.time.TimePricer`` — one pricer per setting, FSDP for
-    ZeRO level 3 — and returns its ``by_dimension`` seconds of the bottleneck stage;
-    ``comm(chunk, dimensions)`` prices those dimensions only (a search's floors).
-    """
-    try:
-        from .time import TIME_DIMENSIONS, TimePricer
-    except ImportError:
-        return None
-    model = _gathered_in(model, precision, lowp_primary_weights)
-    ep_dispatcher = inputs.one_of("ep_dispatcher", ep_dispatcher, EP_DISPATCHERS)
-    pricers: dict[tuple[int, str], Any] = {}
-
-    def pricer(setting: Any) -> Any:
-        key = (setting.zero, setting.recompute)
-        if key not in pricers:
-            pricers[key] = TimePricer(model, system=system, fsdp=setting.zero == 3, recompute=setting.recompute,
-                                      ep_dispatcher=ep_dispatcher)
-        return pricers[key]
-
-    def comm(chunk: Any, dimensions: tuple[str, ...] | None = None) -> Mapping[str, np.ndarray]:
-        """By dimension, the seconds of the bottleneck stage; with *dimensions*, of the stage with the most seconds
-        of those dimensions' collectives, the only ones priced (``TimePricer.price_batch``): a lower bound."""
-        return pricer(chunk.setting).price_batch(chunk.batch, validated=True,
-                                                 dimensions=dimensions or TIME_DIMENSIONS).by_dimension
-
-    def stage_seconds(chunk: Any) -> Mapping[str, np.ndarray]:
-        """Every stage's seconds per item ``"dim.collective"``: ``(n, P_max)``, NaN past a layout's last stage."""
-        return pricer(chunk.setting).price_batch(chunk.batch, validated=True, per_stage=True).stages["time_s"]
-
-    comm.stage_seconds = stage_seconds  # type: ignore[attr-defined]
-    comm.item_keys = time_item_keys(model)  # type: ignore[attr-defined]
-    return comm
-
-
-#: Fields that follow from a search's run settings (the ZeRO level's switches ``op``, ``grad_shard``, ``fsdp``;
-#: the recompute mode; the CP algorithm), by the setting (codegen.configs._derivation: ``_FIELD_RULES`` reading
-#: ``batch.op`` / ``batch.grad_shard``, ``_shared_fields``).
-_SETTING_FIELDS = {
-    **dict.fromkeys(("comm_d_non_exp", "comm_d_exp", "os_max_shard", "shard_p_os_non_exp_partial", "shard_p_os_exp",
-                     "shard_p_os_exp_partial", "shard_embed", "gather_embed", "grad_shard_as_params"), "zero"),
-    **dict.fromkeys(("rec_op", "gather"), "recompute"),
-    "cp_algo": "cp_algo",
-}
-#: Run fields a search keeps as the model file sets them for every layout, and the expert dispatcher's switch.
-_RUN_FIELDS = frozenset({"reshards", "ep_dedup"})
-#: What an item follows from when one of its arguments is none of the known kinds: everything.
-_EVERYTHING = frozenset(SEARCH_KEYS) | frozenset(SEARCH_SETTINGS)
-
-
-def time_item_keys(model: ModelConfig) -> dict[str, frozenset[str]]:
-    """Per item ``"dim.collective"`` of the time family, what its seconds per stage follow from in a search:
-    layout keys (``t, cp, p, vp, d, ep, etp, b, m``) and run settings (``zero``, ``recompute``, ``cp_algo``).
-
-    From the declarations, not from numbers: the item's generated forms (calls, S, ranks) read their
-    ``arguments``; a layout field among them follows from the keys ``LAYOUT_FIELD_KEYS`` declares (a test of
-    the fused pricer holds the declaration to the rules), a ZeRO switch from its source field
-    (``stages.BIND_SOURCES``), a field of the run settings from its setting (``_SETTING_FIELDS``), ``P_ne`` /
-    ``P_r`` from the ``params_*`` forms' arguments, a model field or a run field the search keeps
-    (``_RUN_FIELDS``) from nothing that varies; any other argument from everything. A stage's layer counts,
-    which weigh every item, follow from what ``TimePricer.LAYER_KEYS`` says (``(p, vp)`` and the recompute mode).
-    NCCL's pick reads S, the ranks and the group's placement (``TimePricer`` checks it), which follows from the
-    fields ``TimePricer`` places the group by (``TimePricer.placement_fields``: ``t, cp, d, p`` for the dense
-    groups, ``t_exp, ep, d, t, cp, p`` for the expert ones); the pricer is built per ZeRO level and recompute mode
-    (``time_family_comm``) and reads ``fsdp`` only through the fields. Layouts of one search that agree on an
-    item's keys and settings have the same seconds per stage for it.
-    """
-    from ..configs import LAYOUT_FIELD_KEYS
-    from .stages import BIND_SOURCES
-    from .time import ITEMS, TimePricer
-
-    constants = set(model.fields()) | _RUN_FIELDS
-    params: dict[str, set[str]] = {"P_ne": set(), "P_r": set()}
-    for name, meta in generated.FORMULAS.items():
-        if name.startswith("params_"):
-            params["P_r" if "routed" in name else "P_ne"] |= set(meta["arguments"])
-
-    def keys(argument: str, seen: frozenset[str] = frozenset()) -> set[str]:
-        if argument in seen:
-            return set(_EVERYTHING)
-        seen = seen | {argument}
-        if argument in ("n_layers_stage", "n_moe_layers_stage"):
-            return set(TimePricer.LAYER_KEYS)
-        if argument in params:
-            return set().union(*(keys(a, seen) for a in params[argument]))
-        if argument in BIND_SOURCES:
-            return set().union(*(keys(a, seen) for a in BIND_SOURCES[argument]))
-        found = set()
-        if argument in _SETTING_FIELDS:
-            found.add(_SETTING_FIELDS[argument])
-        if argument in LAYOUT_FIELD_KEYS:
-            found |= set(LAYOUT_FIELD_KEYS[argument])
-        elif argument not in _SETTING_FIELDS and argument not in constants:
-            return set(_EVERYTHING)
-        return found
-
-    # A group's placement follows from the fields TimePricer places it by, each from the keys it is derived from.
-    placement = {group: set().union(*(LAYOUT_FIELD_KEYS[field] for field in fields))
-                 for group, fields in TimePricer.placement_fields().items()}
-    out = {}
-    for dim, coll, group, _ in ITEMS:
-        found: set[str] = placement[group] | set(TimePricer.LAYER_KEYS)  # the stage's layers weigh it
-        for what in ("calls_count", "msg_bytes", "ranks_count"):
-            for argument in term_arguments(f"{dim}_{coll}_stage_{what}"):
-                found |= keys(argument)
-        out[f"{dim}.{coll}"] = frozenset(found)
-    return out
 
 
 #: The compute family's parts: the generated stage forms of ``symbolic.compute`` by what they count (the FLOPs of
@@ -410,7 +287,7 @@ def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | 
     """
     from .time import TimePricer
 
-    pricer = TimePricer(_gathered_in(model, precision, True), system=system, ep_dispatcher=ep_dispatcher)
+    pricer = TimePricer(gathered_in(model, precision, True), system=system, ep_dispatcher=ep_dispatcher)
     overlap = overlap_names("overlap", overlap)
 
     def comm(batch: LayoutBatch, compute_s: np.ndarray | None = None) -> np.ndarray:
@@ -518,11 +395,16 @@ class StepTimePricer:
         single = (values["p"] == 1).astype(np.float64)
         return ((first, single), (last, np.ones_like(first))), extra
 
-    def _per_stage(self, stage: tuple[np.ndarray, ...], recompute: str) -> dict[str, Any]:
-        """The per-stage inputs of the compute forms of one of :meth:`_stages`' stages under *recompute*."""
+    def _per_stage(self, stage: tuple[np.ndarray, ...], recompute: str,
+                   recomputed: tuple[Any, Any] | None = None) -> dict[str, Any]:
+        """The per-stage inputs of the compute forms of one of :meth:`_stages`' stages under *recompute* (every
+        layer in that mode), or with *recomputed* = (fully, selectively recomputed layers) of the stage."""
         layers, output = stage[0], stage[1]
-        full = layers if recompute == "full" else 0
-        selective = layers if recompute == "selective" else 0
+        if recomputed is None:
+            full = layers if recompute == "full" else 0
+            selective = layers if recompute == "selective" else 0
+        else:
+            full, selective = recomputed
         if len(stage) == 2:
             return {"n_layers_stage": layers, "n_output": output, "n_full_rec": full, "n_sel_rec": selective}
         dense, window = stage[2], stage[3]
@@ -581,15 +463,45 @@ class StepTimePricer:
             out.append(self._parts(sub, recompute, zero, hbm_only, (i,), flops_only)[0])
         return out
 
+    def listed_stage_parts(self, values: Mapping[str, np.ndarray], plan: RecomputePlan, zero: int = 1
+                           ) -> tuple[list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]],
+                                      np.ndarray, np.ndarray]:
+        """:meth:`stage_parts` of every stage of one layout (*values*: one layout, of the model's checked layout
+        rules) whose recompute *plan* lists the fully recomputed layers per stage (``RecomputePlan.full_per_stage``:
+        each stage its first ones, the rest as the plan's mode says), with each stage's layers and fully recomputed
+        layers (``codegen.configs.pipeline_stage_counts``: the split of the model's layout, its offset for its own
+        pipeline, the accounted split where the model counts the embedding or the loss). The slowest stage of
+        a list need not be the first or the last, so every stage is priced."""
+        p, vp = int(np.asarray(values["p"]).reshape(-1)[0]), int(np.asarray(values["vp"]).reshape(-1)[0])
+        own = self.model.layout
+        offset = own.offset if (p, vp) == (own.p, own.vp) else None
+        counts = pipeline_stage_counts(self.model, p, vp, recompute=plan, offset=offset)
+        layers = stage_layers(counts).astype(np.float64)
+        output = np.zeros(p)
+        output[-1] = 1.0 + (self.model.n_mtp if self._kinds else 0)  # (the MTP heads share the output layer)
+        rows = [layers, output]
+        if self._kinds:
+            kinds = stage_layer_kinds(self.model, p, vp, offset)
+            rows += [kinds["n_dense"].astype(np.float64), kinds["n_window"].astype(np.float64)]
+        stages = [tuple(np.full(1, row[i]) for row in rows) for i in range(p)]
+        full, selective = (counts[k].astype(np.float64) for k in ("n_full_rec", "n_sel_rec"))
+        recomputed = [(np.full(1, full[i]), np.full(1, selective[i])) for i in range(p)]
+        parts = self._parts(values, plan.mode, zero, False, range(p), listed=(stages, recomputed))
+        return parts, layers, full  # type: ignore[return-value]
+
     def _parts(self, values: Mapping[str, np.ndarray], recompute: str, zero: int, hbm_only: bool,
-               which: Sequence[int], flops_only: bool = False
+               which: Sequence[int], flops_only: bool = False, listed: tuple[Any, Any] | None = None
                ) -> list[tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None]]:
-        """:meth:`stage_parts` of the stages *which* (0: first, 1: last) of every layout of *values*."""
+        """:meth:`stage_parts` of the stages *which* (0: first, 1: last) of every layout of *values*; with *listed*
+        = (stages, recomputed), of those stages (:meth:`listed_stage_parts`)."""
         stages, extra = self._stages(values, recompute, zero)
+        recomputed = None
+        if listed is not None:
+            stages, recomputed = listed
         values = self._floats(values)
         out = []
         for i in which:
-            per = self._per_stage(stages[i], recompute)
+            per = self._per_stage(stages[i], recompute, None if recomputed is None else recomputed[i])
             if flops_only:  # (a search's chunk: its FLOPs at its own micro-batch, codegen.search.bounds)
                 lowp = (None if self._lowp is None
                         else self._lowp(**self._args(self._lowp_arguments, per, values, extra)))
@@ -723,12 +635,13 @@ class StepTimePricer:
         return self.slowest(self.stage_parts(values, recompute, zero))
 
     def exposed(self, by_dimension: Mapping[str, np.ndarray], recompute: str, cp_algo: str | None,
-                compute_s: np.ndarray, m: np.ndarray, zero: int, p: Any = 1, vp: Any = 1) -> np.ndarray:
+                compute_s: np.ndarray, m: np.ndarray, zero: int, p: Any = 1, vp: Any = 1,
+                full_share: Any = None) -> np.ndarray:
         """The exposed communication seconds of layouts whose bottleneck stage's communication is *by_dimension*
         (``comm(chunk)``) and compute *compute_s*, with *m* micro-batches over *p* stages of *vp* model chunks,
-        under this pricer's overlap (``codegen.pricing.exposure.exposed_comm``)."""
+        under this pricer's overlap (``codegen.pricing.exposure.exposed_comm``, its *full_share*)."""
         return exposed_comm(by_dimension, recompute, cp_algo, overlap=self.overlap, compute_s=compute_s, m=m,
-                            zero=zero, p=p, vp=vp)
+                            zero=zero, p=p, vp=vp, full_share=full_share)
 
     def step_time(self, compute_s: np.ndarray, values: Mapping[str, np.ndarray], comm: np.ndarray, *,
                   validated: bool = False) -> np.ndarray:
@@ -748,7 +661,7 @@ class StepTimePricer:
 
     def price(self, values: Mapping[str, np.ndarray], recompute: str, chunk: Any = None, zero: int | None = None,
               parts: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]] | None = None, *,
-              validated: bool = False) -> dict[str, np.ndarray]:
+              validated: bool = False, full_share: Any = None) -> dict[str, np.ndarray]:
         """:data:`PARTS` per layout of *values* (``{key: (n,) int64}``, keys of ``LayoutBatch``).
 
         *values*: per layout key (``symbolic.vocabulary.PER_LAYOUT_KEYS``) one whole number per layout, all of
@@ -758,7 +671,9 @@ class StepTimePricer:
         (``codegen.runtime.inputs``). *recompute*: one of ``symbolic.vocabulary.RECOMPUTE_MODES``.
         *chunk*: the layouts as a ``codegen.pricing.chunks.Chunk`` (its run settings; what ``comm`` prices).
         *zero*: the ZeRO level (the optimizer update is sharded over DP from level 1); default the chunk's, else 1.
-        *parts*: the layouts' :meth:`stage_parts` when the caller has them.
+        *parts*: the layouts' :meth:`stage_parts` (or :meth:`listed_stage_parts`) when the caller has them.
+        *full_share*: the fraction of the slowest stage's layers fully recomputed, whose forward collectives the
+        exposed communication repeats (``exposed_comm``; default 1 under ``"full"``, else 0).
         *validated*: the caller vouches for every argument (a search's chunks: valid by construction); nothing
         is checked, and a bad argument gives an unspecified result.
 
@@ -766,7 +681,7 @@ class StepTimePricer:
             InputError: naming the argument and the value: *values* not a mapping of layout keys to whole
                 numbers within their bounds and of one length, an unknown *recompute* mode or ZeRO level, a
                 *chunk* that is not a ``Chunk`` of these layouts, *parts* or the exposed communication ``comm``
-                returns not finite and ``>= 0``.
+                returns not finite and ``>= 0``, a *full_share* not in [0, 1].
             LayoutError: naming the first layout that breaks a layout rule and the rule.
         """
         validated = _vouched(validated)
@@ -774,13 +689,18 @@ class StepTimePricer:
             values, recompute, zero = _checked(self.model, values, recompute, zero, chunk)
             if parts is not None:
                 parts = _checked_parts(parts, _length(values))
+            if full_share is not None:
+                full_share = _per_layout("full_share", full_share, _length(values))
+                if np.any(np.asarray(full_share) > 1):
+                    raise inputs.InputError(f"full_share: a fraction of a stage's layers, at most 1, got "
+                                            f"{full_share!r:.80}")
         if zero is None:
             zero = chunk.setting.zero if chunk is not None else 1
         compute, flops, _, _ = self.slowest(parts if parts is not None else self.stage_parts(values, recompute, zero))
         bubble = term_function("compute_pipeline_bubble")(p=values["p"], vp=values["vp"], m=values["m"])
         if self.comm is not None and chunk is not None:
             comm = self.exposed(self.comm(chunk), recompute, chunk.setting.cp_algo, compute, values["m"], zero,
-                                values["p"], values["vp"])
+                                values["p"], values["vp"], full_share)
             if not validated:  # a caller's comm: seconds, never negative (they would be subtracted) nor NaN
                 comm = _per_layout("comm (the exposed communication the pricer's comm callable gives)", comm,
                                    len(flops))
@@ -790,6 +710,37 @@ class StepTimePricer:
         step = compute * (1 + bubble) + comm
         return {"step_time_s": step, "compute_s": compute, "bubble_s": compute * bubble, "comm_s": comm,
                 "stage_flops": flops, "bubble": np.broadcast_to(bubble, flops.shape)}
+
+    def price_plan(self, values: Mapping[str, np.ndarray], plan: RecomputePlan, chunk: Any = None,
+                   zero: int | None = None) -> dict[str, np.ndarray]:
+        """:meth:`price` of one layout (*values*) under a recompute *plan*: its mode for every layer, or its list of
+        fully recomputed layers per stage (``RecomputePlan.full_per_stage``, the rest as its mode says), which
+        prices every stage with its own counts (:meth:`listed_stage_parts`): the slowest stage's compute is the
+        step's, and the share of its layers recomputed in full repeats that share of the forward collectives.
+
+        Raises:
+            InputError, LayoutError: as :meth:`price`; a *plan* that is not a ``RecomputePlan``, or whose list
+                does not fit the layout's pipeline (one entry per stage, each at most the stage's layers).
+        """
+        plan = inputs.instance("plan", plan, RecomputePlan, "a RecomputePlan")
+        if plan.full_per_stage is None:
+            return self.price(values, plan.mode, chunk, zero)
+        values, recompute, zero = _checked(self.model, values, plan.mode, zero, chunk)
+        if _length(values) != 1:
+            raise inputs.InputError(f"values: a recompute list per stage prices one layout, got {_length(values)}")
+        if zero is None:
+            zero = chunk.setting.zero if chunk is not None else 1
+        p = int(values["p"].reshape(-1)[0])
+        if len(plan.full_per_stage) != p:
+            raise LayoutError(f"recompute: the list needs one entry per stage: {len(plan.full_per_stage)} entries "
+                              f"{list(plan.full_per_stage)}, p = {p}")
+        stages, layers, full = self.listed_stage_parts(values, plan, zero)
+        if np.any(full > layers):
+            stage = int(np.argmax(full > layers))
+            raise LayoutError(f"recompute: stage {stage} holds {int(layers[stage])} layers, cannot fully recompute "
+                              f"{int(full[stage])}")
+        slowest = int(np.argmax([self.slowest([stage])[0][0] for stage in stages]))
+        return self.price(values, recompute, chunk, zero, parts=stages, full_share=full[slowest] / layers[slowest])
 
 
 # ---------------------------------------------------------------- the checks of StepTimePricer's arguments

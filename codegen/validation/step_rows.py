@@ -566,8 +566,9 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
                             precision=r["precision"], overlap=recipe_overlap(r)[0],
                             recompute_modules=recipe_modules(r)[0])
     values = {k: np.array([getattr(layout, k)], dtype=np.int64) for k in SEARCH_KEYS}
-    chunk = Chunk(Setting(r["recompute_mode"], zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
-    got = {k: float(x[0]) for k, x in pricer.price(values, r["recompute_mode"], chunk).items()}
+    plan = recipe_recompute(r, layout.p)[0]
+    chunk = Chunk(Setting(plan.mode, zero, layout.cp_algo), values, np.zeros(1, np.int64), model)
+    got = {k: float(x[0]) for k, x in pricer.price_plan(values, plan, chunk).items()}
     finite(f"{name}: the predicted step time", [got[k] for k in ("step_time_s", "compute_s", "bubble_s", "comm_s")])
     return got
 
