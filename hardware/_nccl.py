@@ -31,6 +31,7 @@ _LATENCY_KEYS = (
     "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s",
     "hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s",
     "hop_net_tree_ll_s", "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s", "hop_net_nvlstree_s",
+    "alpha_pat_simple_s", "pat_rank_latency_s",
 )
 _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s",
                         "tree_channel_max_bw_bytes_per_s", "tree_ll128_channel_max_bw_bytes_per_s",

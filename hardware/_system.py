@@ -33,7 +33,7 @@ TRANSPORTS = ("ib", "roce", "efa", "tcp")
 
 #: NCCL's algorithms and protocols the time model prices (NCCL_ALGO / NCCL_PROTO names, lower case): a transport's
 #: restrictions (``hardware/nccl_tuning.toml``) and a network level's per-protocol latencies name them.
-ALGORITHMS = ("tree", "ring", "nvls", "nvlstree")
+ALGORITHMS = ("tree", "ring", "nvls", "nvlstree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
 
 #: GPU generations the time model knows (keys of ``hardware/nccl_tuning.toml``), by compute capability.

@@ -40,10 +40,11 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
 * Across nodes (docs/time.md, "Across nodes"): tuning.cc's per-channel caps of the column for the node count
   (N1, N2, more), the network plugin's latency on every network hop (twice with Simple), the NICs' bound on the
   ring, the tree's network share (S per node on two nodes, 2S beyond), NVLS-tree (NVLS inside the node, a tree
-  across), the size-dependent ``treeCorrectionFactor`` and the ring's plateau latency factor.
-* Not modelled: CollNet/SHARP (in-network reduction), PAT (all-gather / reduce-scatter at one rank per node),
-  PXN routing of all-to-all on rail-optimised networks. All-to-all and send/recv, which NCCL runs as grouped
-  point-to-point operations its tuner does not price, use the ring constants of one step and NCCL's P2P LL threshold; the
+  across), PAT (all-gather and reduce-scatter at one GPU per node, ``_pat_time``), the size-dependent
+  ``treeCorrectionFactor`` and the ring's plateau latency factor.
+* Not modelled: CollNet/SHARP (in-network reduction), PXN routing of all-to-all on rail-optimised networks.
+  All-to-all and send/recv, which NCCL runs as grouped point-to-point operations its tuner does not price, use the
+  ring constants of one step and NCCL's P2P LL threshold; the
   all-to-all's Simple path inside a node moves each peer's bytes on NCCL's point-to-point blocks (stated at
   ``_p2p_nvlink``).
 * The expert dispatch of DeepEP and Hybrid-EP (``ep_dispatch``: no NCCL collective; one candidate, ``dedup``)
@@ -379,6 +380,26 @@ def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> s
     return Piecewise((time, available), (_MANY, True))
 
 
+def _pat_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr,
+              fill: bool = True) -> sympy.Expr:
+    """Seconds of an all-gather or reduce-scatter on NCCL's PAT (parallel aggregated trees); ``oo`` where it does not
+    run: PAT needs one GPU per node (tuning.cc ``ncclPatEnable``: ``nNodes == nRanks``), Simple only.
+
+    tuning.cc (lines 295-302, 337, 429-433): PAT prices on the tree graph (``init.cc``: ``graphs[NCCL_ALGO_PAT]`` is
+    the tree's), here the ring's channels bounded by the NICs as for the Simple ring; ``busBw × 0.75``, kept as the
+    algorithm bandwidth (NCCL converts no bus bandwidth of an all-gather or reduce-scatter but the ring's), so the
+    time moves S at it; latency ``baseLat + log2(nodes) · interLat / 3.5 + nRanks · 2.8 µs``, ``interLat`` the
+    tree's Simple network hop with the network's latency (one rank per node: tuning.cc's ``ppn == 1`` case).
+    ``log2i`` is relaxed to ``log2``. Its time is its price plus the network's own latency (``_net_hop``); no
+    pipeline fill is added (no shipped sweep runs one GPU per node to measure one).
+    """
+    bus = sympy.Rational(3, 4) * _ring_bus_simple(nodes, nics)
+    hops = sympy.log(nodes, 2) * _net_hop("tree", "simple", fill) / sympy.Rational(7, 2)
+    latency = _sym("alpha_pat_simple_s") + hops + n * _sym("pat_rank_latency_s")
+    available = sympy.And(sympy.Eq(q, 1), nodes > 1)
+    return Piecewise((latency + size / bus, available), (_MANY, True))
+
+
 def _best_ring(op: str, size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
                nics: sympy.Expr, fill: bool = True) -> sympy.Expr:
     return Min(*(_ring_time(op, p, size, n, q, nodes, nics, fill) for p in _PROTOCOLS))
@@ -414,7 +435,7 @@ def _hierarchical(op: str, fill: bool = True) -> sympy.Expr:
 @functools.cache
 def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
     """Every candidate of *op*, in NCCL's order (``topoGetAlgoInfo`` loops over algorithms TREE, RING, …,
-    NVLS, then protocols LL, LL128, SIMPLE, and keeps the first strict minimum); hierarchical last.
+    NVLS, NVLS_TREE, PAT, then protocols LL, LL128, SIMPLE, and keeps the first strict minimum); hierarchical last.
 
     ``fill=True``: the real time (tuning.cc's model plus the ring loop's pipeline fill); ``fill=False``:
     tuning.cc's price, what the tuner compares. Built once per process (``candidate_labels`` reads the
@@ -431,6 +452,8 @@ def _candidates(op: str, fill: bool = True) -> dict[str, sympy.Expr]:
         out["nvls_simple"] = _nvls_time(op, _S, _N, _NODES)
     if op == "all_reduce":
         out["nvlstree_simple"] = _nvls_tree_time(_S, _N, _Q, _NODES, nics, fill)
+    if op in ("all_gather", "reduce_scatter"):
+        out["pat_simple"] = _pat_time(_S, _N, _Q, _NODES, nics, fill)
     if op in ("all_reduce", "all_gather", "reduce_scatter"):
         out["hierarchical"] = _hierarchical(op, fill)
     return out
@@ -556,6 +579,9 @@ _CANDIDATE_SOURCE = {
     "nvlstree": f"{_TUNING}: NVLS-tree bandwidth (lines 303-318: intraBw, interBw x 2 on two nodes, "
                 "perChMaxNVLSTreeBws), bus-to-algorithm ratio (lines 376-382), latency (lines 421-422); the network "
                 "plugin's latency (graph latencyInter, lines 391-393)",
+    "pat": f"{_TUNING}: PAT enabled at one GPU per node (ncclPatEnable, lines 215-223), Simple only (lines 295-303), "
+           "busBw x 0.75 (line 337), no bus-to-algorithm conversion off the ring (lines 376-382), latency (lines "
+           "429-433); src/init.cc (PAT on the tree graph)",
     "nvls": f"{_TUNING}: NVLS bandwidth (lines 307-323), nvlsEfficiency (line 139), latency (lines 424-426); "
             "src/graph/search.cc (NVLS channels = ranks, totalBw x n/(n-1), line 1168)",
     "dedup": "deepseek-ai/DeepEP README (normal kernels with NVLink and RDMA forwarding, 153-158 GB/s over NVLink on "

@@ -247,6 +247,8 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("hop_net_tree_simple_s", "positive", "s", "NCCL hwLat network: one inter-node tree hop, Simple"),
     ("net_overhead_s", "positive", "s", "NCCL getNetOverhead: post cost of one network step (x3 for Simple)"),
     ("hop_net_nvlstree_s", "positive", "s", "NCCL hwLat network: one inter-node NVLS-tree hop, Simple"),
+    ("alpha_pat_simple_s", "positive", "s", "NCCL baseLat: fixed cost of one PAT call (Simple)"),
+    ("pat_rank_latency_s", "positive", "s", "NCCL tuning.cc: PAT's latency per rank of the communicator"),
     ("net_latency_ll_s", "nonnegative", "s",
      "seconds one network hop takes beyond NCCL's hwLat with LL (the time): the network's measured latency where "
      "its system file states one, or a calibrated value; else the latency the network plugin reports"),

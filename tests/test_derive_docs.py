@@ -35,6 +35,8 @@ def _draw(name: str, rng: random.Random) -> sympy.Expr:
     kind = SPECS[name].kind
     if name == "nodes":  # one node half the time: NVLS and the single-node branches of the time model
         return sympy.Integer(rng.choice([1, 1, 2, 4]))
+    if name == "ranks_per_node":  # one rank per node a third of the time: PAT and the ring's one-rank latency
+        return sympy.Integer(rng.choice([1, 2, 8]))
     if name == "p2p_ll_threshold_bytes":  # both sides of NCCL's p2p LL threshold (LL below, Simple above)
         return sympy.Float(rng.choice([0.01, 100.0]))
     if kind == "positive_integer":

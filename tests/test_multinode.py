@@ -122,6 +122,46 @@ def test_a_rows_cluster_takes_the_hop_latency_a_catalog_file_of_that_cluster_sta
     assert hardware.hop_latencies(cluster("dgx_h100", "efa", 32, 100.0))["net_latency_ll_s"] == 75e-6
 
 
+def test_pat_at_one_gpu_per_node_prices_as_tuning_cc():
+    # tuning.cc: PAT runs all-gather and reduce-scatter when every node holds one rank of the communicator, Simple
+    # only; latency 8 us + log2(nodes) x (tree's Simple network hop, 14 us on InfiniBand) / 3.5 + 2.8 us a rank;
+    # bandwidth 0.75 of the graph's bus bandwidth, not converted to an algorithm bandwidth (the ring's is, by
+    # n / nsteps): its time per byte is the Simple ring's, times n / (n - 1) / 0.75. Sixteen ranks on 16 DGX H100.
+    n, sizes = 16, np.array([2.0 ** 20, 2.0 ** 30])
+    for op in ("all_gather", "reduce_scatter"):
+        p = collectives.predict("dgx_h100", op, n, sizes, gpus_per_node=1)
+        pat, ring = p.prices["pat_simple"], p.prices["ring_simple"]
+        slope = (pat[1] - pat[0]) / (sizes[1] - sizes[0])
+        assert slope * 0.75 == pytest.approx((ring[1] - ring[0]) / (sizes[1] - sizes[0]) * n / (n - 1), rel=1e-9)
+        assert pat[0] - slope * sizes[0] == pytest.approx(8e-6 + 4 * 14e-6 / 3.5 + 16 * 2.8e-6, rel=1e-9)
+        assert np.array_equal(p.candidates["pat_simple"], pat)  # InfiniBand: the network's latency is NCCL's
+        assert str(p.algorithm[0]) == "pat_simple" and str(p.algorithm[1]).startswith("ring_")
+    # Not at two ranks a node, never for an all-reduce; on P5's EFA its price takes the plugin's 75 us twice and
+    # its time the network's 23 us (one hop each way of log2(16) = 4, over 3.5).
+    assert math.isinf(float(collectives.predict("dgx_h100", "all_gather", n, 2.0 ** 20, gpus_per_node=2)
+                            .candidates["pat_simple"]))
+    assert "pat_simple" not in collectives.predict("dgx_h100", "all_reduce", n, 2.0 ** 20, gpus_per_node=1).prices
+    efa = collectives.predict("aws_p5", "all_gather", n, 2.0 ** 20, gpus_per_node=1)
+    assert float(efa.prices["pat_simple"] - efa.candidates["pat_simple"]) == pytest.approx(4 * (150e-6 - 23e-6) / 3.5,
+                                                                                         rel=1e-9)
+    # NCCL_ALGO=PAT leaves it alone where it runs, and nothing where it cannot.
+    assert str(collectives.predict("dgx_h100", "all_gather", n, 2.0 ** 30, algorithms={"pat"},
+                                   gpus_per_node=1).algorithm) == "pat_simple"
+    with pytest.raises(ValueError, match="leave no candidate of all_gather"):
+        collectives.predict("dgx_h100", "all_gather", n, 2.0 ** 30, algorithms={"pat"})
+
+
+def test_collective_states_ranks_per_node(capsys):
+    base = ["collective", "all_gather", "--system", "dgx_h100", "--bytes", "1MiB", "--json"]
+    assert main([*base, "--ranks", "16", "--ranks-per-node", "1"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["algorithm"] == "pat_simple" and record["placement"]["ranks_per_node"] == 1
+    for extra, message in ((["--ranks", "16", "--ranks-per-node", "3"], "--ranks-per-node 3: does not divide"),
+                           (["--ranks", "32", "--ranks-per-node", "16"], "a dgx_h100 node has 8 GPUs")):
+        assert main([*base, *extra]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_tcp_runs_ring_and_tree_with_simple_only():
     # Google's published TCPX/TCPXO settings (NCCL_ALGO=Ring,Tree; NCCL_PROTO=Simple), in predict and the time family.
     tcp = cluster("dgx_h100", "tcp", 8, 200.0)
@@ -133,7 +173,7 @@ def test_tcp_runs_ring_and_tree_with_simple_only():
 
 def test_nccl_env_restricts_the_pick():
     assert nccl_settings("NCCL_ALGO=Ring;NCCL_IB_HCA=mlx5") == (frozenset({"ring"}), None)
-    assert nccl_settings("NCCL_ALGO=^NVLS,NVLSTree;NCCL_PROTO=Simple") == (frozenset({"ring", "tree"}),
+    assert nccl_settings("NCCL_ALGO=^NVLS,NVLSTree;NCCL_PROTO=Simple") == (frozenset({"ring", "tree", "pat"}),
                                                                            frozenset({"simple"}))
     p = collectives.predict("dgx_h100", "all_reduce", 16, 2.0 ** 30, algorithms={"ring"})
     assert str(p.algorithm).startswith("ring_")

@@ -192,7 +192,7 @@ def test_ties_go_to_the_first_candidate_in_nccls_order():
     from codegen.pricing.collective import labels
     assert labels("all_reduce")[:6] == ("tree_ll", "tree_ll128", "tree_simple", "ring_ll", "ring_ll128",
                                         "ring_simple")
-    assert labels("all_gather")[-2:] == ("nvls_simple", "hierarchical")
+    assert labels("all_gather")[-3:] == ("nvls_simple", "pat_simple", "hierarchical")
     # 2 ranks, 1 MiB all-gather on A100: Simple's real time is below LL's (the loop's fill makes LL 2x per byte,
     # Simple 1.5x) but NCCL prices LL lower, runs it, and the reported time is LL's real time.
     p = collectives.predict("dgx_a100", "all_gather", 2, 2.0**20)

@@ -21,6 +21,8 @@ import re
 
 import numpy as np
 
+import hardware
+
 from . import COMMANDS
 from ..pricing.collective import Fall, next_fall
 from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
@@ -78,12 +80,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                                             f"{collectives.EP_DISPATCH} (DeepEP's / Hybrid-EP's expert dispatch)")
     p.add_argument("--system", required=True, help="catalog system or alias, e.g. dgx_h100 or h100_sxm")
     p.add_argument("--ranks", required=True, type=ranks_count, help="ranks in the communicator (consecutive ranks)")
+    p.add_argument("--ranks-per-node", type=ranks_count, default=None, dest="ranks_per_node", metavar="N",
+                   help="ranks of the communicator on each node (default: the node's GPUs); 1 for a group with one "
+                        "rank per node, such as a data-parallel group across nodes of tensor-parallel 8 (NCCL may "
+                        "then run PAT)")
     p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
     p.add_argument("--dtype", default=None,
                    help="data type (nccl-tests -d name: half, bfloat16, float, int8, ...); 8-bit types rule out "
                         "NVLS for all_reduce and reduce_scatter; default: any type NVLS reduces")
     p.add_argument("--algo", metavar="LIST", default=None,
-                   help="NCCL_ALGO: the algorithms NCCL may run (Ring, Tree, NVLS, NVLSTree; comma-separated, a "
+                   help="NCCL_ALGO: the algorithms NCCL may run (Ring, Tree, NVLS, NVLSTree, PAT; comma-separated, a "
                         "leading ^ excludes them), as the environment variable restricts them")
     p.add_argument("--proto", metavar="LIST", default=None,
                    help="NCCL_PROTO: the protocols NCCL may run (LL, LL128, Simple; same syntax)")
@@ -109,6 +115,19 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+def _ranks_per_node(args: argparse.Namespace) -> int | None:
+    """``--ranks-per-node``, checked against ``--ranks`` (a whole number of nodes) and the system's node."""
+    per = args.ranks_per_node
+    if per is None:
+        return None
+    node = hardware.load(args.system).devices_per_node
+    if per > node:
+        raise ValueError(f"--ranks-per-node {per}: a {args.system} node has {node} GPUs")
+    if args.ranks % per:
+        raise ValueError(f"--ranks-per-node {per}: does not divide --ranks {args.ranks} (whole nodes)")
+    return per
+
+
 def run(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     dispatch = args.op == collectives.EP_DISPATCH
@@ -125,10 +144,11 @@ def run(args: argparse.Namespace) -> int:
             if getattr(args, flag[2:]) is not None:
                 raise ValueError(f"{flag} {getattr(args, flag[2:])}: {collectives.EP_DISPATCH} runs DeepEP's or "
                                  f"Hybrid-EP's kernels, not NCCL's algorithms and protocols: drop it")
-        result = collectives.predict(args.system, args.op, args.ranks, size, top_k=args.top_k)
+        result = collectives.predict(args.system, args.op, args.ranks, size, top_k=args.top_k,
+                                     gpus_per_node=_ranks_per_node(args))
         return _print_dispatch(args, size, result)
     result = collectives.predict(args.system, args.op, args.ranks, size, args.dtype, top_k=args.top_k,
-                                 **_settings(args))
+                                 gpus_per_node=_ranks_per_node(args), **_settings(args))
     placement = {k: int(v) for k, v in result.placement.items()}
     # Every candidate NCCL's tuner weighs, cheapest price first; None (JSON null) where it cannot run here.
     candidates = {label: {"price_s": _finite(result.prices[label]), "time_s": _finite(result.candidates[label])}
@@ -196,7 +216,8 @@ def _print_dispatch(args: argparse.Namespace, size: float, result: collectives.P
 def _fall(args: argparse.Namespace, size: float) -> Fall | None:
     """Where the time of NCCL's pick first falls below its time at *size* as the size grows, if it does."""
     def pick_at(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        result = collectives.predict(args.system, args.op, args.ranks, sizes, args.dtype, **_settings(args))
+        result = collectives.predict(args.system, args.op, args.ranks, sizes, args.dtype,
+                                     gpus_per_node=_ranks_per_node(args), **_settings(args))
         return np.broadcast_to(result.time_s, sizes.shape), np.broadcast_to(result.algorithm, sizes.shape)
     return next_fall(pick_at, size, top=VALUE_MAX)
 

@@ -160,7 +160,7 @@ def _plan(op: str) -> tuple[tuple[str, Any, tuple[str, ...], Any, tuple[str, ...
 def allowed(op: str, algorithms: Collection[str] | None = None,
             protocols: Collection[str] | None = None) -> tuple[bool, ...] | None:
     """Which candidates of *op* (``labels(op)``) NCCL may run with only *algorithms* and *protocols* enabled
-    (``NCCL_ALGO`` / ``NCCL_PROTO`` names in lower case: tree, ring, nvls, nvlstree; ll, ll128, simple);
+    (``NCCL_ALGO`` / ``NCCL_PROTO`` names in lower case: tree, ring, nvls, nvlstree, pat; ll, ll128, simple);
     ``None`` = no restriction. The hierarchical schedule, not NCCL's, goes where the algorithms are restricted;
     the point-to-point candidates (all-to-all, send/recv), which NCCL's tuner does not pick, and the expert
     dispatch's (DeepEP's kernels, no NCCL) are never restricted.

@@ -26,9 +26,9 @@ import hardware
 __all__ = ["ALGORITHM_NAMES", "PROTOCOL_NAMES", "algorithms", "cluster", "cluster_of", "nccl_settings", "protocols"]
 
 #: NCCL_ALGO names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) → the time model's, ``None`` for NCCL's
-#: algorithms the model does not price (CollNet needs SHARP switches; PAT runs at one rank per node).
+#: algorithms the model does not price (CollNet needs SHARP switches).
 ALGORITHM_NAMES: dict[str, str | None] = {**{a: a for a in hardware.ALGORITHMS}, "collnetdirect": None,
-                                           "collnetchain": None, "collnet": None, "pat": None}
+                                           "collnetchain": None, "collnet": None}
 #: NCCL_PROTO names (ncclProtoStr) → the time model's.
 PROTOCOL_NAMES: dict[str, str | None] = {p: p for p in hardware.PROTOCOLS}
 
@@ -110,7 +110,7 @@ def algorithms(value: str) -> frozenset[str]:
     """
     chosen = _list("NCCL_ALGO", value, ALGORITHM_NAMES)
     if not chosen:
-        raise ValueError(f"NCCL_ALGO={value!r} leaves only algorithms the model does not price (CollNet, PAT)")
+        raise ValueError(f"NCCL_ALGO={value!r} leaves only algorithms the model does not price (CollNet)")
     return chosen
 
 
