@@ -157,7 +157,9 @@ def test_collective_states_ranks_per_node(capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["algorithm"] == "pat_simple" and record["placement"]["ranks_per_node"] == 1
     for extra, message in ((["--ranks", "16", "--ranks-per-node", "3"], "--ranks-per-node 3: does not divide"),
-                           (["--ranks", "32", "--ranks-per-node", "16"], "a dgx_h100 node has 8 GPUs")):
+                           (["--ranks", "32", "--ranks-per-node", "16"], "a dgx_h100 node has 8 GPUs"),
+                           (["--ranks", "16", "--ranks-per-node", "0"], "--ranks-per-node 0: a whole number of"),
+                           (["--ranks", "16", "--ranks-per-node", "-2"], "--ranks-per-node -2: a whole number of")):
         assert main([*base, *extra]) == 2
         assert message in capsys.readouterr().err
 

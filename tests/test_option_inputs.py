@@ -40,6 +40,13 @@ def test_collective_ranks_are_ascii_digits(capsys, ranks):
     assert f"argument --ranks: invalid int value: {ranks!r}" in line
 
 
+@pytest.mark.parametrize("per", ["٨", "1.5", "", "+"])
+def test_collective_ranks_per_node_are_ascii_digits(capsys, per):
+    line = _error(capsys, ["collective", "all_gather", "--system", "dgx_h100", "--ranks", "16", "--ranks-per-node",
+                           per, "--bytes", "4M"])
+    assert f"argument --ranks-per-node: invalid int value: {per!r}" in line
+
+
 @pytest.mark.parametrize("size, fragment", [
     ("0.5", "--bytes: a whole number of bytes, got '0.5' (0.5 bytes)"),
     ("1.3K", "--bytes: a whole number of bytes, got '1.3K' (1331.2 bytes)"),

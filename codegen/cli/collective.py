@@ -120,6 +120,8 @@ def _ranks_per_node(args: argparse.Namespace) -> int | None:
     per = args.ranks_per_node
     if per is None:
         return None
+    if per < 1:
+        raise ValueError(f"--ranks-per-node {per}: a whole number of ranks on each node, at least 1")
     node = hardware.load(args.system).devices_per_node
     if per > node:
         raise ValueError(f"--ranks-per-node {per}: a {args.system} node has {node} GPUs")
