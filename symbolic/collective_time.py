@@ -390,8 +390,8 @@ def _pat_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
     algorithm bandwidth (NCCL converts no bus bandwidth of an all-gather or reduce-scatter but the ring's), so the
     time moves S at it; latency ``baseLat + log2(nodes) · interLat / 3.5 + nRanks · 2.8 µs``, ``interLat`` the
     tree's Simple network hop with the network's latency (one rank per node: tuning.cc's ``ppn == 1`` case).
-    ``log2i`` is relaxed to ``log2``. Its time is its price plus the network's own latency (``_net_hop``); no
-    pipeline fill is added (no shipped sweep runs one GPU per node to measure one).
+    ``log2i`` is relaxed to ``log2``. Its time is its price with the network's own hop latency in place of the
+    plugin's (``_net_hop``); no pipeline fill is added (no shipped sweep runs one GPU per node to measure one).
     """
     bus = sympy.Rational(3, 4) * _ring_bus_simple(nodes, nics)
     hops = sympy.log(nodes, 2) * _net_hop("tree", "simple", fill) / sympy.Rational(7, 2)
