@@ -242,3 +242,19 @@ def test_a_recipe_pipeline_layout_refuses_the_accounted_split(capsys, tmp_path):
     columns = [*header, "account_for_loss_in_pipeline_split"]
     got, _ = _run(capsys, write_csv(tmp_path / "ds.csv", columns, [{**row, columns[-1]: "true"}]))
     assert got["rows"][0]["rel_err"] is None and "places the embedding and the loss already" in got["rows"][0]["reason"]
+
+
+def test_a_recipes_recomputed_layers_are_priced_in_the_step_time(capsys, tmp_path):
+    """Llama 3 8B on H100 in FP8-CS: its recipe recomputes the first 5 of its 32 layers in full (Megatron-Bridge's
+    recompute_num_layers = 5, step_rows.RECIPE_RECOMPUTE); the row says so and its step prices them, as
+    ``--recompute 5`` does for the same model and layout by hand; a ``recompute_mode`` column wins."""
+    header, rows = read_csv(NEMO)
+    llama = next(r for r in rows if r["model"] == "LLAMA3_8B" and r["system"] == "dgx_h100")
+    path = write_csv(tmp_path / "llama.csv", [*header, "recompute_mode"],
+                     [dict(llama, recompute_mode=""), dict(llama, recompute_mode="none")])
+    got, _ = _run(capsys, path)
+    recipe, none = got["rows"]
+    assert (recipe["recompute"], none["recompute"]) == ("5", "none")
+    # Five layers of 32 run their forward again, a third of a layer's forward and backward: at most 5/32/3 more
+    # compute (the output layer and the optimizer update are not recomputed), and more than half of that.
+    assert 1 + 5 / 32 / 3 / 2 < recipe["compute_s"] / none["compute_s"] <= 1 + 5 / 32 / 3

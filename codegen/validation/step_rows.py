@@ -707,7 +707,8 @@ def read_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
 
 def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     """Each row's measured and predicted step time, parts and relative error (``None`` with a ``reason`` when the
-    row cannot be priced), with the overlap and the recomputed modules it was priced with (:func:`recipe_overlap`,
+    row cannot be priced), with the overlap, the recompute plan (a mode, or fully recomputed layers per stage) and
+    the recomputed modules it was priced with (:func:`recipe_overlap`, :func:`recipe_recompute`,
     :func:`recipe_modules`).
 
     Raises:
@@ -718,6 +719,7 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
     for r in read:
         row = {"line": r["line"], "model": r["model"], "system": r["system"], "precision": r["precision"],
                "moe": r["is_moe"], "sweep": r["sweep"], "overlap": ",".join(recipe_overlap(r)[0]) or "none",
+               "recompute": str(recipe_recompute(r, int(r["pp"]))[0]),
                "recompute_modules": ",".join(recipe_modules(r)[0]) or "none",
                "ep_dispatcher": recipe_dispatcher(r)[0], "measured_s": r["measured_s"],
                "predicted_s": None, "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
@@ -808,10 +810,9 @@ def _json_number(x: float) -> float | None:
 
 def summary_json(rows: list[dict[str, Any]]) -> str:
     """The last line: ``{"rows": [...], "mean_abs_rel_err", "groups": [...], "sweeps": [...]}`` (NaN as null); each
-    row with the overlap and recomputed modules it was priced with."""
-    keep = ("line", "model", "system", "precision", "overlap", "recompute_modules", "ep_dispatcher", "measured_s",
-            "predicted_s",
-            "compute_s", "bubble_s", "comm_s", "rel_err")
+    row with the overlap, recompute plan and recomputed modules it was priced with."""
+    keep = ("line", "model", "system", "precision", "overlap", "recompute", "recompute_modules", "ep_dispatcher",
+            "measured_s", "predicted_s", "compute_s", "bubble_s", "comm_s", "rel_err")
     out_rows = []
     for r in rows:
         row = {k: r[k] for k in keep}
