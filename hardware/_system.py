@@ -112,7 +112,8 @@ class Level:
             stated (a published measurement, a calibration: ``symcost calibrate``); ``None`` = the plugin's latency
             (twice with Simple).
         rail_optimized: NIC k of every node on one switch rail (DGX SuperPOD style); shown, not yet priced.
-        sharp: the switches reduce in the network (SHARP, NCCL's CollNet); shown, not yet priced.
+        sharp: the switches reduce in the network (SHARP, NCCL's CollNet); shown, not priced (NCCL runs CollNet only
+            with NCCL_COLLNET_ENABLE=1, off by default).
     """
 
     name: str
