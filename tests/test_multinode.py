@@ -90,6 +90,10 @@ def test_on_aws_p5_a_hop_takes_the_measured_latency_while_nccl_picks_with_the_re
         "net_tuner_latency_ll_s": 75e-6, "net_tuner_latency_ll128_s": 75e-6, "net_tuner_latency_simple_s": 150e-6,
         "net_latency_ll_s": 20e-6, "net_latency_ll128_s": 20e-6, "net_latency_simple_s": 23e-6}
     assert hardware.hop_latencies(hardware.load("aws_p5")) == hardware.hop_latencies(p5)
+    # P5en (H200, 16 x 200 Gb/s EFA): the plugin reports 35 us there, its tuner models 18 us (aws_p5en.toml).
+    assert hardware.hop_latencies(hardware.load("aws_p5en")) == {
+        "net_tuner_latency_ll_s": 35e-6, "net_tuner_latency_ll128_s": 35e-6, "net_tuner_latency_simple_s": 70e-6,
+        "net_latency_ll_s": 18e-6, "net_latency_ll128_s": 18e-6, "net_latency_simple_s": 21e-6}
     efa = collectives.predict(p5, "all_reduce", 16, 8.0)
     ib = collectives.predict(cluster("dgx_h100", "ib", 32, 100.0), "all_reduce", 16, 8.0)
     assert float(efa.candidates["tree_ll"]) - float(ib.candidates["tree_ll"]) == pytest.approx(2 * 20e-6, rel=1e-9)
