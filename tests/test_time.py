@@ -515,7 +515,7 @@ def test_cli_validate_ends_with_one_json_object(capsys, tmp_path):
     assert main(["validate", "collectives", "--data", str(small)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     record = json.loads(last)
-    assert set(record) == {"groups", "overall"}
+    assert set(record) == {"groups", "op_groups", "overall"}
     assert {tuple(sorted(g)) for g in record["groups"]} == {
         ("band", "median_rel_err", "n", "op", "system", "worst_rel_err")}
     assert sum(g["n"] for g in record["groups"]) == 39

@@ -420,15 +420,17 @@ def predicted_times(data: Measurements) -> np.ndarray:
     return predicted_rows(data)[0]
 
 
-def validate(data: Measurements, predicted: np.ndarray | None = None) -> list[Group]:
-    """Per (system, op, band): count, median and worst relative error of the predicted time.
+def validate(data: Measurements, predicted: np.ndarray | None = None, *, bands: bool = True) -> list[Group]:
+    """Per (system, op, band): count, median and worst relative error of the predicted time; with *bands* false, per
+    (system, op) over every size (band ``"all"``: the groups docs/time.md's multi-node bounds are stated on).
 
     *predicted*: the rows' predicted seconds when already at hand (:func:`predicted_times`), else computed.
     """
     error = np.abs((predicted_times(data) if predicted is None else predicted) - data.time_s) / data.time_s
     systems, system = _codes(data.system)
     ops, op = _codes(data.op)
-    large = (data.msg_bytes >= BAND_EDGE_BYTES).astype(np.int64)  # "small" sorts before "large", as printed
+    # "small" sorts before "large", as printed; without bands every row is in one.
+    large = (data.msg_bytes >= BAND_EDGE_BYTES).astype(np.int64) if bands else np.zeros(error.shape, np.int64)
     c = data.clusters
     transports, transport = _codes(c.transport.astype(str) if c is not None else np.full(error.shape, ""))
     nodes = c.nodes if c is not None else np.zeros(error.shape, dtype=np.int64)
@@ -437,7 +439,8 @@ def validate(data: Measurements, predicted: np.ndarray | None = None) -> list[Gr
     groups: list[Group] = []
     for rows in _runs(key):
         first = rows[0]
-        groups.append(Group(str(systems[system[first]]), str(ops[op[first]]), "large" if large[first] else "small",
+        band = ("large" if large[first] else "small") if bands else "all"
+        groups.append(Group(str(systems[system[first]]), str(ops[op[first]]), band,
                             len(rows), float(np.median(error[rows])), float(error[rows].max()),
                             str(transports[transport[first]]), int(counts[node[first]])))
     return groups
@@ -449,14 +452,19 @@ def overall(data: Measurements, predicted: np.ndarray) -> dict[str, float]:
     return {"n": int(error.size), "median_rel_err": round(float(np.median(error)), 6) if error.size else 0.0}
 
 
-def groups_json(groups: Iterable[Group], total: dict[str, float] | None = None) -> str:
+def groups_json(groups: Iterable[Group], total: dict[str, float] | None = None,
+                op_groups: Iterable[Group] | None = None) -> str:
     """The one-line JSON object ``{"groups": [...]}`` that ``symcost validate collectives`` ends with; groups of a
-    multi-node table carry their ``transport`` and ``nodes``, and *total* (:func:`overall`) is its ``"overall"``."""
-    out: dict[str, object] = {"groups": [{"system": g.system, **({"transport": g.transport, "nodes": g.nodes}
-                                                                 if g.nodes else {}),
-                                          "op": g.op, "band": g.band, "n": g.n,
-                                          "median_rel_err": round(g.median_rel_err, 6),
-                                          "worst_rel_err": round(g.worst_rel_err, 6)} for g in groups]}
+    multi-node table carry their ``transport`` and ``nodes``, *total* (:func:`overall`) is its ``"overall"`` and
+    *op_groups* (:func:`validate` without bands) its ``"op_groups"``."""
+    def record(g: Group) -> dict[str, object]:
+        return {"system": g.system, **({"transport": g.transport, "nodes": g.nodes} if g.nodes else {}),
+                "op": g.op, "band": g.band, "n": g.n, "median_rel_err": round(g.median_rel_err, 6),
+                "worst_rel_err": round(g.worst_rel_err, 6)}
+
+    out: dict[str, object] = {"groups": [record(g) for g in groups]}
+    if op_groups is not None:
+        out["op_groups"] = [record(g) for g in op_groups]
     if total is not None:
         out["overall"] = total
     return json.dumps(out)
