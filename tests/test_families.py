@@ -22,6 +22,7 @@ from codegen.pricing.time import TimePricer, time_family
 from codegen.pricing.memory import DEFAULT_SETTINGS, MemoryPricer, memory_family, stage_memory, variant_key
 from codegen.pricing.layer_kinds import combined_parts
 from codegen.pricing.step_time import StepTimePricer, compute_family, exposed_time_comm, step_time_family
+from codegen.runtime.inputs import InputError
 
 SYSTEM = "dgx_h100"
 
@@ -196,3 +197,16 @@ def test_the_collective_time_spec_prices_as_the_time_pricer(name, order, dispatc
     np.testing.assert_array_equal(got.stages[rows, want.bottleneck_stage], got.step)
     np.testing.assert_array_equal(got.stages[rows, got.stage], got.step)
     assert (got.stage <= want.bottleneck_stage).all() and (got.stage == want.bottleneck_stage).mean() > 0.9
+
+
+def test_the_exposed_comm_callable_refuses_a_recompute_list_it_cannot_place():
+    """A recompute list per stage repeats the slowest stage's share of the forward collectives; the family's comm
+    callable sees the step's compute only, so a batch the list applies to is refused (StepTimePricer.price_plan
+    prices it), and a batch of other pipelines, to which the list does not apply, is priced as before."""
+    model = load_model("qwen3-72b")  # its file: 8,6,6,6,4,4,2,2 layers per stage over p = 8
+    comm = exposed_time_comm(model, SYSTEM)
+    own = LayoutBatch.from_arrays(model.layout, p=np.array([8]), m=np.array([144]))
+    with pytest.raises(InputError, match="layers per stage: the exposed communication of a recompute list"):
+        comm(own, np.array([10.0]))
+    other = LayoutBatch.from_arrays(model.layout, p=np.array([4]), d=np.array([64]), m=np.array([144]))
+    assert np.isfinite(comm(other, np.array([10.0]))).all()

@@ -283,7 +283,9 @@ def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | 
     quantized primary weights gathers them, its experts' tokens moved by *ep_dispatcher* (:func:`time_family_comm`).
 
     Raises:
-        InputError: naming *overlap* when it names no overlap (``symbolic.vocabulary.OVERLAPS``).
+        InputError: naming *overlap* when it names no overlap (``symbolic.vocabulary.OVERLAPS``); from ``comm``, for
+            a batch whose recompute list per stage applies to a layout (the forward collectives it repeats are the
+            slowest stage's share, which the step's compute alone does not tell: ``StepTimePricer.price_plan``).
     """
     from .time import TimePricer
 
@@ -291,6 +293,10 @@ def exposed_time_comm(model: ModelConfig, system: str, overlap: Sequence[str] | 
     overlap = overlap_names("overlap", overlap)
 
     def comm(batch: LayoutBatch, compute_s: np.ndarray | None = None) -> np.ndarray:
+        if np.any(batch.stage_lists_apply(batch.p, batch.vp)[1]):
+            raise inputs.InputError(f"recompute: {batch.recompute} layers per stage: the exposed communication of a "
+                                    f"recompute list needs its slowest stage; price it with "
+                                    f"StepTimePricer.price_plan")
         parts = pricer.price_batch(batch, validated=True).by_dimension
         return exposed_comm(parts, batch.recompute.mode, batch.cp_algo, overlap=overlap, compute_s=compute_s,
                             m=batch.m, zero=zero_level_of(batch), p=batch.p, vp=batch.vp)
