@@ -103,7 +103,15 @@ def test_eval_prices_the_model_files_list_and_says_so(capsys):
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["recompute"] == "8,6,6,6,4,4,2,2" and len(res["memory"]) == 8
+    # Each stage's compute, the step's the slowest's: stage 0 recomputes 8 layers, stage 6 two (and no output layer).
+    compute = [row["compute_s"] for row in res["memory"]]
+    assert max(compute) == res["compute_s"] == compute[0] and min(compute) == compute[6]
     assert main([*argv, "--recompute", "8,6,6,6,4,4,2,2"]) == 0
     assert json.loads(capsys.readouterr().out) == res
     assert main(argv[:-1]) == 0
-    assert "recompute 8,6,6,6,4,4,2,2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "recompute 8,6,6,6,4,4,2,2" in printed and "compute s" in printed
+    # Under one mode the stages' compute is every stage's too, the slowest the pricer's (first or last stage).
+    assert main([*argv, "--recompute", "full"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert max(row["compute_s"] for row in res["memory"]) == res["compute_s"]

@@ -59,8 +59,11 @@ def step_time_result(model: ModelConfig, layout: Layout, system: str, precision:
     out["exposed_comm_s"] = out["comm_s"]
     memory = stage_memory(model, layout, system=system, settings=replace(DEFAULT_SETTINGS, precision=precision,
                                                                          recompute_modules=pricer.recompute_modules))
-    out["memory"] = [{"stage": row["stage"], "total_bytes": row["total"], "headroom_bytes": row["headroom"],
-                      "fits": row["fits"]} for row in memory["stages"]]
+    # Every stage's compute (the step takes the slowest's): where a recompute list or an uneven split puts the load.
+    stages, _, _ = pricer.listed_stage_parts(values, plan, zero)
+    seconds = [float(finite("stage compute", pricer.slowest([stage])[0][0])) for stage in stages]
+    out["memory"] = [{"stage": row["stage"], "compute_s": seconds[row["stage"]], "total_bytes": row["total"],
+                      "headroom_bytes": row["headroom"], "fits": row["fits"]} for row in memory["stages"]]
     out.update(system=system, precision=precision, overlap=list(pricer.overlap), ep_dispatcher=ep_dispatcher,
                recompute=str(plan),
                recompute_modules=list(pricer.recompute_modules), zero_level=zero,
@@ -82,7 +85,7 @@ def print_step_time(res: dict[str, Any], model: str, layout: str) -> None:
     if res["comm_by_dimension_s"]:
         print("communication of the bottleneck stage, by dimension (s): "
               + ", ".join(f"{k.upper()} {v:.4f}" for k, v in res["comm_by_dimension_s"].items()))
-    print(f"{'stage':>5}  {'memory GiB':>11}  {'headroom GiB':>13}  fits")
+    print(f"{'stage':>5}  {'compute s':>10}  {'memory GiB':>11}  {'headroom GiB':>13}  fits")
     for row in res["memory"]:
-        print(f"{row['stage']:>5}  {row['total_bytes'] / 2**30:>11.2f}  {row['headroom_bytes'] / 2**30:>13.2f}  "
-              f"{'yes' if row['fits'] else 'no'}")
+        print(f"{row['stage']:>5}  {row['compute_s']:>10.4f}  {row['total_bytes'] / 2**30:>11.2f}  "
+              f"{row['headroom_bytes'] / 2**30:>13.2f}  {'yes' if row['fits'] else 'no'}")
