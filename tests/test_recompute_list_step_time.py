@@ -96,6 +96,11 @@ def test_a_list_that_does_not_fit_the_pipeline_is_refused():
         pricer.price_plan(values, "8,6")
     with pytest.raises(InputError, match="full_share: a fraction"):
         pricer.price(values, "full", full_share=1.5)
+    two = {k: np.repeat(v, 2) for k, v in values.items()}
+    with pytest.raises(InputError, match="a recompute list per stage prices one layout, got 2"):
+        pricer.price_plan(two, RecomputePlan("none", (1,) * 8))
+    # One mode needs no list and prices a batch as price does.
+    assert pricer.price_plan(two, RecomputePlan("full"))["step_time_s"].shape == (2,)
 
 
 def test_eval_prices_the_model_files_list_and_says_so(capsys):
