@@ -140,8 +140,8 @@ def test_pat_at_one_gpu_per_node_prices_as_tuning_cc():
         assert pat[0] - slope * sizes[0] == pytest.approx(8e-6 + 4 * 14e-6 / 3.5 + 16 * 2.8e-6, rel=1e-9)
         assert np.array_equal(p.candidates["pat_simple"], pat)  # InfiniBand: the network's latency is NCCL's
         assert str(p.algorithm[0]) == "pat_simple" and str(p.algorithm[1]).startswith("ring_")
-    # Not at two ranks a node, never for an all-reduce; on P5's EFA its price takes the plugin's 75 us twice and
-    # its time the network's 23 us (one hop each way of log2(16) = 4, over 3.5).
+    # Not at two ranks a node, never for an all-reduce; on P5's EFA each of its log2(16) = 4 network hops (over 3.5)
+    # adds the plugin's 75 us twice (Simple) to its price and the network's 23 us to its time.
     assert math.isinf(float(collectives.predict("dgx_h100", "all_gather", n, 2.0 ** 20, gpus_per_node=2)
                             .candidates["pat_simple"]))
     assert "pat_simple" not in collectives.predict("dgx_h100", "all_reduce", n, 2.0 ** 20, gpus_per_node=1).prices
