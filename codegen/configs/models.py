@@ -137,10 +137,10 @@ _DTYPE_BYTES = {
     "float8": 1, "fp8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
-# train.accelerator keys HyperParallel's parser reads (legacy and AutoModels spellings).
 #: The model file's switches of Megatron-Core's accounted pipeline split (``ModelConfig`` fields of the same names).
 _ACCOUNTED_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
+# train.accelerator keys HyperParallel's parser reads (legacy and AutoModels spellings).
 _ACCELERATOR_KEYS = frozenset({
     "dp_shard", "dp_replicate", "tp_degree", "tp_size", "pipeline_parallel_degree", "pp_size",
     "context_parallel_degree", "cp_size", "context_parallel_algo", "expert_parallel_degree", "ep_size",
