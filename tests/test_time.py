@@ -586,7 +586,7 @@ def test_parse_size_tells_binary_from_decimal():
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_candidates_choose_skips_are_unavailable_by_their_own_forms(op):
     # choose() does not evaluate the hierarchical candidate inside one node, nor NVLS without NVLS or across
-    # nodes: the generated forms must be infinite there.
+    # nodes, nor PAT but at one rank per node across nodes: the generated forms must be infinite there.
     sizes = 2.0 ** np.arange(9, 34, 3)
     for system in ("dgx_a100", "dgx_h100", "dgx_b200"):
         for ranks in (2, 4, 8):
@@ -595,5 +595,10 @@ def test_candidates_choose_skips_are_unavailable_by_their_own_forms(op):
             assert np.all(np.isinf(_eval(f"collective_{op}_hierarchical_price_s", v)))
         v = _values(system, 16, sizes, nodes=2, per_node=8, nics=8)
         assert np.all(np.isinf(_eval(f"collective_{op}_nvls_simple_time_s", v)))
+        if op != "all_reduce":
+            assert np.all(np.isinf(_eval(f"collective_{op}_pat_simple_time_s", v)))  # 8 ranks a node
+            assert np.all(np.isinf(_eval(f"collective_{op}_pat_simple_price_s", v)))
+            one = _values(system, 1, sizes)  # one rank on one node
+            assert np.all(np.isinf(_eval(f"collective_{op}_pat_simple_time_s", one)))
     v = _values("dgx_a100", 8, sizes)
     assert v["nvls"] == 0 and np.all(np.isinf(_eval(f"collective_{op}_nvls_simple_time_s", v)))

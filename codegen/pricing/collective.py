@@ -137,11 +137,13 @@ class Choice:
 OUTSIDE_TUNER = frozenset({"hierarchical"})
 
 #: Candidates that are infinite (unavailable) by their own forms' conditions: the hierarchical one on a
-#: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes.
-#: :func:`choose` does not evaluate them where every element is unavailable (a test holds the forms to it).
+#: group inside one node (``nodes < 2``), NVLS where the switch has none (``nvls = 0``) or across nodes, PAT
+#: but at one rank per node across nodes. :func:`choose` does not evaluate them where every element is
+#: unavailable (a test holds the forms to it).
 _UNAVAILABLE = {
     "hierarchical": lambda v: bool((np.asarray(v["nodes"]) < 2).all()),
     "nvls_simple": lambda v: bool((np.asarray(v["nvls"]) <= 0).all() or (np.asarray(v["nodes"]) >= 2).all()),
+    "pat_simple": lambda v: bool(((np.asarray(v["ranks_per_node"]) != 1) | (np.asarray(v["nodes"]) < 2)).all()),
 }
 
 
