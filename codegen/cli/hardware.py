@@ -64,11 +64,11 @@ def _as_json(system: System) -> dict[str, Any]:
     record["time_bindings"] = _time_bindings(system)
     if system.gpu is not None:
         runs = hardware.transport(system)
+        hops = hardware.hop_latencies(system)
         record["network"] = {"transport": system.network.transport or "ib", "nics_per_node": system.nics_per_node,
                              "nic_bandwidth_bytes_per_s": system.nic_bandwidth_bytes_per_s,
                              "nccl_net_latency_s": hardware.network_latency(system),
-                             "net_latency_s": {p: hardware.hop_latencies(system)[f"net_latency_{p}_s"]
-                                               for p in hardware.PROTOCOLS},
+                             "net_latency_s": {p: hops[f"net_latency_{p}_s"] for p in hardware.PROTOCOLS},
                              "rail_optimized": system.network.rail_optimized, "sharp": system.network.sharp,
                              "algorithms": list(runs.algorithms), "protocols": list(runs.protocols)}
     return record
