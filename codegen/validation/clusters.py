@@ -39,7 +39,9 @@ def cluster(system: str, transport: str, nics_per_node: int, nic_gbps: float | N
 
     Where the catalog holds a cluster of that node on that network which states the latency a network hop takes
     (``net_latency_<proto>_s``: AWS P5, H100 on 32 x 100 Gb/s EFA), those measured latencies apply: a row that
-    names the node and its network ran on that cluster.
+    names the node and its network ran on that cluster. A row that leaves the NIC speed blank (its source did not
+    print it) takes the speed of the catalog's cluster of that node, transport and NIC count where the catalog
+    states one (A100 nodes on 16 RoCE NICs: OCI's 100 Gb/s), else the node's own NIC speed.
 
     Raises:
         hardware.HardwareSpecError: an unknown system or transport, or a value the network level refuses.
@@ -53,7 +55,10 @@ def _cluster(catalog: tuple[object, ...], system: str, transport: str, nics_per_
              nic_gbps: float | None) -> hardware.System:
     """:func:`cluster` once per state of the catalog (its files and their times: a user's ``--catalog`` may add
     clusters)."""
-    made = cluster_of(hardware.load(system), transport, nics_per_node, nic_gbps)
+    node = hardware.load(system)
+    if nic_gbps is None or math.isnan(nic_gbps):
+        nic_gbps = _stated_nic_gbps(catalog, node, transport, nics_per_node)
+    made = cluster_of(node, transport, nics_per_node, nic_gbps)
     stated = {tuple(sorted(c.network.net_latency_s.items())) for c in _catalog_clusters(catalog)
               if c.network.net_latency_s and _same_cluster(c, made)}
     if len(stated) != 1:  # none, or catalog files that disagree: the transport's latency stands
@@ -67,6 +72,16 @@ def _catalog_clusters(catalog: tuple[object, ...]) -> tuple[hardware.System, ...
     a measured row can have run on)."""
     systems = (hardware.load(name) for name in hardware.names())
     return tuple(s for s in systems if s.gpu is not None and len(s.levels) == 2)
+
+
+def _stated_nic_gbps(catalog: tuple[object, ...], node: hardware.System, transport: str,
+                     nics_per_node: int) -> float | None:
+    """The NIC speed (Gb/s) the catalog's clusters of *node* on *nics_per_node* NICs of *transport* state, ``None``
+    where none does or where they disagree (the node's own NIC speed then stands)."""
+    speeds = {c.nic_bandwidth_bytes_per_s * 8 / 1e9 for c in _catalog_clusters(catalog)
+              if c.gpu == node.gpu and c.levels[0] == node.levels[0] and c.nics_per_node == nics_per_node
+              and (c.network.transport or "ib") == transport}
+    return speeds.pop() if len(speeds) == 1 else None
 
 
 def _same_cluster(a: hardware.System, b: hardware.System) -> bool:
