@@ -95,12 +95,13 @@ def _collectives(args: argparse.Namespace) -> int:
     groups = collectives.validate(data, rows[0])
     network = data.clusters is not None
     where = f"{'transport':<9} {'nodes':>5} " if network else ""
-    print(f"{'system':<10} {where}{'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error of "
-          f"predicted time; small < 1 MiB <= large)")
     op_groups = collectives.validate(data, rows[0], bands=False)
+    wide = max([10, *(len(g.system) for g in groups)])  # a user's system name may be longer than the catalog's
+    print(f"{'system':<{wide}} {where}{'op':<15} {'band':<6} {'n':>5} {'median':>8} {'worst':>8}   (relative error "
+          f"of predicted time; small < 1 MiB <= large)")
     for g in [*groups, *op_groups]:  # the bands, then every size of each group
         where = f"{g.transport:<9} {g.nodes:>5} " if network else ""
-        print(f"{g.system:<10} {where}{g.op:<15} {g.band:<6} {g.n:>5} {g.median_rel_err:>8.1%} "
+        print(f"{g.system:<{wide}} {where}{g.op:<15} {g.band:<6} {g.n:>5} {g.median_rel_err:>8.1%} "
               f"{g.worst_rel_err:>8.1%}")
     total = collectives.overall(data, rows[0])
     print(f"overall: {total['n']} rows, median relative error {total['median_rel_err']:.1%}")
