@@ -19,6 +19,7 @@ Public API::
     hop_latencies(system) -> dict       # what one network hop adds per protocol (net_latency_<proto>_s)
     with_network(system, **network) -> System  # the same nodes on another scale-out network
     System, Level, Gpu, UnusedHelperLevel  # frozen dataclasses
+    HOST_CPUS                           # the host CPUs NCCL's tuner tells apart (a system's host_cpu)
     HardwareSpecError                   # a ValueError naming file, key path and value
 
 Importing this package reads no file.
@@ -45,10 +46,11 @@ from ._system import ALGORITHMS as ALGORITHMS
 from ._system import NETWORK_KEYS as NETWORK_KEYS
 from ._system import PROTOCOLS as PROTOCOLS
 from ._system import TRANSPORTS as TRANSPORTS
+from ._system import HOST_CPUS as HOST_CPUS
 from ._system import UnusedHelperLevel as UnusedHelperLevel
 from ._system import with_network as with_network
 
 __all__ = ["add_catalog", "ALGORITHMS", "CATALOG_DIR", "catalog_dirs", "CATALOG_ENV", "Gpu", "HardwareSpecError",
-           "hop_latencies", "Level", "load", "load_file", "names", "NETWORK_KEYS", "network_latency", "PROTOCOLS",
-           "System", "time_bindings", "TIME_SYMBOLS", "Transport", "transport", "TRANSPORTS", "UnusedHelperLevel",
-           "with_network"]
+           "HOST_CPUS", "hop_latencies", "Level", "load", "load_file", "names", "NETWORK_KEYS", "network_latency",
+           "PROTOCOLS", "System", "time_bindings", "TIME_SYMBOLS", "Transport", "transport", "TRANSPORTS",
+           "UnusedHelperLevel", "with_network"]

@@ -25,6 +25,8 @@ File layout (every key below is checked; any other key is an error)::
     sharp = false                           # optional (default false); shown, not yet priced
     aliases = ["h100_sxm"]                  # optional, other names the system answers to
     original_stage_cost_scale = 0.5         # optional (default 1), the original's A3 halving
+    host_cpu = "intel"                      # optional (default intel): intel, amd or arm, the host CPU NCCL's tuner
+                                            # sees (its network overhead, LL bandwidth across nodes)
     [gpu]                                   # optional: model, generation, compute_capability,
                                             # nvlink_links, hbm_bytes, peak_flops_bf16_per_s,
                                             # peak_flops_fp8_per_s, peak_flops_fp4_per_s,
@@ -49,6 +51,7 @@ A cluster is a node times a network: a file with ``base`` (another catalog syste
     nic_gbps = 100                          # or nic_bandwidth_bytes_per_s = 12.5e9
     nccl_net_latency_s = 75e-6              # optional, as above; also name, fabric, efficiency,
                                             # rail_optimized, sharp
+    host_cpu = "amd"                        # optional, top level: the cluster's host CPU (default: the base's)
 
 Nothing is read at import time; ``names()`` and ``load()`` look at the catalog
 folders when they are called: the bundled one and a user's (``add_catalog``, ``symcost --catalog DIR``, the
@@ -73,7 +76,7 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 _SYSTEM_REQUIRED = ("description", "levels")
-_SYSTEM_OPTIONAL = ("unused_helper_levels", "aliases", "original_stage_cost_scale", "gpu")
+_SYSTEM_OPTIONAL = ("unused_helper_levels", "aliases", "original_stage_cost_scale", "gpu", "host_cpu")
 _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 # A level has exactly one of "devices" and "unbounded"; both are listed as optional
 # here and the rule is checked on its own so that the message can say so.
@@ -159,7 +162,7 @@ def _helper(table: object, where: str) -> UnusedHelperLevel:
 
 #: A cluster file: a catalog node (``base``) on the network its ``[network]`` table describes.
 _CLUSTER_REQUIRED = ("description", "base", "network")
-_CLUSTER_OPTIONAL = ("aliases",)
+_CLUSTER_OPTIONAL = ("aliases", "host_cpu")
 _NETWORK_GBPS = "nic_gbps"
 #: The cluster files being read, whose base is being read now: a base among them is a loop.
 _BASES_LOADING: set[str] = set()
@@ -199,7 +202,7 @@ def _cluster(name: str, data: dict[str, Any]) -> System:
     except HardwareSpecError as exc:
         raise HardwareSpecError(f"network.{exc}") from None
     return System(name=system.name, description=system.description, levels=system.levels, aliases=tuple(aliases),
-                  gpu=system.gpu)
+                  gpu=system.gpu, host_cpu=data.get("host_cpu", system.host_cpu))
 
 
 def _system(name: str, data: dict[str, Any]) -> System:
@@ -220,7 +223,7 @@ def _system(name: str, data: dict[str, Any]) -> System:
         gpu = _relabel("gpu", Gpu, **_check_keys(data["gpu"], "gpu", _GPU_REQUIRED, _GPU_OPTIONAL))
     return System(name=name, description=data["description"], levels=levels, unused_helper_levels=helpers,
                   aliases=tuple(aliases), original_stage_cost_scale=data.get("original_stage_cost_scale", 1.0),
-                  gpu=gpu)
+                  gpu=gpu, host_cpu=data.get("host_cpu", "intel"))
 
 
 def load_file(path: str | os.PathLike[str]) -> System:

@@ -17,7 +17,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._system import ALGORITHMS, GENERATIONS, PROTOCOLS, TRANSPORTS, HardwareSpecError, System, positive_real
+from ._system import (ALGORITHMS, GENERATIONS, HOST_CPUS, PROTOCOLS, TRANSPORTS, HardwareSpecError, System,
+                      positive_real)
 
 __all__ = ["NcclTuning", "RingGraph", "TIME_SYMBOLS", "Transport", "nccl_tuning",
            "hop_latencies", "network_latency", "p2p_channels", "ring_graph", "time_bindings", "transport"]
@@ -30,7 +31,7 @@ _LATENCY_KEYS = (
     "hop_nvlink_ring_ll_s", "hop_nvlink_ring_ll128_s", "hop_nvlink_ring_simple_s",
     "hop_nvlink_tree_ll_s", "hop_nvlink_tree_ll128_s", "hop_nvlink_tree_simple_s", "hop_nvlink_nvls_s",
     "hop_net_ring_ll_s", "hop_net_ring_ll128_s", "hop_net_ring_simple_s",
-    "hop_net_tree_ll_s", "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "net_overhead_s", "hop_net_nvlstree_s",
+    "hop_net_tree_ll_s", "hop_net_tree_ll128_s", "hop_net_tree_simple_s", "hop_net_nvlstree_s",
     "alpha_pat_simple_s", "pat_rank_latency_s",
 )
 _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s",
@@ -41,7 +42,7 @@ _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "
                         "nvlstree_channel_max_bw_n4_bytes_per_s")
 _GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
 _P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes")
-_MULTINODE_KEYS = ("ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s")
+_HOST_KEYS = ("net_overhead_s", "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "nvlstree_size_correction")
 _TRANSPORT_REQUIRED = ("nccl_net_latency_s",)
 _TRANSPORT_OPTIONAL = ("algorithms", "protocols")
 
@@ -58,7 +59,7 @@ TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
     "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "tree_channel_max_bw_n2_bytes_per_s",
     "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
     "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
-    "nvlstree_channel_max_bw_n4_bytes_per_s"})
+    "nvlstree_channel_max_bw_n4_bytes_per_s", "net_overhead_s", "nvlstree_size_correction"})
 
 #: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
 RING_MAX_CHANNELS = 32
@@ -79,12 +80,13 @@ def p2p_channels(ring_channels: int) -> int:
 
 @dataclass(frozen=True)
 class NcclTuning:
-    """The constants of ``hardware/nccl_tuning.toml``: latencies (s) and per-generation tables (bytes/s)."""
+    """The constants of ``hardware/nccl_tuning.toml``: latencies (s), per-generation tables (bytes/s), what the
+    tuner reads off the host CPU (``hosts``, by :data:`HOST_CPUS` name) and off the scale-out transport."""
 
     latency: dict[str, float]
     generations: dict[str, dict[str, object]]
     p2p: dict[str, float]
-    multinode: dict[str, float]
+    hosts: dict[str, dict[str, float]]
     transports: dict[str, "Transport"]
 
 
@@ -119,6 +121,15 @@ def _transport(table: object, where: str) -> Transport:
                      _names(f"{where}.protocols", table.get("protocols", list(PROTOCOLS)), PROTOCOLS))
 
 
+def _host(table: object, where: str) -> dict[str, float]:
+    table = _check(table, where, _HOST_KEYS)
+    flag = table["nvlstree_size_correction"]
+    if flag not in (0, 1) or isinstance(flag, bool):
+        raise HardwareSpecError(f"{where}.nvlstree_size_correction: 0 or 1, got {flag!r}")
+    return {k: float(flag) if k == "nvlstree_size_correction" else positive_real(f"{where}.{k}", v)
+            for k, v in table.items()}
+
+
 def _check(table: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
     if not isinstance(table, dict):
         raise HardwareSpecError(f"{where}: must be a table, got {table!r}")
@@ -142,9 +153,8 @@ def nccl_tuning() -> NcclTuning:
         data = tomllib.loads(TUNING_FILE.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise HardwareSpecError(f"{TUNING_FILE}: {exc}") from None
-    _check(data, "", ("latency", "p2p", "generations", "multinode", "transports"))
-    multinode = {k: positive_real(f"multinode.{k}", v)
-                 for k, v in _check(data["multinode"], "multinode", _MULTINODE_KEYS).items()}
+    _check(data, "", ("latency", "p2p", "generations", "hosts", "transports"))
+    hosts = {name: _host(table, f"hosts.{name}") for name, table in _check(data["hosts"], "hosts", HOST_CPUS).items()}
     transports = {name: _transport(table, f"transports.{name}")
                   for name, table in _check(data["transports"], "transports", TRANSPORTS).items()}
     p2p = {k: positive_real(f"p2p.{k}", v) for k, v in _check(data["p2p"], "p2p", _P2P_KEYS).items()}
@@ -165,7 +175,7 @@ def nccl_tuning() -> NcclTuning:
             else:
                 out[key] = positive_real(where, value)
         generations[gen] = out
-    return NcclTuning(latency=latency, generations=generations, p2p=p2p, multinode=multinode, transports=transports)
+    return NcclTuning(latency=latency, generations=generations, p2p=p2p, hosts=hosts, transports=transports)
 
 
 @dataclass(frozen=True)
@@ -257,6 +267,7 @@ def time_bindings(system: System) -> dict[str, float]:
     channel_bw = min(ring.channel_bw_bytes_per_s,
                      float(gen.get("app_bus_bw_bytes_per_s", math.inf)) / ring.channels)  # type: ignore[arg-type]
     out: dict[str, float] = {k: v * scale for k, v in tuning.latency.items()}
+    host = tuning.hosts[system.host_cpu]
     out.update({
         "ring_channels": ring.channels,
         "ring_channel_bw_bytes_per_s": channel_bw,
@@ -280,7 +291,13 @@ def time_bindings(system: System) -> dict[str, float]:
         # measures NCCL's own latencies), the fraction of the NICs' peak.
         **hop_latencies(system),
         "net_bw_efficiency": system.network.efficiency or 1.0,
-        **tuning.multinode,
+        # The host CPU's (nccl_tuning.toml [hosts]): its network overhead (a latency, scaled as NCCL's others),
+        # its LL bandwidths across nodes, and NVLS-tree's medium-size correction on x86 hosts of compute
+        # capability 10.0 and above (ncclTopoGetAlgoTime: minCompCap >= 100).
+        "net_overhead_s": host["net_overhead_s"] * scale,
+        "ll_max_bw_n2_bytes_per_s": host["ll_max_bw_n2_bytes_per_s"],
+        "ll_max_bw_n4_bytes_per_s": host["ll_max_bw_n4_bytes_per_s"],
+        "nvlstree_size_correction": host["nvlstree_size_correction"] if system.gpu.compute_capability >= 100 else 0.0,
     })
     out.update({k: gen[k] for k in _GENERATION_REQUIRED if k.endswith(("_n2_bytes_per_s", "_n4_bytes_per_s"))})
     assert set(out) == TIME_SYMBOLS, sorted(set(out) ^ TIME_SYMBOLS)

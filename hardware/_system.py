@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["ALGORITHMS", "HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "PROTOCOLS", "TRANSPORTS", "UnusedHelperLevel", "System",
-           "positive_real", "with_network"]
+__all__ = ["ALGORITHMS", "HOST_CPUS", "HardwareSpecError", "Gpu", "Level", "NETWORK_KEYS", "PROTOCOLS", "TRANSPORTS",
+           "UnusedHelperLevel", "System", "positive_real", "with_network"]
 
 #: bytes/s per GB/s: the original's bandwidths and the CP inputs are in GB/s (decimal).
 BYTES_PER_S_PER_GBPS = 1e9
@@ -35,6 +35,10 @@ TRANSPORTS = ("ib", "roce", "efa", "tcp")
 #: restrictions (``hardware/nccl_tuning.toml``) and a network level's per-protocol latencies name them.
 ALGORITHMS = ("tree", "ring", "nvls", "nvlstree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
+
+#: The host CPUs NCCL's tuner tells apart (``ncclTopoCpuType``: x86 Intel, x86 AMD, Arm such as NVIDIA Grace); what
+#: each changes is in ``hardware/nccl_tuning.toml`` (``[hosts.<name>]``).
+HOST_CPUS = ("intel", "amd", "arm")
 
 #: GPU generations the time model knows (keys of ``hardware/nccl_tuning.toml``), by compute capability.
 GENERATIONS = ("ampere", "hopper", "blackwell")
@@ -332,6 +336,9 @@ class System:
             device name in its code), 1 elsewhere. Kept as data so that callers need not test names.
         gpu: the GPU's facts for the time, memory and compute models; ``None`` (A2, A3) when the
             system is only described as the original models it.
+        host_cpu: the node's host CPU as NCCL's tuner tells them apart, one of :data:`HOST_CPUS` (default
+            ``"intel"``, the row NCCL's tables are first written for): its network overhead, its LL bandwidth
+            across nodes and, on Blackwell, the NVLS-tree's medium-size correction depend on it.
     """
 
     name: str
@@ -341,6 +348,7 @@ class System:
     aliases: tuple[str, ...] = ()
     original_stage_cost_scale: float = 1.0
     gpu: Gpu | None = None
+    host_cpu: str = "intel"
 
     def __post_init__(self) -> None:
         _text("name", self.name)
@@ -352,6 +360,8 @@ class System:
                            positive_real("original_stage_cost_scale", self.original_stage_cost_scale))
         if self.gpu is not None and not isinstance(self.gpu, Gpu):
             raise HardwareSpecError(f"gpu: must be a Gpu, got {self.gpu!r}")
+        if self.host_cpu not in HOST_CPUS:
+            raise HardwareSpecError(f"host_cpu: one of {', '.join(HOST_CPUS)}, got {self.host_cpu!r}")
         object.__setattr__(self, "levels", tuple(self.levels))
         object.__setattr__(self, "unused_helper_levels", tuple(self.unused_helper_levels))
         for i, level in enumerate(self.levels):
@@ -485,4 +495,4 @@ def with_network(system: System, *, system_name: str | None = None, description:
     levels = (*system.levels[:1], level, *system.levels[2:])
     return System(name=system.name if system_name is None else system_name,
                   description=system.description if description is None else description, levels=levels,
-                  aliases=system.aliases if system_name is None else (), gpu=system.gpu)
+                  aliases=system.aliases if system_name is None else (), gpu=system.gpu, host_cpu=system.host_cpu)

@@ -273,32 +273,36 @@ def _tree_net_factor(nodes: sympy.Expr) -> sympy.Expr:
 
 
 #: tuning.cc ``treeCorrectionFactor`` (lines 620-627): NCCL's static correction of the tree all-reduce's bandwidth
-#: at medium sizes, per protocol (LL, LL128, Simple), indexed by ``log2i(nBytes >> 6)`` from 0 to 22 (``logSize <
-#: 23``: the 24th entry is never read).
+#: at medium sizes, per protocol (LL, LL128, Simple), indexed by ``log2i(nBytes >> 6)``: the tree reads entries 0
+#: to 22 (``logSize < 23``), NVLS-tree all 24 (``logSize < 24``, ``ncclTopoGetAlgoTime`` lines 643-646).
 _TREE_CORRECTION = {
-    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
-    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
-    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }
+#: How many of ``_TREE_CORRECTION``'s entries each algorithm reads.
+_TREE_CORRECTION_ENTRIES = {"tree": 23, "nvlstree": 24}
 
 
-def _tree_correction(proto: str, size: sympy.Expr) -> sympy.Expr:
+def _tree_correction(proto: str, size: sympy.Expr, algorithm: str = "tree") -> sympy.Expr:
     """tuning.cc ``treeCorrectionFactor[proto][log2i(size >> 6)]`` as a step function of *size* (1 below 64 bytes
-    and from 2**29 bytes on, where NCCL applies none)."""
+    and past the entries *algorithm* reads, from 2**29 bytes for the tree, 2**30 for NVLS-tree)."""
+    entries = _TREE_CORRECTION[proto][:_TREE_CORRECTION_ENTRIES[algorithm]]
     steps = [(sympy.Integer(1), size < 64)]
-    steps += [(sympy.nsimplify(f), size < 64 * 2 ** (k + 1)) for k, f in enumerate(_TREE_CORRECTION[proto])]
+    steps += [(sympy.nsimplify(f), size < 64 * 2 ** (k + 1)) for k, f in enumerate(entries)]
     return Piecewise(*steps, (sympy.Integer(1), True))
 
 
-def _tree_corrected_bytes(proto: str, size: sympy.Expr, fill: bool) -> sympy.Expr:
+def _tree_corrected_bytes(proto: str, size: sympy.Expr, fill: bool, algorithm: str = "tree") -> sympy.Expr:
     """*size* over NCCL's ``treeCorrectionFactor`` (``_tree_correction``): the bytes the tree's bus bandwidth moves
     in the time NCCL prices. The factor is a step function that rises again past 1 MiB, so at such a step the
     price of more bytes falls; NCCL compares prices so (``fill=False``), but a real transfer of more bytes takes no
     less time, so the time (``fill=True``) holds the largest value reached at a smaller size: ``max(size/f,
     e/f⁻)`` over the steps ``e`` below *size* (``f⁻`` the factor just below ``e``), a constant per step."""
     if not fill:
-        return size / _tree_correction(proto, size)
-    factors = (1, *(sympy.nsimplify(f) for f in _TREE_CORRECTION[proto]), 1)  # below 64 B, the steps, from 2**29 B
+        return size / _tree_correction(proto, size, algorithm)
+    entries = _TREE_CORRECTION[proto][:_TREE_CORRECTION_ENTRIES[algorithm]]
+    factors = (1, *(sympy.nsimplify(f) for f in entries), 1)  # below 64 B, the steps, past the last entry
     pieces, floor = [], sympy.Integer(0)
     for k, f in enumerate(factors):
         lower = 64 * 2 ** (k - 1) if k else 0
@@ -343,7 +347,10 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     all-reduce pipelines two operations), ``interBw`` the channel's share of the node's NICs (times 2 on two nodes,
     ``_tree_net_factor``), ``bw = min(intraBw, interBw, perChMaxNVLSTreeBw)``; ``busBw = ch · bw``, converted with
     ``n / nsteps``. Latency: NVLS's NVLink latency plus ``2 log2(nodes)`` network hops, each with the network's
-    Simple latency (``_net_hop``: the tuner's in the price, the network's in the time).
+    Simple latency (``_net_hop``: the tuner's in the price, the network's in the time). On x86 hosts of GPUs of
+    compute capability 10.0 and above (``nvlstree_size_correction`` = 1) NCCL corrects the bandwidth at medium sizes
+    by the tree's ``treeCorrectionFactor`` (Simple, all 24 entries; ``ncclTopoGetAlgoTime``, NCCL 2.29): the price
+    as NCCL has it, the time never falling as the size grows (``_tree_corrected_bytes``).
     """
     channels = q
     speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(q - 1, 1))
@@ -354,7 +361,9 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
                     (_sym("nvlstree_channel_max_bw_n4_bytes_per_s"), True))
     bus = channels * Min(intra, inter, cap)
     latency = _sym("hop_nvlink_nvls_s") + 2 * sympy.log(nodes, 2) * _net_hop("nvlstree", "simple", fill)
-    time = latency + size * _nsteps("all_reduce", n) / (n * bus)
+    moved = Piecewise((_tree_corrected_bytes("simple", size, fill, "nvlstree"), _sym("nvlstree_size_correction") > 0),
+                      (size, True))
+    time = latency + moved * _nsteps("all_reduce", n) / (n * bus)
     available = sympy.And(_sym("nvls") > 0, nodes > 1, q > 1)
     return Piecewise((time, available), (_MANY, True))
 

@@ -665,3 +665,19 @@ def test_a_users_catalog_that_clashes_or_is_missing_is_one_clear_error(tmp_path,
     monkeypatch.setenv(hardware.CATALOG_ENV, str(tmp_path / "nowhere"))
     with pytest.raises(hardware.HardwareSpecError, match=r"\$SYMCOST_CATALOG .*nowhere: not a folder"):
         hardware.names()
+
+
+def test_a_host_cpu_is_one_nccl_tells_apart_and_a_cluster_file_may_state_its_own(tmp_path):
+    # A cluster file's host_cpu replaces its base's (AWS P5: DGX H100-like nodes with AMD EPYC hosts); a value NCCL's
+    # tuner does not tell apart is one error naming the file, the key and the value.
+    assert (hardware.load("aws_p5").host_cpu, hardware.load("dgx_h100").host_cpu) == ("amd", "intel")
+    mine = tmp_path / "my_nodes.toml"
+    mine.write_text('description = "H100 nodes on Arm hosts"\nbase = "dgx_h100"\nhost_cpu = "arm"\n[network]\n'
+                    'transport = "ib"\n', encoding="utf-8")
+    assert hardware.load_file(mine).host_cpu == "arm"
+    assert hardware.time_bindings(hardware.load_file(mine))["net_overhead_s"] == pytest.approx(
+        hardware.time_bindings(hardware.load("dgx_h100"))["net_overhead_s"])  # 1 us on Intel and on Arm alike
+    mine.write_text(mine.read_text(encoding="utf-8").replace('"arm"', '"power"'), encoding="utf-8")
+    with pytest.raises(hardware.HardwareSpecError) as err:
+        hardware.load_file(mine)
+    assert str(err.value) == f"{mine}: host_cpu: one of intel, amd, arm, got 'power'"

@@ -7,6 +7,7 @@ hardware/nccl_tuning.toml, hand derivations written out beside each test, and th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -70,9 +71,13 @@ def test_tree_correction_factor_at_one_mib():
 
 def test_the_plugins_latency_is_part_of_every_network_hop():
     # aws-ofi-nccl reports 75 us on p4d/p4de/p5 (hardware/nccl_tuning.toml): tree LL on 2 nodes of 8 GPUs adds
-    # 2 * log2(2) * 75 us to InfiniBand's (whose plugin reports 0).
-    ib = collectives.predict(cluster("dgx_a100", "ib", 4, 100.0), "all_reduce", 16, 8.0).candidates["tree_ll"]
-    efa = collectives.predict(cluster("dgx_a100", "efa", 4, 100.0), "all_reduce", 16, 8.0).candidates["tree_ll"]
+    # 2 * log2(2) * 75 us to InfiniBand's (whose plugin reports 0), on hosts of one CPU (p4de's Intel; the DGX
+    # A100's own are AMD, whose LL bandwidth across nodes NCCL takes lower).
+    p4de = cluster("dgx_a100", "efa", 4, 100.0)
+    assert p4de.host_cpu == "intel" and hardware.load("dgx_a100").host_cpu == "amd"
+    on_ib = dataclasses.replace(cluster("dgx_a100", "ib", 4, 100.0), host_cpu=p4de.host_cpu)
+    ib = collectives.predict(on_ib, "all_reduce", 16, 8.0).candidates["tree_ll"]
+    efa = collectives.predict(p4de, "all_reduce", 16, 8.0).candidates["tree_ll"]
     assert float(efa) - float(ib) == pytest.approx(2 * 75e-6, rel=1e-9)
     reported = {"ll": 75e-6, "ll128": 75e-6, "simple": 150e-6}
     assert hardware.hop_latencies(cluster("dgx_a100", "efa", 4, 100.0)) == {
@@ -95,7 +100,9 @@ def test_on_aws_p5_a_hop_takes_the_measured_latency_while_nccl_picks_with_the_re
         "net_tuner_latency_ll_s": 35e-6, "net_tuner_latency_ll128_s": 35e-6, "net_tuner_latency_simple_s": 70e-6,
         "net_latency_ll_s": 18e-6, "net_latency_ll128_s": 18e-6, "net_latency_simple_s": 21e-6}
     efa = collectives.predict(p5, "all_reduce", 16, 8.0)
-    ib = collectives.predict(cluster("dgx_h100", "ib", 32, 100.0), "all_reduce", 16, 8.0)
+    assert p5.host_cpu == "amd"  # P5's AMD EPYC (aws_p5.toml); InfiniBand's cluster below on the same host CPU
+    on_ib = dataclasses.replace(cluster("dgx_h100", "ib", 32, 100.0), host_cpu=p5.host_cpu)
+    ib = collectives.predict(on_ib, "all_reduce", 16, 8.0)
     assert float(efa.candidates["tree_ll"]) - float(ib.candidates["tree_ll"]) == pytest.approx(2 * 20e-6, rel=1e-9)
     assert float(efa.prices["tree_ll"]) - float(ib.prices["tree_ll"]) == pytest.approx(2 * 75e-6, rel=1e-9)
     # NCCL's pick follows the price: at 32 MiB its tuner keeps ring LL128, which a tuner told 20 us would leave
@@ -147,6 +154,44 @@ def test_a_row_without_its_nic_speed_takes_the_speed_of_the_catalog_cluster_of_i
         'description = "A100 hosts on 16 x 50 Gb/s RoCE"\nbase = "dgx_a100"\n[network]\ntransport = "roce"\n'
         'nics_per_node = 16\nnic_gbps = 50\n', encoding="utf-8")
     assert cluster("dgx_a100", "roce", 16, None).nic_bandwidth_bytes_per_s == 200e9 / 8
+
+
+def test_the_host_cpu_sets_nccls_network_overhead_and_ll_bandwidth_across_nodes():
+    # tuning.cc getNetOverhead: 1 us on x86 Intel, 2 us on x86 AMD, 1 us otherwise; llMaxBws across nodes: the AMD
+    # row {22.5, 19.0} GB/s, else the first {39.0, 20.4} (2 nodes, more). DGX A100 has AMD EPYC hosts, DGX H100
+    # Intel Xeon, GB200 Grace (Arm). A generation's latency_scale scales it as NCCL's other latencies, so it is
+    # read against the network ring step's (hwLat NET Ring LL, 2.7 us).
+    expected = {"dgx_a100": (2e-6, 22.5e9, 19.0e9), "dgx_h100": (1e-6, 39.0e9, 20.4e9),
+                "gb200_nvl72": (1e-6, 39.0e9, 20.4e9)}
+    for name, (overhead, n2, n4) in expected.items():
+        values = hardware.time_bindings(hardware.load(name))
+        assert values["net_overhead_s"] / values["hop_net_ring_ll_s"] == pytest.approx(overhead / 2.7e-6, rel=1e-12)
+        assert (values["ll_max_bw_n2_bytes_per_s"], values["ll_max_bw_n4_bytes_per_s"]) == (n2, n4)
+    with pytest.raises(hardware.HardwareSpecError, match="host_cpu: one of intel, amd, arm, got 'power'"):
+        dataclasses.replace(hardware.load("dgx_h100"), host_cpu="power")
+
+
+def test_nvls_tree_on_blackwell_x86_hosts_takes_the_trees_medium_size_correction():
+    # ncclTopoGetAlgoTime (NCCL 2.29): on x86 hosts of compute capability 10.0 and above NVLS-tree's all-reduce
+    # bandwidth is multiplied by treeCorrectionFactor[Simple][log2(bytes / 64)], all 24 entries. At 1 MiB (entry
+    # 14: 0.5) the bytes cost twice the uncorrected time; at 768 MiB (entry 23, which the tree never reads: 0.9)
+    # 1/0.9 of it; from 1 GiB on nothing. On Arm hosts (Grace) and before Blackwell nothing changes.
+    b200 = cluster("dgx_b200", "ib", 8, 400.0)
+    assert (b200.host_cpu, hardware.time_bindings(b200)["nvlstree_size_correction"]) == ("intel", 1.0)
+    arm = dataclasses.replace(b200, host_cpu="arm")
+    assert hardware.time_bindings(arm)["nvlstree_size_correction"] == 0.0
+    assert hardware.time_bindings(hardware.load("dgx_h100"))["nvlstree_size_correction"] == 0.0
+
+    def price(system, size):
+        return float(collectives.predict(system, "all_reduce", 16, size).prices["nvlstree_simple"])
+
+    for size, factor in ((2.0 ** 20, 0.5), (0.75 * 2.0 ** 30, 0.9), (2.0 ** 30, 1.0), (2.0 ** 33, 1.0)):
+        per_byte = (price(arm, 2 * size) - price(arm, size)) / size  # Arm: no correction, linear in the bytes
+        assert price(b200, size) - price(arm, size) == pytest.approx(size * per_byte * (1 / factor - 1),
+                                                                     rel=1e-9, abs=1e-12)
+        # The time never falls below the price here, nor as the size grows.
+        assert float(collectives.predict(b200, "all_reduce", 16, size).candidates["nvlstree_simple"]) >= \
+            price(b200, size) * (1 - 1e-12)
 
 
 def test_pat_at_one_gpu_per_node_prices_as_tuning_cc():

@@ -65,6 +65,7 @@ def _as_json(system: System) -> dict[str, Any]:
     if system.gpu is not None:
         runs = hardware.transport(system)
         hops = hardware.hop_latencies(system)
+        record["host_cpu"] = system.host_cpu
         record["network"] = {"transport": system.network.transport or "ib", "nics_per_node": system.nics_per_node,
                              "nic_bandwidth_bytes_per_s": system.nic_bandwidth_bytes_per_s,
                              "nccl_net_latency_s": hardware.network_latency(system),
@@ -99,6 +100,7 @@ def _print_gpu(system: System) -> None:
     capability = f"{gpu.compute_capability // 10}.{gpu.compute_capability % 10}"
     print(f"GPU: {gpu.model} ({gpu.generation}, compute capability {capability}, "
           f"{gpu.nvlink_links} NVLink links)")
+    print(f"  host CPU: {system.host_cpu} (what NCCL's tuner reads: network overhead, LL bandwidth across nodes)")
     rows = (("HBM", gpu.hbm_bytes, "bytes"), ("peak dense BF16", gpu.peak_flops_bf16_per_s, "FLOP/s"),
             ("peak dense FP8", gpu.peak_flops_fp8_per_s, "FLOP/s"),
             ("peak dense FP4", gpu.peak_flops_fp4_per_s, "FLOP/s"),

@@ -18,6 +18,7 @@ Public API::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -39,9 +40,10 @@ def cluster(system: str, transport: str, nics_per_node: int, nic_gbps: float | N
 
     Where the catalog holds a cluster of that node on that network which states the latency a network hop takes
     (``net_latency_<proto>_s``: AWS P5, H100 on 32 x 100 Gb/s EFA), those measured latencies apply: a row that
-    names the node and its network ran on that cluster. A row that leaves the NIC speed blank (its source did not
-    print it) takes the speed of the catalog's cluster of that node, transport and NIC count where the catalog
-    states one (A100 nodes on 16 RoCE NICs: OCI's 100 Gb/s), else the node's own NIC speed.
+    names the node and its network ran on that cluster; so does its host CPU (H100 nodes on 32 x 100 Gb/s EFA are
+    P5's, AMD EPYC: NCCL's tuner reads the CPU, ``hardware.HOST_CPUS``). A row that leaves the NIC speed blank (its
+    source did not print it) takes the speed of the catalog's cluster of that node, transport and NIC count where
+    the catalog states one (A100 nodes on 16 RoCE NICs: OCI's 100 Gb/s), else the node's own NIC speed.
 
     Raises:
         hardware.HardwareSpecError: an unknown system or transport, or a value the network level refuses.
@@ -59,8 +61,11 @@ def _cluster(catalog: tuple[object, ...], system: str, transport: str, nics_per_
     if nic_gbps is None or math.isnan(nic_gbps):
         nic_gbps = _stated_nic_gbps(catalog, node, transport, nics_per_node)
     made = cluster_of(node, transport, nics_per_node, nic_gbps)
-    stated = {tuple(sorted(c.network.net_latency_s.items())) for c in _catalog_clusters(catalog)
-              if c.network.net_latency_s and _same_cluster(c, made)}
+    same = [c for c in _catalog_clusters(catalog) if _same_cluster(c, made)]
+    hosts = {c.host_cpu for c in same}
+    if len(hosts) == 1:  # else none, or catalog files that disagree: the node's host stands
+        made = dataclasses.replace(made, host_cpu=hosts.pop())
+    stated = {tuple(sorted(c.network.net_latency_s.items())) for c in same if c.network.net_latency_s}
     if len(stated) != 1:  # none, or catalog files that disagree: the transport's latency stands
         return made
     return hardware.with_network(made, **{f"net_latency_{p}_s": v for p, v in stated.pop()})
