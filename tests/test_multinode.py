@@ -348,6 +348,49 @@ def test_validate_multinode_table_groups_and_overall(capsys):
     assert ops[("dgx_h100", "efa", 2, "all_reduce")]["median_rel_err"] <= 0.25
 
 
+def _nvl72_table(path, rows):
+    """A multi-node table of GB200 NVL72 rows: (nodes, gpus_per_node, nics_per_node, nvlink_domain_gpus, bytes)."""
+    header = ("system,op,dtype,ranks,nodes,gpus_per_node,nics_per_node,nic_gbps,transport,nvlink_domain_gpus,bytes,"
+              "time_us")
+    lines = [header] + [f"gb200_nvl72,all_reduce,float,{n * g},{n},{g},{k},400,ib,{d},{size},100.0"
+                        for n, g, k, d, size in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_hosts_of_one_nvlink_domain_are_one_node(tmp_path, capsys):
+    # GB200 NVL72: 18 trays (hosts) of 4 GPUs share one NVLink domain of 72; NCCL (multi-node NVLink) sees the
+    # trays of a rack as one node. Two trays are 8 GPUs on NVLink alone; 36 trays are two racks of 72, each with
+    # its trays' NICs (4 a tray); a blank domain is each host its own (8 GPUs on two nodes across InfiniBand).
+    size = 2.0 ** 28
+    table = _nvl72_table(tmp_path / "nvl72.csv", [(2, 4, 4, 72, int(size)), (36, 4, 4, 72, int(size)),
+                                                  (2, 4, 4, "", int(size))])
+    data = collectives.load_measurements(table)
+    predicted, _ = collectives.predicted_rows(data)
+    rack = hardware.load("gb200_nvl72")
+    one_domain = collectives.predict(rack, "all_reduce", 8, size)
+    assert int(one_domain.placement["nodes"]) == 1
+    assert predicted[0] == pytest.approx(float(one_domain.time_s), rel=1e-12)
+    two_racks = collectives.predict(cluster("gb200_nvl72", "ib", 72, 400.0), "all_reduce", 144, size,
+                                    gpus_per_node=72)
+    assert int(two_racks.placement["nodes"]) == 2
+    assert predicted[1] == pytest.approx(float(two_racks.time_s), rel=1e-12)
+    trays = collectives.predict(cluster("gb200_nvl72", "ib", 4, 400.0), "all_reduce", 8, size, gpus_per_node=4)
+    assert int(trays.placement["nodes"]) == 2 and predicted[2] == pytest.approx(float(trays.time_s), rel=1e-12)
+    assert predicted[2] > predicted[0]  # across the network, not NVLink alone
+    # A domain that is no whole number of hosts, larger than the catalog's NVLink domain, or hosts that do not
+    # fill domains evenly: one line naming the file, line and values.
+    for row, message in (((2, 4, 4, 6, 1024), "nvlink_domain_gpus 6 is not a whole number of hosts of "
+                                              "gpus_per_node 4"),
+                         ((2, 4, 4, 144, 1024), "nvlink_domain_gpus 144 is more than a gb200_nvl72 NVLink domain "
+                                                "holds (72)"),
+                         ((20, 4, 4, 72, 1024), "nodes 20 do not fill NVLink domains of 18 hosts evenly")):
+        bad = _nvl72_table(tmp_path / "bad.csv", [row])
+        assert main(["validate", "collectives", "--data", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.endswith(f"{bad}: line 2: {message}") and len(err.splitlines()) == 1
+
+
 def test_a_bad_multinode_row_is_one_line(tmp_path, capsys):
     lines = MULTINODE.read_text(encoding="utf-8").splitlines()
     header = lines[0].split(",")

@@ -15,7 +15,10 @@ GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
 Multi-node tables (the format of ``data/nccl_multinode.csv``) name the ranks ``ranks`` and state each row's
 cluster: ``nodes``, ``gpus_per_node``, the network (``nics_per_node``, ``nic_gbps``, ``transport``) and the run's
 NCCL settings (``nccl_env``; ``NCCL_ALGO`` and ``NCCL_PROTO`` are honoured), read by ``codegen.validation.clusters``.
-Their groups are (system, transport, nodes, op, band).
+An optional ``nvlink_domain_gpus`` (blank: ``gpus_per_node``) states the GPUs that share one NVLink domain: where
+it holds several hosts (a GB200 NVL72 rack of 18 trays of 4 GPUs), the hosts of one domain are one node to NCCL
+(multi-node NVLink) and to the model, their NICs together its NICs. Their groups are (system, transport, nodes, op,
+band), ``nodes`` the hosts as the table counts them.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 import generated
 import hardware
 
-from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real
+from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real, parse_whole
 from ..pricing.collective import choose, enabled_on
 from .clusters import cluster, cluster_of, nccl_settings
 from .csvfile import DATA_DIR, Table, read_table
@@ -231,14 +234,16 @@ class Measurements:
         if self.clusters is None:
             return np.full(self.system.shape, "", dtype=object)
         c = self.clusters
-        return np.array([f"{t}|{k}|{g:g}|{q}|{e}" for t, k, g, q, e in zip(c.transport, c.nics_per_node, c.nic_gbps,
-                                                                          c.gpus_per_node, c.nccl_env)], dtype=object)
+        per_domain, nics = c.nccl_nodes()
+        return np.array([f"{t}|{k}|{g:g}|{q}|{e}" for t, k, g, q, e in zip(c.transport, nics, c.nic_gbps,
+                                                                          per_domain, c.nccl_env)], dtype=object)
 
 
 @dataclass(frozen=True)
 class Clusters:
-    """The cluster of every row of a multi-node table (``codegen.validation.clusters``): nodes, GPUs per node,
-    the network's transport, NICs per node and Gb/s per NIC (NaN: the catalog node's), the run's NCCL settings."""
+    """The cluster of every row of a multi-node table (``codegen.validation.clusters``): nodes (hosts), GPUs per
+    node, the network's transport, NICs per node and Gb/s per NIC (NaN: the catalog node's), the run's NCCL settings,
+    and the GPUs of one NVLink domain (``None``: each host its own)."""
 
     nodes: np.ndarray
     gpus_per_node: np.ndarray
@@ -246,6 +251,18 @@ class Clusters:
     nics_per_node: np.ndarray
     nic_gbps: np.ndarray
     nccl_env: np.ndarray
+    nvlink_domain_gpus: np.ndarray | None = None
+
+    def nccl_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the ranks and the NICs of one node as NCCL sees it: a host, or, where an NVLink domain spans
+        several hosts (multi-node NVLink), the domain's hosts in use together (the hosts split evenly over the
+        domains they fill, which the reader checks)."""
+        if self.nvlink_domain_gpus is None:
+            return self.gpus_per_node, self.nics_per_node
+        hosts = self.nvlink_domain_gpus // self.gpus_per_node  # hosts a domain holds
+        domains = -(-self.nodes // hosts)
+        in_domain = self.nodes // domains  # hosts of one domain in use
+        return in_domain * self.gpus_per_node, in_domain * self.nics_per_node
 
 
 def _system_name(name: str) -> str:
@@ -329,22 +346,39 @@ def _load_multinode(path: Path) -> Measurements:
     gbps = np.array(table.choice("nic_gbps", _gbps) if table.has("nic_gbps") else [float("nan")] * len(table))
     envs = table.choice("nccl_env", lambda text: (nccl_settings(text), text)[1]) if table.has("nccl_env") \
         else [""] * len(table)
+    domain = per_node
+    if table.has("nvlink_domain_gpus"):  # blank: each host its own domain
+        stated = np.array(table.convert("nvlink_domain_gpus", lambda field, text: parse_whole(
+            field, text, minimum=1, maximum=DEVICES_MAX) if text.strip() else 0), dtype=np.int64)
+        domain = np.where(stated > 0, stated, per_node)
     clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
-                        nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object))
+                        nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object),
+                        nvlink_domain_gpus=None if np.array_equal(domain, per_node) else domain)
     data = _measurements(table, path, "ranks", clusters)
     systems = data.system.tolist()
     sizes = {name: hardware.load(name).devices_per_node for name in set(systems)}
     node_size = np.array([sizes[name] for name in systems], dtype=np.int64)
+    hosts = np.maximum(domain // np.maximum(per_node, 1), 1)
+    uneven = (nodes > hosts) & (nodes % hosts != 0)
     # Checked column-wise; the first bad row (in file order) is the one named.
-    bad = np.flatnonzero((data.ranks != nodes * per_node) | (per_node > node_size))
+    bad = np.flatnonzero((data.ranks != nodes * per_node) | (per_node > node_size) | (domain < per_node)
+                         | (domain % per_node != 0) | (domain > node_size) | uneven)
     if len(bad):
         i = int(bad[0])
         where = f"{path}: line {table.line(i)}"
         if data.ranks[i] != nodes[i] * per_node[i]:
             raise ValueError(f"{where}: ranks {int(data.ranks[i])} is not nodes {nodes[i]} x gpus_per_node "
                              f"{per_node[i]}")
-        raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
-                         f"({node_size[i]})")
+        if per_node[i] > node_size[i]:
+            raise ValueError(f"{where}: gpus_per_node {per_node[i]} is more than a {systems[i]} node holds "
+                             f"({node_size[i]})")
+        if domain[i] > node_size[i]:
+            raise ValueError(f"{where}: nvlink_domain_gpus {domain[i]} is more than a {systems[i]} NVLink domain "
+                             f"holds ({node_size[i]})")
+        if domain[i] < per_node[i] or domain[i] % per_node[i]:
+            raise ValueError(f"{where}: nvlink_domain_gpus {domain[i]} is not a whole number of hosts of "
+                             f"gpus_per_node {per_node[i]}")
+        raise ValueError(f"{where}: nodes {nodes[i]} do not fill NVLink domains of {hosts[i]} hosts evenly")
     return data
 
 
@@ -399,10 +433,11 @@ def predicted_rows(data: Measurements, nodes: Mapping[str, hardware.System] | No
         if data.clusters is not None:
             c = data.clusters
             name = str(systems[system[first]])
-            args = (str(c.transport[first]), int(c.nics_per_node[first]), float(c.nic_gbps[first]))
+            per_node, nics = c.nccl_nodes()
+            args = (str(c.transport[first]), int(nics[first]), float(c.nic_gbps[first]))
             sys_ = cluster_of(nodes[name], *args) if nodes and name in nodes else cluster(name, *args)
             options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
-            options["gpus_per_node"] = int(c.gpus_per_node[first])
+            options["gpus_per_node"] = int(per_node[first])
         else:
             if system[first] not in loaded:
                 name = str(systems[system[first]])
