@@ -15,6 +15,7 @@ File layout (every key below is checked; any other key is an error)::
     marketed_direction = "bidirectional"    # … and how it counts directions (checked against the peak)
     nics_per_unit = 8                       # optional, scale-out NICs per unit of the level below
     nvls = true                             # optional, the level's switches do NVLink SHARP
+    devices_per_host = 4                    # optional, innermost level: a unit spanning hosts (NVL72 trays)
     transport = "ib"                        # optional, network level: ib, roce, efa, tcp (default ib)
     nic_bandwidth_bytes_per_s = 50e9        # optional, one NIC's peak (default: per device x devices / NICs)
     nccl_net_latency_s = 75e-6              # optional, what NCCL's network plugin reports, what its tuner prices
@@ -83,7 +84,7 @@ _LEVEL_REQUIRED = ("name", "bandwidth_bytes_per_s")
 _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", "marketed_bandwidth_bytes_per_s",
                    "marketed_direction", "nics_per_unit", "nvls", "transport", "nic_bandwidth_bytes_per_s",
                    "nccl_net_latency_s", "net_latency_ll_s", "net_latency_ll128_s", "net_latency_simple_s",
-                   "rail_optimized", "sharp")
+                   "rail_optimized", "sharp", "devices_per_host")
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
 _GPU_OPTIONAL = ("peak_flops_fp8_per_s", "peak_flops_fp4_per_s", "compute_efficiency",
                  "compute_efficiency_fp8", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
@@ -152,6 +153,7 @@ def _level(table: object, where: str) -> Level:
         net_latency_simple_s=table.get("net_latency_simple_s"),
         rail_optimized=table.get("rail_optimized", True),
         sharp=table.get("sharp", False),
+        devices_per_host=table.get("devices_per_host"),
     )
 
 

@@ -118,6 +118,8 @@ class Level:
         rail_optimized: NIC k of every node on one switch rail (DGX SuperPOD style); shown, not yet priced.
         sharp: the switches reduce in the network (SHARP, NCCL's CollNet); shown, not priced (NCCL runs CollNet only
             with NCCL_COLLNET_ENABLE=1, off by default).
+        devices_per_host: innermost level only, where one unit spans several hosts: the devices of one host (GB200
+            NVL72: a rack's NVLink domain of 72 GPUs over 18 compute trays of 4); ``None`` = the unit is one host.
     """
 
     name: str
@@ -138,6 +140,7 @@ class Level:
     net_latency_simple_s: float | None = None
     rail_optimized: bool = True
     sharp: bool = False
+    devices_per_host: int | None = None
 
     def __post_init__(self) -> None:
         _text("name", self.name)
@@ -161,6 +164,11 @@ class Level:
             _positive_int("devices", self.devices)
         if self.nics_per_unit is not None:
             _positive_int("nics_per_unit", self.nics_per_unit)
+        if self.devices_per_host is not None:
+            _positive_int("devices_per_host", self.devices_per_host)
+            if self.devices is None or self.devices % self.devices_per_host:
+                raise HardwareSpecError(f"devices_per_host: {self.devices_per_host} does not divide the level's "
+                                        f"devices ({self.devices})")
         if not isinstance(self.nvls, bool):
             raise HardwareSpecError(f"nvls: must be true or false, got {self.nvls!r}")
         object.__setattr__(self, "bandwidth_bytes_per_s",
@@ -386,6 +394,10 @@ class System:
                 f"levels[{last}] ({self.levels[last].name!r}): the top (last) level must be unbounded, "
                 f"got devices = {self.levels[last].devices!r}")
         _check_unique("levels", [level.name for level in self.levels])
+        for i, level in enumerate(self.levels[1:], 1):
+            if level.devices_per_host is not None:
+                raise HardwareSpecError(f"levels[{i}] ({level.name!r}).devices_per_host: the innermost level's key "
+                                        f"only (its devices on one host), got {level.devices_per_host!r}")
         _check_unique("unused_helper_levels", [helper.name for helper in self.unused_helper_levels])
 
     @property
@@ -406,6 +418,13 @@ class System:
         if stated is not None:
             return stated
         return self.network.bandwidth_bytes_per_s * self.devices_per_node / self.nics_per_node
+
+    @property
+    def hosts_per_node(self) -> int:
+        """Hosts one unit of the innermost level spans: 18 compute trays in a GB200 NVL72 rack's NVLink domain, 1
+        where a node is one host (level 0's ``devices_per_host``)."""
+        per_host = self.levels[0].devices_per_host
+        return 1 if per_host is None else self.devices_per_node // per_host
 
     @property
     def devices_per_node(self) -> int:

@@ -360,11 +360,12 @@ def _nvl72_table(path, rows):
 
 def test_hosts_of_one_nvlink_domain_are_one_node(tmp_path, capsys):
     # GB200 NVL72: 18 trays (hosts) of 4 GPUs share one NVLink domain of 72; NCCL (multi-node NVLink) sees the
-    # trays of a rack as one node. Two trays are 8 GPUs on NVLink alone; 36 trays are two racks of 72, each with
-    # its trays' NICs (4 a tray); a blank domain is each host its own (8 GPUs on two nodes across InfiniBand).
+    # trays of a rack as one node. Two trays are 8 GPUs on NVLink alone (stated, or blank: the catalog's domain);
+    # 36 trays are two racks of 72, each with its trays' NICs (4 a tray); a domain of 4 is each tray its own (8
+    # GPUs on two nodes across InfiniBand).
     size = 2.0 ** 28
-    table = _nvl72_table(tmp_path / "nvl72.csv", [(2, 4, 4, 72, int(size)), (36, 4, 4, 72, int(size)),
-                                                  (2, 4, 4, "", int(size))])
+    table = _nvl72_table(tmp_path / "nvl72.csv", [(2, 4, 4, 72, int(size)), (36, 4, 4, "", int(size)),
+                                                  (2, 4, 4, 4, int(size))])
     data = collectives.load_measurements(table)
     predicted, _ = collectives.predicted_rows(data)
     rack = hardware.load("gb200_nvl72")

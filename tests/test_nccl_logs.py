@@ -360,3 +360,22 @@ def test_any_text_gives_rows_or_one_input_error(lines, changes, gpus_per_node):
         for row in rows:
             assert row.ranks == row.nodes * row.gpus_per_node and row.time_us > 0 and row.bytes >= 1
             assert re.fullmatch(r"fuzz#\d+", row.sweep)
+
+
+def test_trays_of_one_nvl72_rack_are_one_node_to_nccl():
+    # GB200 NVL72 (gb200_nvl72.toml: 18 hosts of 4 GPUs in one NVLink domain): a log of two trays is 8 GPUs of one
+    # NVLink domain, priced as NCCL's multi-node NVLink sees them, one node; the per-host count NVIDIA's tray holds
+    # bounds the GPUs a host line may show.
+    from codegen.validation import collectives
+    from codegen.validation.nccl_logs import measurements
+
+    rows = parse_log("\n".join(_run("", ranks=8, body=_ranks(2, 4))), "gb200.log")
+    assert {(r.ranks, r.nodes, r.gpus_per_node) for r in rows} == {(8, 2, 4)}
+    data = measurements(rows, "gb200_nvl72")
+    predicted, _ = collectives.predicted_rows(data)
+    alone = collectives.predict("gb200_nvl72", "all_reduce", 8, data.msg_bytes)
+    assert (alone.placement["nodes"] == 1).all()
+    assert predicted == pytest.approx(alone.time_s, rel=1e-12)
+    too_many = parse_log("\n".join(_run("", ranks=16, body=_ranks(2, 8))), "gb200.log")
+    with pytest.raises(InputError, match="8 GPUs per node, more than a gb200_nvl72 host holds \\(4\\)"):
+        measurements(too_many, "gb200_nvl72")

@@ -58,6 +58,7 @@ def _time_bindings(system: System) -> dict[str, float] | None:
 def _as_json(system: System) -> dict[str, Any]:
     record = dataclasses.asdict(system)
     record["devices_per_node"] = system.devices_per_node
+    record["hosts_per_node"] = system.hosts_per_node
     record["level_bounds"] = list(system.level_bounds())
     record["level_bandwidths_gbps"] = list(system.level_bandwidths_gbps())
     record["bindings"] = system.bindings()
@@ -170,6 +171,9 @@ def run_show(args: argparse.Namespace) -> int:
             _print_network(system)
         if i == 0:
             print(f"      NVLink SHARP (NVLS): {'yes' if level.nvls else 'no'}")
+            if level.devices_per_host is not None:
+                print(f"      hosts: {system.hosts_per_node} per unit, {level.devices_per_host} devices each (one "
+                      "node to NCCL's multi-node NVLink)")
         print(f"      latency: {_optional(level.latency_s, 's')}")
         print(f"      efficiency: {_optional(level.efficiency, '(fraction of peak)')}")
     if system.unused_helper_levels:

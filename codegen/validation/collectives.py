@@ -15,10 +15,11 @@ GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
 Multi-node tables (the format of ``data/nccl_multinode.csv``) name the ranks ``ranks`` and state each row's
 cluster: ``nodes``, ``gpus_per_node``, the network (``nics_per_node``, ``nic_gbps``, ``transport``) and the run's
 NCCL settings (``nccl_env``; ``NCCL_ALGO`` and ``NCCL_PROTO`` are honoured), read by ``codegen.validation.clusters``.
-An optional ``nvlink_domain_gpus`` (blank: ``gpus_per_node``) states the GPUs that share one NVLink domain: where
-it holds several hosts (a GB200 NVL72 rack of 18 trays of 4 GPUs), the hosts of one domain are one node to NCCL
-(multi-node NVLink) and to the model, their NICs together its NICs. Their groups are (system, transport, nodes, op,
-band), ``nodes`` the hosts as the table counts them.
+An optional ``nvlink_domain_gpus`` states the GPUs that share one NVLink domain (blank, or no such column: the
+catalog node's, ``gpus_per_node`` times the hosts its NVLink domain spans, ``System.hosts_per_node``): where it holds
+several hosts (a GB200 NVL72 rack of 18 trays of 4 GPUs), the hosts of one domain are one node to NCCL (multi-node
+NVLink) and to the model, their NICs together its NICs. Their groups are (system, transport, nodes, op, band),
+``nodes`` the hosts as the table counts them.
 """
 
 from __future__ import annotations
@@ -346,11 +347,13 @@ def _load_multinode(path: Path) -> Measurements:
     gbps = np.array(table.choice("nic_gbps", _gbps) if table.has("nic_gbps") else [float("nan")] * len(table))
     envs = table.choice("nccl_env", lambda text: (nccl_settings(text), text)[1]) if table.has("nccl_env") \
         else [""] * len(table)
-    domain = per_node
-    if table.has("nvlink_domain_gpus"):  # blank: each host its own domain
+    systems_read = table.choice("system", _system_name)
+    hosts = {name: hardware.load(name).hosts_per_node for name in set(systems_read)}
+    domain = per_node * np.array([hosts[name] for name in systems_read], dtype=np.int64)  # the catalog node's
+    if table.has("nvlink_domain_gpus"):
         stated = np.array(table.convert("nvlink_domain_gpus", lambda field, text: parse_whole(
             field, text, minimum=1, maximum=DEVICES_MAX) if text.strip() else 0), dtype=np.int64)
-        domain = np.where(stated > 0, stated, per_node)
+        domain = np.where(stated > 0, stated, domain)
     clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
                         nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object),
                         nvlink_domain_gpus=None if np.array_equal(domain, per_node) else domain)
@@ -358,8 +361,8 @@ def _load_multinode(path: Path) -> Measurements:
     systems = data.system.tolist()
     sizes = {name: hardware.load(name).devices_per_node for name in set(systems)}
     node_size = np.array([sizes[name] for name in systems], dtype=np.int64)
-    hosts = np.maximum(domain // np.maximum(per_node, 1), 1)
-    uneven = (nodes > hosts) & (nodes % hosts != 0)
+    spanned = np.maximum(domain // np.maximum(per_node, 1), 1)  # hosts of one domain
+    uneven = (nodes > spanned) & (nodes % spanned != 0)
     # Checked column-wise; the first bad row (in file order) is the one named.
     bad = np.flatnonzero((data.ranks != nodes * per_node) | (per_node > node_size) | (domain < per_node)
                          | (domain % per_node != 0) | (domain > node_size) | uneven)
@@ -378,7 +381,7 @@ def _load_multinode(path: Path) -> Measurements:
         if domain[i] < per_node[i] or domain[i] % per_node[i]:
             raise ValueError(f"{where}: nvlink_domain_gpus {domain[i]} is not a whole number of hosts of "
                              f"gpus_per_node {per_node[i]}")
-        raise ValueError(f"{where}: nodes {nodes[i]} do not fill NVLink domains of {hosts[i]} hosts evenly")
+        raise ValueError(f"{where}: nodes {nodes[i]} do not fill NVLink domains of {spanned[i]} hosts evenly")
     return data
 
 
