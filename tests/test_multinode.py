@@ -365,7 +365,7 @@ def test_hosts_of_one_nvlink_domain_are_one_node(tmp_path, capsys):
     # GPUs on two nodes across InfiniBand).
     size = 2.0 ** 28
     table = _nvl72_table(tmp_path / "nvl72.csv", [(2, 4, 4, 72, int(size)), (36, 4, 4, "", int(size)),
-                                                  (2, 4, 4, 4, int(size))])
+                                                  (2, 4, 4, 4, int(size)), (2, 72, 72, "", int(size))])
     data = collectives.load_measurements(table)
     predicted, _ = collectives.predicted_rows(data)
     rack = hardware.load("gb200_nvl72")
@@ -376,6 +376,7 @@ def test_hosts_of_one_nvlink_domain_are_one_node(tmp_path, capsys):
                                     gpus_per_node=72)
     assert int(two_racks.placement["nodes"]) == 2
     assert predicted[1] == pytest.approx(float(two_racks.time_s), rel=1e-12)
+    assert predicted[3] == pytest.approx(float(two_racks.time_s), rel=1e-12)  # the same, counted in racks
     trays = collectives.predict(cluster("gb200_nvl72", "ib", 4, 400.0), "all_reduce", 8, size, gpus_per_node=4)
     assert int(trays.placement["nodes"]) == 2 and predicted[2] == pytest.approx(float(trays.time_s), rel=1e-12)
     assert predicted[2] > predicted[0]  # across the network, not NVLink alone

@@ -364,8 +364,7 @@ def test_any_text_gives_rows_or_one_input_error(lines, changes, gpus_per_node):
 
 def test_trays_of_one_nvl72_rack_are_one_node_to_nccl():
     # GB200 NVL72 (gb200_nvl72.toml: 18 hosts of 4 GPUs in one NVLink domain): a log of two trays is 8 GPUs of one
-    # NVLink domain, priced as NCCL's multi-node NVLink sees them, one node; the per-host count NVIDIA's tray holds
-    # bounds the GPUs a host line may show.
+    # NVLink domain, priced as NCCL's multi-node NVLink sees them, one node.
     from codegen.validation import collectives
     from codegen.validation.nccl_logs import measurements
 
@@ -376,6 +375,13 @@ def test_trays_of_one_nvl72_rack_are_one_node_to_nccl():
     alone = collectives.predict("gb200_nvl72", "all_reduce", 8, data.msg_bytes)
     assert (alone.placement["nodes"] == 1).all()
     assert predicted == pytest.approx(alone.time_s, rel=1e-12)
-    too_many = parse_log("\n".join(_run("", ranks=16, body=_ranks(2, 8))), "gb200.log")
-    with pytest.raises(InputError, match="8 GPUs per node, more than a gb200_nvl72 host holds \\(4\\)"):
+    # Counted in racks (--gpus-per-node 72), two nodes are two NVLink domains across the network, each with its
+    # 72 NICs; more than a rack per node is one line.
+    racks = parse_log("\n".join(_run("mpirun -np 144 ./all_reduce_perf", ranks=144)), "gb200.log", gpus_per_node=72)
+    predicted, _ = collectives.predicted_rows(measurements(racks, "gb200_nvl72"))
+    across = collectives.predict("gb200_nvl72", "all_reduce", 144, data.msg_bytes, gpus_per_node=72)
+    assert (across.placement["nodes"] == 2).all() and predicted == pytest.approx(across.time_s, rel=1e-12)
+    too_many = parse_log("\n".join(_run("mpirun -np 288 ./all_reduce_perf", ranks=288)), "gb200.log",
+                         gpus_per_node=144)
+    with pytest.raises(InputError, match="144 GPUs per node, more than a gb200_nvl72 node holds \\(72\\)"):
         measurements(too_many, "gb200_nvl72")

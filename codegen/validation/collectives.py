@@ -348,8 +348,12 @@ def _load_multinode(path: Path) -> Measurements:
     envs = table.choice("nccl_env", lambda text: (nccl_settings(text), text)[1]) if table.has("nccl_env") \
         else [""] * len(table)
     systems_read = table.choice("system", _system_name)
-    hosts = {name: hardware.load(name).hosts_per_node for name in set(systems_read)}
-    domain = per_node * np.array([hosts[name] for name in systems_read], dtype=np.int64)  # the catalog node's
+    # The catalog node's domain: a row counting hosts of a domain that spans several (NVL72 trays) holds its hosts'
+    # GPUs times the hosts; a row counting larger units (a rack as a node) is its own domain.
+    spans = {name: (hardware.load(name).hosts_per_node, hardware.load(name).devices_per_node
+                    // hardware.load(name).hosts_per_node) for name in set(systems_read)}
+    hosts_read, per_host = (np.array(v, dtype=np.int64) for v in zip(*(spans[name] for name in systems_read)))
+    domain = np.where(per_node <= per_host, per_node * hosts_read, per_node)
     if table.has("nvlink_domain_gpus"):
         stated = np.array(table.convert("nvlink_domain_gpus", lambda field, text: parse_whole(
             field, text, minimum=1, maximum=DEVICES_MAX) if text.strip() else 0), dtype=np.int64)

@@ -502,13 +502,14 @@ def measurements(rows: list[LogRow], system: str) -> Measurements:
     if node.gpu is None:
         raise hardware.HardwareSpecError(f"--system {system}: system {node.name!r} has no GPU facts for the time model")
     # A host is a node but where the system's NVLink domain spans hosts (GB200 NVL72: 18 trays of 4 GPUs), whose
-    # hosts NCCL joins into one node (multi-node NVLink): `hosts` of them share a domain.
+    # hosts NCCL joins into one node (multi-node NVLink): `hosts` of them share a domain. A run counted in larger
+    # units (--gpus-per-node 72: a rack) is its own domain.
     hosts = node.hosts_per_node
     per_host = node.devices_per_node // hosts
     for row in rows:
-        if row.gpus_per_node > per_host:
+        if row.gpus_per_node > node.devices_per_node:
             raise InputError(f"{row.path} line {row.line}: {row.gpus_per_node} GPUs per node, more than a {system} "
-                             f"{'host' if hosts > 1 else 'node'} holds ({per_host})")
+                             f"node holds ({node.devices_per_node})")
         try:
             nccl_settings(row.nccl_env)
         except ValueError as exc:
@@ -518,10 +519,11 @@ def measurements(rows: list[LogRow], system: str) -> Measurements:
     clusters = Clusters(nodes=np.array([r.nodes for r in rows], dtype=np.int64),
                         gpus_per_node=np.array([r.gpus_per_node for r in rows], dtype=np.int64),
                         transport=np.full(n, node.network.transport or "ib", dtype=object),
-                        nics_per_node=np.full(n, max(1, node.nics_per_node // hosts), dtype=np.int64),
+                        nics_per_node=np.array([max(1, node.nics_per_node * r.gpus_per_node // node.devices_per_node)
+                                                if hosts > 1 else node.nics_per_node for r in rows], dtype=np.int64),
                         nic_gbps=np.full(n, gbps), nccl_env=np.array([r.nccl_env for r in rows], dtype=object),
-                        nvlink_domain_gpus=np.array([r.gpus_per_node * hosts for r in rows], dtype=np.int64)
-                        if hosts > 1 else None)
+                        nvlink_domain_gpus=np.array([r.gpus_per_node * (hosts if r.gpus_per_node <= per_host else 1)
+                                                     for r in rows], dtype=np.int64) if hosts > 1 else None)
     return Measurements(system=np.full(n, system, dtype=object), op=np.array([r.op for r in rows], dtype=object),
                         ranks=np.array([r.ranks for r in rows], dtype=float),
                         msg_bytes=np.array([r.bytes for r in rows], dtype=float),
