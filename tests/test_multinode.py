@@ -21,7 +21,7 @@ from codegen.configs import LayoutBatch, parse_layout
 from codegen.pricing.time import TimePricer
 from codegen.validation import collectives, nccl_logs
 from codegen.validation.calibration import calibrate
-from codegen.validation.clusters import cluster, nccl_settings
+from codegen.validation.clusters import cluster, nccl_settings, nccl_version_algorithms
 from codegen.validation.csvfile import DATA_DIR
 
 MULTINODE = DATA_DIR / "nccl_multinode.csv"
@@ -531,3 +531,21 @@ def test_a_cluster_file_that_is_its_own_base_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
     with pytest.raises(hardware.HardwareSpecError, match="base"):
         hardware.load("loop_a")
+
+
+def test_a_rows_nccl_version_leaves_out_the_algorithms_its_nccl_did_not_have(tmp_path, capsys):
+    # NCCL's tags: NVLS from v2.17.1, NVLS-tree from v2.18.1, PAT from v2.23.4. Two DGX H100 at 256 MiB run
+    # NVLS-tree today; NCCL 2.17 has no NVLS-tree (and no NVLS across nodes), so its tuner picks among ring and tree.
+    assert nccl_version_algorithms("2.17.1") == {"ring", "tree", "nvls"}
+    assert nccl_version_algorithms("2.23.4 (image tag)") == {"ring", "tree", "nvls", "nvlstree", "pat"}
+    assert nccl_version_algorithms("") is None
+    header = "system,op,dtype,ranks,nodes,gpus_per_node,nics_per_node,nic_gbps,transport,nccl_version,bytes,time_us"
+    rows = [f"dgx_h100,all_reduce,float,16,2,8,8,400,ib,{v},268435456,1000" for v in ("2.26.2", "2.17.1", "")]
+    table = tmp_path / "versions.csv"
+    table.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    _, picked = collectives.predicted_rows(collectives.load_measurements(table))
+    assert picked[0] == picked[2] == "nvlstree_simple" and picked[1].split("_")[0] in ("ring", "tree")
+    table.write_text("\n".join([header, rows[0].replace("2.26.2", "two")]) + "\n", encoding="utf-8")
+    assert main(["validate", "collectives", "--data", str(table)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "versions.csv line 2, column nccl_version: 'two' is no NCCL version (MAJOR.MINOR[.PATCH], e.g. 2.18.3)")

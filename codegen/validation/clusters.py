@@ -13,6 +13,7 @@ Public API::
     cluster(system, transport, nics_per_node, nic_gbps=None) -> hardware.System
     cluster_of(node, transport, nics_per_node, nic_gbps=None) -> hardware.System   # of a System at hand
     nccl_settings(env) -> tuple[algorithms | None, protocols | None]
+    nccl_version_algorithms(version) -> algorithms | None   # what the NCCL of a version has
     algorithms(NCCL_ALGO value) -> frozenset;  protocols(NCCL_PROTO value) -> frozenset
 """
 
@@ -24,7 +25,8 @@ import math
 
 import hardware
 
-__all__ = ["ALGORITHM_NAMES", "PROTOCOL_NAMES", "algorithms", "cluster", "cluster_of", "nccl_settings", "protocols"]
+__all__ = ["ALGORITHM_NAMES", "ALGORITHM_SINCE", "PROTOCOL_NAMES", "algorithms", "cluster", "cluster_of",
+           "nccl_settings", "nccl_version_algorithms", "protocols"]
 
 #: NCCL_ALGO names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) → the time model's, ``None`` for NCCL's
 #: algorithms the model does not price (CollNet needs SHARP switches).
@@ -141,6 +143,28 @@ def protocols(value: str) -> frozenset[str]:
         ValueError: a name NCCL does not know.
     """
     return _list("NCCL_PROTO", value, PROTOCOL_NAMES)
+
+
+#: The NCCL release that brought each algorithm the model prices after ring and tree (the first tag whose
+#: ``NCCL_ALGO_*`` list names it: NVLS in v2.17.1, NVLS-tree in v2.18.1, PAT in v2.23.4).
+ALGORITHM_SINCE: dict[str, tuple[int, int]] = {"nvls": (2, 17), "nvlstree": (2, 18), "pat": (2, 23)}
+
+
+def nccl_version_algorithms(version: str) -> frozenset[str] | None:
+    """The algorithms the NCCL of *version* (as nccl-tests prints it, ``2.18.3``; text after the number, such as
+    ``(image tag)``, is ignored) has; ``None`` where *version* names none (blank: the current NCCL, every one).
+
+    Raises:
+        ValueError: ``nccl_version: …`` for a text that starts with no ``MAJOR.MINOR`` number.
+    """
+    text = version.strip()
+    if not text:
+        return None
+    head = text.split()[0].split(".")
+    if len(head) < 2 or not all(part.isdigit() for part in head[:2]):
+        raise ValueError(f"nccl_version: {version!r} is no NCCL version (MAJOR.MINOR[.PATCH], e.g. 2.18.3)")
+    have = (int(head[0]), int(head[1]))
+    return frozenset(a for a in ALGORITHM_NAMES.values() if a is not None and have >= ALGORITHM_SINCE.get(a, (0, 0)))
 
 
 def nccl_settings(env: str) -> tuple[frozenset[str] | None, frozenset[str] | None]:

@@ -14,12 +14,13 @@ GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
 
 Multi-node tables (the format of ``data/nccl_multinode.csv``) name the ranks ``ranks`` and state each row's
 cluster: ``nodes``, ``gpus_per_node``, the network (``nics_per_node``, ``nic_gbps``, ``transport``) and the run's
-NCCL settings (``nccl_env``; ``NCCL_ALGO`` and ``NCCL_PROTO`` are honoured), read by ``codegen.validation.clusters``.
-An optional ``nvlink_domain_gpus`` states the GPUs that share one NVLink domain (blank, or no such column: the
-catalog node's, ``gpus_per_node`` times the hosts its NVLink domain spans, ``System.hosts_per_node``): where it holds
-several hosts (a GB200 NVL72 rack of 18 trays of 4 GPUs), the hosts of one domain are one node to NCCL (multi-node
-NVLink) and to the model, their NICs together its NICs. Their groups are (system, transport, nodes, op, band),
-``nodes`` the hosts as the table counts them.
+NCCL settings (``nccl_env``; ``NCCL_ALGO`` and ``NCCL_PROTO`` are honoured), read by ``codegen.validation.clusters``;
+an optional ``nccl_version`` leaves out the algorithms its NCCL did not have yet (NVLS before 2.17, NVLS-tree before
+2.18, PAT before 2.23). An optional ``nvlink_domain_gpus`` states the GPUs that share one NVLink domain (blank, or
+no such column: the catalog node's, ``gpus_per_node`` times the hosts its NVLink domain spans,
+``System.hosts_per_node``): where it holds several hosts (a GB200 NVL72 rack of 18 trays of 4 GPUs), the hosts of
+one domain are one node to NCCL (multi-node NVLink) and to the model, their NICs together its NICs. Their groups
+are (system, transport, nodes, op, band), ``nodes`` the hosts as the table counts them.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import hardware
 
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real, parse_whole
 from ..pricing.collective import choose, enabled_on
-from .clusters import cluster, cluster_of, nccl_settings
+from .clusters import cluster, cluster_of, nccl_settings, nccl_version_algorithms
 from .csvfile import DATA_DIR, Table, read_table
 
 __all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements",
@@ -236,15 +237,17 @@ class Measurements:
             return np.full(self.system.shape, "", dtype=object)
         c = self.clusters
         per_domain, nics = c.nccl_nodes()
-        return np.array([f"{t}|{k}|{g:g}|{q}|{e}" for t, k, g, q, e in zip(c.transport, nics, c.nic_gbps,
-                                                                          per_domain, c.nccl_env)], dtype=object)
+        versions = c.nccl_version if c.nccl_version is not None else np.full(c.nodes.shape, "", dtype=object)
+        return np.array([f"{t}|{k}|{g:g}|{q}|{e}|{v}" for t, k, g, q, e, v in zip(
+            c.transport, nics, c.nic_gbps, per_domain, c.nccl_env, versions)], dtype=object)
 
 
 @dataclass(frozen=True)
 class Clusters:
     """The cluster of every row of a multi-node table (``codegen.validation.clusters``): nodes (hosts), GPUs per
     node, the network's transport, NICs per node and Gb/s per NIC (NaN: the catalog node's), the run's NCCL settings,
-    and the GPUs of one NVLink domain (``None``: each host its own)."""
+    the GPUs of one NVLink domain (``None``: each host its own) and the NCCL version as printed (``None`` or ``""``:
+    the current one)."""
 
     nodes: np.ndarray
     gpus_per_node: np.ndarray
@@ -253,6 +256,7 @@ class Clusters:
     nic_gbps: np.ndarray
     nccl_env: np.ndarray
     nvlink_domain_gpus: np.ndarray | None = None
+    nccl_version: np.ndarray | None = None
 
     def nccl_nodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Per row, the ranks and the NICs of one node as NCCL sees it: a host, or, where an NVLink domain spans
@@ -358,9 +362,12 @@ def _load_multinode(path: Path) -> Measurements:
         stated = np.array(table.convert("nvlink_domain_gpus", lambda field, text: parse_whole(
             field, text, minimum=1, maximum=DEVICES_MAX) if text.strip() else 0), dtype=np.int64)
         domain = np.where(stated > 0, stated, domain)
+    versions = table.choice("nccl_version", lambda text: (nccl_version_algorithms(text), text.strip())[1]) \
+        if table.has("nccl_version") else None
     clusters = Clusters(nodes=nodes, gpus_per_node=per_node, transport=np.asarray(transports, dtype=object),
                         nics_per_node=nics, nic_gbps=gbps, nccl_env=np.asarray(envs, dtype=object),
-                        nvlink_domain_gpus=None if np.array_equal(domain, per_node) else domain)
+                        nvlink_domain_gpus=None if np.array_equal(domain, per_node) else domain,
+                        nccl_version=None if versions is None else np.asarray(versions, dtype=object))
     data = _measurements(table, path, "ranks", clusters)
     systems = data.system.tolist()
     sizes = {name: hardware.load(name).devices_per_node for name in set(systems)}
@@ -443,7 +450,9 @@ def predicted_rows(data: Measurements, nodes: Mapping[str, hardware.System] | No
             per_node, nics = c.nccl_nodes()
             args = (str(c.transport[first]), int(nics[first]), float(c.nic_gbps[first]))
             sys_ = cluster_of(nodes[name], *args) if nodes and name in nodes else cluster(name, *args)
-            options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
+            chosen, options["protocols"] = nccl_settings(str(c.nccl_env[first]))
+            has = nccl_version_algorithms(str(c.nccl_version[first])) if c.nccl_version is not None else None
+            options["algorithms"] = has if chosen is None else (chosen if has is None else chosen & has)
             options["gpus_per_node"] = int(per_node[first])
         else:
             if system[first] not in loaded:

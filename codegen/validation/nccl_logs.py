@@ -522,6 +522,7 @@ def measurements(rows: list[LogRow], system: str) -> Measurements:
                         nics_per_node=np.array([max(1, node.nics_per_node * r.gpus_per_node // node.devices_per_node)
                                                 if hosts > 1 else node.nics_per_node for r in rows], dtype=np.int64),
                         nic_gbps=np.full(n, gbps), nccl_env=np.array([r.nccl_env for r in rows], dtype=object),
+                        nccl_version=np.array([r.nccl_version for r in rows], dtype=object),
                         nvlink_domain_gpus=np.array([r.gpus_per_node * (hosts if r.gpus_per_node <= per_host else 1)
                                                      for r in rows], dtype=np.int64) if hosts > 1 else None)
     return Measurements(system=np.full(n, system, dtype=object), op=np.array([r.op for r in rows], dtype=object),
