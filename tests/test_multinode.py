@@ -189,6 +189,9 @@ def test_nvls_tree_on_blackwell_x86_hosts_takes_the_trees_medium_size_correction
         per_byte = (price(arm, 2 * size) - price(arm, size)) / size  # Arm: no correction, linear in the bytes
         assert price(b200, size) - price(arm, size) == pytest.approx(size * per_byte * (1 / factor - 1),
                                                                      rel=1e-9, abs=1e-12)
+        # NCCL before 2.29 had no such correction.
+        older = collectives.predict(b200, "all_reduce", 16, size, nccl_version="2.28.9").prices["nvlstree_simple"]
+        assert float(older) == pytest.approx(price(arm, size), rel=1e-12)
         # The time never falls below the price here, nor as the size grows.
         assert float(collectives.predict(b200, "all_reduce", 16, size).candidates["nvlstree_simple"]) >= \
             price(b200, size) * (1 - 1e-12)

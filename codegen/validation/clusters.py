@@ -26,7 +26,7 @@ import math
 import hardware
 
 __all__ = ["ALGORITHM_NAMES", "ALGORITHM_SINCE", "PROTOCOL_NAMES", "algorithms", "cluster", "cluster_of",
-           "nccl_settings", "nccl_version_algorithms", "protocols"]
+           "nccl_settings", "nccl_version_algorithms", "nccl_version_before", "protocols"]
 
 #: NCCL_ALGO names (src/graph/tuning.cc ncclAlgoStr, case-insensitive) → the time model's, ``None`` for NCCL's
 #: algorithms the model does not price (CollNet needs SHARP switches).
@@ -157,14 +157,31 @@ def nccl_version_algorithms(version: str) -> frozenset[str] | None:
     Raises:
         ValueError: ``nccl_version: …`` for a text that starts with no ``MAJOR.MINOR`` number.
     """
+    have = _major_minor(version)
+    if have is None:
+        return None
+    return frozenset(a for a in ALGORITHM_NAMES.values() if a is not None and have >= ALGORITHM_SINCE.get(a, (0, 0)))
+
+
+def nccl_version_before(version: str, release: tuple[int, int]) -> bool:
+    """Whether the NCCL of *version* (as :func:`nccl_version_algorithms` reads it) predates *release* (MAJOR,
+    MINOR); a blank version is the current NCCL, which does not.
+
+    Raises:
+        ValueError: as :func:`nccl_version_algorithms`.
+    """
+    have = _major_minor(version)
+    return have is not None and have < release
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
     text = version.strip()
     if not text:
         return None
     head = text.split()[0].split(".")
     if len(head) < 2 or not all(part.isdigit() for part in head[:2]):
         raise ValueError(f"nccl_version: {version!r} is no NCCL version (MAJOR.MINOR[.PATCH], e.g. 2.18.3)")
-    have = (int(head[0]), int(head[1]))
-    return frozenset(a for a in ALGORITHM_NAMES.values() if a is not None and have >= ALGORITHM_SINCE.get(a, (0, 0)))
+    return int(head[0]), int(head[1])
 
 
 def nccl_settings(env: str) -> tuple[frozenset[str] | None, frozenset[str] | None]:

@@ -39,7 +39,7 @@ import hardware
 
 from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, parse_real, parse_whole
 from ..pricing.collective import choose, enabled_on
-from .clusters import cluster, cluster_of, nccl_settings, nccl_version_algorithms
+from .clusters import cluster, cluster_of, nccl_settings, nccl_version_algorithms, nccl_version_before
 from .csvfile import DATA_DIR, Table, read_table
 
 __all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements",
@@ -151,7 +151,7 @@ def group_values(system: hardware.System, ranks: object, msg_bytes: object,
 def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object,
             dtype: str | None = None, *, algorithms: Iterable[str] | None = None,
             protocols: Iterable[str] | None = None, gpus_per_node: int | None = None,
-            top_k: int | None = None) -> Prediction:
+            top_k: int | None = None, nccl_version: str = "") -> Prediction:
     """Predicted time of *op* over *ranks* consecutive ranks of *system* for nccl-tests size *msg_bytes*.
 
     *dtype* (nccl-tests' ``-d`` name, ``None`` = unknown): an all-reduce or reduce-scatter of a type NVLS
@@ -160,7 +160,9 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     within what the system's transport runs (``hardware.transport``); ``None`` = NCCL's choice.
     *gpus_per_node*: ranks per node when the run used fewer GPUs of each node than it has. *top_k*: for the expert
     dispatch (``EP_DISPATCH``, whose S is the NCCL all-to-all's, *top_k* copies of each token) the experts each token
-    is routed to; read by no other op.
+    is routed to; read by no other op. *nccl_version* (as nccl-tests prints it; ``""``: the current NCCL): the
+    algorithms its release did not have are left out (``clusters.nccl_version_algorithms``), and before 2.29 NVLS-tree
+    takes no medium-size correction.
 
     Raises:
         ValueError: an unknown op or dtype, a rank count below 2 or above 2**30, a size not > 0 or above 2**53
@@ -194,6 +196,11 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     if op in _REDUCING and not reduces:
         values["nvls"] = 0.0  # NCCL enqueue.cc: nvlsSupport needs ncclNvlsSupported(op, type)
     algorithms = None if algorithms is None else set(algorithms)
+    has = nccl_version_algorithms(nccl_version)
+    if has is not None:
+        algorithms = set(has) if algorithms is None else algorithms & has
+        if nccl_version_before(nccl_version, (2, 29)):  # ncclTopoGetAlgoTime's NVLS-tree correction: NCCL 2.29.2
+            values["nvlstree_size_correction"] = 0.0
     protocols = None if protocols is None else set(protocols)
     pick = choose(op, values, enabled_on(sys_, op, algorithms, protocols))
     if np.any(np.isinf(pick.time_s)):
@@ -450,9 +457,8 @@ def predicted_rows(data: Measurements, nodes: Mapping[str, hardware.System] | No
             per_node, nics = c.nccl_nodes()
             args = (str(c.transport[first]), int(nics[first]), float(c.nic_gbps[first]))
             sys_ = cluster_of(nodes[name], *args) if nodes and name in nodes else cluster(name, *args)
-            chosen, options["protocols"] = nccl_settings(str(c.nccl_env[first]))
-            has = nccl_version_algorithms(str(c.nccl_version[first])) if c.nccl_version is not None else None
-            options["algorithms"] = has if chosen is None else (chosen if has is None else chosen & has)
+            options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
+            options["nccl_version"] = str(c.nccl_version[first]) if c.nccl_version is not None else ""
             options["gpus_per_node"] = int(per_node[first])
         else:
             if system[first] not in loaded:
