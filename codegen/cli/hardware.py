@@ -66,7 +66,6 @@ def _as_json(system: System) -> dict[str, Any]:
     if system.gpu is not None:
         runs = hardware.transport(system)
         hops = hardware.hop_latencies(system)
-        record["host_cpu"] = system.host_cpu
         record["network"] = {"transport": system.network.transport or "ib", "nics_per_node": system.nics_per_node,
                              "nic_bandwidth_bytes_per_s": system.nic_bandwidth_bytes_per_s,
                              "nccl_net_latency_s": hardware.network_latency(system),
