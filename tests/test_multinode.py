@@ -490,6 +490,16 @@ def test_collective_algo_and_proto_flags(capsys):
     assert main([*base, "--algo", "Foo"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("symcost collective: error: --algo: NCCL_ALGO='Foo'") and len(err.strip().splitlines()) == 1
+    # --nccl-version: NCCL 2.17 had no NVLS-tree, which two DGX H100 run today at 256 MiB.
+    size = ["--bytes", "256M"]
+    assert main([*base[:-3], *size, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["algorithm"] == "nvlstree_simple"
+    assert main([*base[:-3], *size, "--json", "--nccl-version", "2.17.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["algorithm"].split("_")[0] in ("ring", "tree")
+    assert main([*base, "--nccl-version", "latest"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("symcost collective: error: --nccl-version: 'latest' is no NCCL version (MAJOR.MINOR[.PATCH], "
+                   "e.g. 2.18.3)")
 
 
 def test_an_expert_all_to_all_inside_an_nvl72_rack_stays_on_nvlink():

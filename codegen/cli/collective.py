@@ -93,6 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "leading ^ excludes them), as the environment variable restricts them")
     p.add_argument("--proto", metavar="LIST", default=None,
                    help="NCCL_PROTO: the protocols NCCL may run (LL, LL128, Simple; same syntax)")
+    p.add_argument("--nccl-version", metavar="X.Y.Z", default=None, dest="nccl_version",
+                   help="the NCCL release the run uses (default: the current one): algorithms it did not have yet "
+                        "are left out (NVLS before 2.17, NVLS-tree before 2.18, PAT before 2.23)")
     p.add_argument("--top-k", type=ranks_count, default=None, dest="top_k", metavar="K",
                    help=f"with {collectives.EP_DISPATCH}: the experts each token is routed to (S holds K copies of "
                         f"each token, as the NCCL all-to-all's)")
@@ -101,8 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, object]:
-    """--algo / --proto as ``predict``'s algorithms and protocols (NCCL_ALGO / NCCL_PROTO's syntax)."""
-    from ..validation.clusters import algorithms, protocols
+    """--algo / --proto as ``predict``'s algorithms and protocols (NCCL_ALGO / NCCL_PROTO's syntax), --nccl-version as
+    its ``nccl_version``."""
+    from ..validation.clusters import algorithms, nccl_version_algorithms, protocols
 
     out: dict[str, object] = {"algorithms": None, "protocols": None}
     for flag, key, read in (("--algo", "algorithms", algorithms), ("--proto", "protocols", protocols)):
@@ -112,6 +116,12 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
                 out[key] = read(value)
             except ValueError as exc:
                 raise ValueError(f"{flag}: {exc}") from None
+    if args.nccl_version is not None:
+        try:
+            nccl_version_algorithms(args.nccl_version)
+        except ValueError as exc:
+            raise ValueError(f"--nccl-version: {str(exc).removeprefix('nccl_version: ')}") from None
+        out["nccl_version"] = args.nccl_version
     return out
 
 
@@ -142,10 +152,11 @@ def run(args: argparse.Namespace) -> int:
     if dispatch and not 1 <= args.top_k <= 1024:
         raise ValueError(f"--top-k: a whole number of experts per token from 1 to 1024, got {args.top_k}")
     if dispatch:
-        for flag in ("--algo", "--proto", "--dtype"):
-            if getattr(args, flag[2:]) is not None:
-                raise ValueError(f"{flag} {getattr(args, flag[2:])}: {collectives.EP_DISPATCH} runs DeepEP's or "
-                                 f"Hybrid-EP's kernels, not NCCL's algorithms and protocols: drop it")
+        for flag in ("--algo", "--proto", "--dtype", "--nccl-version"):
+            value = getattr(args, flag[2:].replace("-", "_"))
+            if value is not None:
+                raise ValueError(f"{flag} {value}: {collectives.EP_DISPATCH} runs DeepEP's or Hybrid-EP's kernels, "
+                                 f"not NCCL's algorithms and protocols: drop it")
         result = collectives.predict(args.system, args.op, args.ranks, size, top_k=args.top_k,
                                      gpus_per_node=_ranks_per_node(args))
         return _print_dispatch(args, size, result)
