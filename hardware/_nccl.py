@@ -41,7 +41,7 @@ _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "
                         "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
                         "nvlstree_channel_max_bw_n4_bytes_per_s")
 _GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
-_P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes")
+_P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes", "net_chunk_bytes")
 _HOST_KEYS = ("net_overhead_s", "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "nvlstree_size_correction")
 _TRANSPORT_REQUIRED = ("nccl_net_latency_s",)
 _TRANSPORT_OPTIONAL = ("algorithms", "protocols")
@@ -50,6 +50,7 @@ _TRANSPORT_OPTIONAL = ("algorithms", "protocols")
 #: The names ``time_bindings`` binds: every hardware-side symbol of the collective time forms.
 TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
     "ring_channels", "ring_channel_bw_bytes_per_s", "p2p_ll_threshold_bytes", "p2p_channels", "p2p_chunk_bytes",
+    "p2p_net_chunk_bytes",
     "nvlink_nccl_bw_bytes_per_s",
     "ll_max_bw_bytes_per_s", "ll128_channel_max_bw_bytes_per_s", "tree_channel_max_bw_bytes_per_s",
     "tree_ll128_channel_max_bw_bytes_per_s", "nvls_channel_max_bw_bytes_per_s", "nvls", "nvls_efficiency",
@@ -274,6 +275,10 @@ def time_bindings(system: System) -> dict[str, float]:
         "p2p_ll_threshold_bytes": tuning.p2p["ll_threshold_bytes"],
         "p2p_channels": p2p_channels(ring.channels),
         "p2p_chunk_bytes": tuning.p2p["nvl_chunk_bytes"],
+        # init.cc computeBuffSizes: across nodes the p2p step is P2P_NET_CHUNKSIZE, doubled on Arm hosts of compute
+        # capability 10.0 and above (GB200/GB300: 4 GPUs a host).
+        "p2p_net_chunk_bytes": tuning.p2p["net_chunk_bytes"] * (
+            2 if system.host_cpu == "arm" and system.gpu.compute_capability >= 100 else 1),
         "nvlink_nccl_bw_bytes_per_s": nvlink_total,
         "ll_max_bw_bytes_per_s": gen["ll_max_bw_bytes_per_s"],
         "ll128_channel_max_bw_bytes_per_s": gen["ll128_channel_max_bw_bytes_per_s"],

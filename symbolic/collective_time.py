@@ -479,7 +479,8 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
     bytes with NCCL's point-to-point blocks (``_p2p_nvlink``: ``p2pnChannels / n`` blocks per peer, half a
     ring channel each, one FIFO step of fill); LL at the ring's LL bus bandwidth. Through the NICs each of
     the node's ranks has its share of them. Send/recv moves S to one peer: NVLink inside a node (the ring
-    bus bandwidth, half of S added as fill with Simple), one NIC across nodes.
+    bus bandwidth, half of S added as fill with Simple), one NIC across nodes (half of one ``P2P_NET_CHUNKSIZE``
+    step added as fill with Simple).
     """
     out: dict[str, sympy.Expr] = {}
     nvlink_only = _NODES < 2
@@ -501,8 +502,11 @@ def _p2p_candidates(op: str) -> dict[str, sympy.Expr]:
                 nvlink = _S * (_Q - 1) / _N / intra
             move = sympy.Max(nvlink, _S * (_N - _Q) / _N / inter)
         else:
+            # Across nodes the bytes stream through the network proxy in P2P_NET_CHUNKSIZE steps: the fill is the
+            # last step's, not a share of S (the NVLink form's half of S is kept where no sweep measures it).
             inter = Min(intra, _net_bus(sympy.Integer(1)))
-            move = Piecewise((_S * (1 + fill) / intra, nvlink_only), (_S * (1 + fill) / inter, True))
+            net_fill = fill * Min(_S, _sym("p2p_net_chunk_bytes"))
+            move = Piecewise((_S * (1 + fill) / intra, nvlink_only), ((_S + net_fill) / inter, True))
         time = base + hop + move
         out[f"p2p_{p}"] = Piecewise((time, small), (_MANY, True)) if p == "ll" else Piecewise((_MANY, small),
                                                                                                (time, True))

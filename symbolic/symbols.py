@@ -225,6 +225,8 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
      "NCCL p2pnChannels: thread blocks of the point-to-point kernel, pow2Up(2 x ring channels) (paths.cc)"),
     ("p2p_chunk_bytes", "positive", "bytes",
      "NCCL P2P_NVL_CHUNKSIZE: bytes of one Simple point-to-point FIFO step over NVLink (init.cc)"),
+    ("p2p_net_chunk_bytes", "positive", "bytes",
+     "NCCL P2P_NET_CHUNKSIZE: bytes of one Simple point-to-point step across nodes (init.cc computeBuffSizes)"),
     ("nvls_efficiency", "positive", "1", "NCCL nvlsEfficiency: NVLS share of the channel speed, per GPU generation"),
     ("alpha_ring_ll_s", "positive", "s", "NCCL baseLat: ring, LL protocol"),
     ("alpha_ring_ll128_s", "positive", "s", "NCCL baseLat: ring, LL128 protocol"),
