@@ -85,18 +85,21 @@ def _stated_nic_gbps(catalog: tuple[object, ...], node: hardware.System, transpo
                      nics_per_node: int) -> float | None:
     """The NIC speed (Gb/s) the catalog's clusters of *node* on *nics_per_node* NICs of *transport* state, ``None``
     where none does or where they disagree (the node's own NIC speed then stands)."""
-    speeds = {c.nic_bandwidth_bytes_per_s * 8 / 1e9 for c in _catalog_clusters(catalog)
-              if c.gpu == node.gpu and c.levels[0] == node.levels[0] and c.nics_per_node == nics_per_node
-              and (c.network.transport or "ib") == transport}
+    asked = cluster_of(node, transport, nics_per_node)
+    speeds = {c.nic_bandwidth_bytes_per_s * 8 / 1e9 for c in _catalog_clusters(catalog) if _same_nics(c, asked)}
     return speeds.pop() if len(speeds) == 1 else None
+
+
+def _same_nics(a: hardware.System, b: hardware.System) -> bool:
+    """The same node (GPU and NVLink level) with as many NICs of the same transport, at any speed."""
+    return (a.gpu == b.gpu and a.levels[0] == b.levels[0]
+            and (a.network.transport or "ib") == (b.network.transport or "ib")
+            and a.nics_per_node == b.nics_per_node)
 
 
 def _same_cluster(a: hardware.System, b: hardware.System) -> bool:
     """The same node (GPU and NVLink level) on the same network (transport, NICs per node, NIC speed)."""
-    return (a.gpu == b.gpu and a.levels[0] == b.levels[0]
-            and (a.network.transport or "ib") == (b.network.transport or "ib")
-            and a.nics_per_node == b.nics_per_node
-            and math.isclose(a.nic_bandwidth_bytes_per_s, b.nic_bandwidth_bytes_per_s, rel_tol=1e-9))
+    return _same_nics(a, b) and math.isclose(a.nic_bandwidth_bytes_per_s, b.nic_bandwidth_bytes_per_s, rel_tol=1e-9)
 
 
 def cluster_of(node: hardware.System, transport: str, nics_per_node: int,

@@ -358,13 +358,13 @@ def _load_multinode(path: Path) -> Measurements:
     gbps = np.array(table.choice("nic_gbps", _gbps) if table.has("nic_gbps") else [float("nan")] * len(table))
     envs = table.choice("nccl_env", lambda text: (nccl_settings(text), text)[1]) if table.has("nccl_env") \
         else [""] * len(table)
-    systems_read = table.choice("system", _system_name)
+    systems = table.choice("system", _system_name)
+    loaded = {name: hardware.load(name) for name in set(systems)}
+    node_size, hosts = (np.array([getattr(loaded[name], key) for name in systems], dtype=np.int64)
+                        for key in ("devices_per_node", "hosts_per_node"))
     # The catalog node's domain: a row counting hosts of a domain that spans several (NVL72 trays) holds its hosts'
     # GPUs times the hosts; a row counting larger units (a rack as a node) is its own domain.
-    spans = {name: (hardware.load(name).hosts_per_node, hardware.load(name).devices_per_node
-                    // hardware.load(name).hosts_per_node) for name in set(systems_read)}
-    hosts_read, per_host = (np.array(v, dtype=np.int64) for v in zip(*(spans[name] for name in systems_read)))
-    domain = np.where(per_node <= per_host, per_node * hosts_read, per_node)
+    domain = np.where(per_node <= node_size // hosts, per_node * hosts, per_node)
     if table.has("nvlink_domain_gpus"):
         stated = np.array(table.convert("nvlink_domain_gpus", lambda field, text: parse_whole(
             field, text, minimum=1, maximum=DEVICES_MAX) if text.strip() else 0), dtype=np.int64)
@@ -376,9 +376,6 @@ def _load_multinode(path: Path) -> Measurements:
                         nvlink_domain_gpus=None if np.array_equal(domain, per_node) else domain,
                         nccl_version=None if versions is None else np.asarray(versions, dtype=object))
     data = _measurements(table, path, "ranks", clusters)
-    systems = data.system.tolist()
-    sizes = {name: hardware.load(name).devices_per_node for name in set(systems)}
-    node_size = np.array([sizes[name] for name in systems], dtype=np.int64)
     spanned = np.maximum(domain // np.maximum(per_node, 1), 1)  # hosts of one domain
     uneven = (nodes > spanned) & (nodes % spanned != 0)
     # Checked column-wise; the first bad row (in file order) is the one named.
