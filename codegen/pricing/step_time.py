@@ -475,8 +475,9 @@ class StepTimePricer:
         """:meth:`stage_parts` of every stage of one layout (*values*: one layout, of the model's checked layout
         rules) under a recompute *plan*: one mode for every layer, or its list of fully recomputed layers per stage
         (``RecomputePlan.full_per_stage``: each stage its first ones, the rest as the plan's mode says), with each
-        stage's layers and fully recomputed layers (``codegen.configs.pipeline_stage_counts``: the split of the model's layout, its offset for its own
-        pipeline, the accounted split where the model counts the embedding or the loss). The slowest stage of
+        stage's layers and fully recomputed layers (``codegen.configs.pipeline_stage_counts``: the split of the
+        model's layout, its offset for its own pipeline, the accounted split where the model counts the embedding
+        or the loss). The slowest stage of
         a list need not be the first or the last, so every stage is priced (under one mode the slowest is
         :meth:`stage_parts`' first or last, the same numbers)."""
         p, vp = int(np.asarray(values["p"]).reshape(-1)[0]), int(np.asarray(values["vp"]).reshape(-1)[0])
