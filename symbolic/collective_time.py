@@ -15,9 +15,9 @@ The constants are symbols bound from
 link bandwidths), never numbers fitted to measurements.
 
 Conventions (nccl-tests ``doc/PERFORMANCE.md``): ``msg_bytes`` is nccl-tests' size S (the whole
-buffer for all-reduce and broadcast; count × type size × ranks for all-gather, reduce-scatter and
+buffer for all-reduce, broadcast and reduce; count × type size × ranks for all-gather, reduce-scatter and
 all-to-all), algbw = S / t, busbw = algbw × factor with factor 2(n − 1)/n for all-reduce, (n − 1)/n
-for all-gather, reduce-scatter and all-to-all, 1 for broadcast and send/recv. Bandwidths are bytes/s
+for all-gather, reduce-scatter and all-to-all, 1 for broadcast, reduce and send/recv. Bandwidths are bytes/s
 per direction, latencies seconds.
 
 How NCCL's model is followed, and where it is simplified (each is stated where it happens):
@@ -148,7 +148,7 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
     # With one rank per node every step is exposed: tuning.cc uses the tree's network latency then.
     net = Piecewise((_net_hop("tree", proto, fill), sympy.Eq(q, 1)), (_net_hop("ring", proto, fill), True))
     overhead = _sym("net_overhead_s") * (3 if proto == "simple" else 1)
-    if op == "broadcast":
+    if op in ("broadcast", "reduce"):
         # tuning.cc: broadcast/reduce on a ring with the same channels add one hop to the base.
         return base + Piecewise((intra, nodes < 2), (net, True))
     steps = _nsteps(op, n)
@@ -158,8 +158,9 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
 
 
 #: NCCL src/device/collectives.h (also src/include/collectives.h): SLICESTEPS / CHUNKSTEPS of the Simple
-#: protocol, 2/4 for all-reduce, all-gather and reduce-scatter. Broadcast (1/1) is a chain whose fill
-#: grows with its depth; tuning.cc's per-hop latency stands for it and nothing is added.
+#: protocol, 2/4 for all-reduce, all-gather and reduce-scatter. Broadcast and reduce (1/1: BROADCAST_ and
+#: REDUCE_SLICESTEPS / CHUNKSTEPS) are chains whose fill grows with their depth; tuning.cc's per-hop latency
+#: stands for it and nothing is added.
 _SLICE_PER_CHUNK = {"all_reduce": sympy.Rational(1, 2), "all_gather": sympy.Rational(1, 2),
                     "reduce_scatter": sympy.Rational(1, 2)}
 #: LL and LL128 (enqueue.cc: chunkSteps = sliceSteps = 1 outside the Simple ring): the loop's last primitive
@@ -559,13 +560,15 @@ def _dedup_candidates() -> dict[str, sympy.Expr]:
     return {"dedup": _sym("alpha_ring_simple_s") + hop + sympy.Max(nvlink, network)}
 
 
-OPS = _OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv", "ep_dispatch")
+OPS = _OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv",
+              "ep_dispatch")
 
 _DOC = {
     "all_reduce": "an all-reduce of S bytes",
     "all_gather": "an all-gather whose gathered buffer is S bytes",
     "reduce_scatter": "a reduce-scatter whose input buffer is S bytes",
     "broadcast": "a broadcast of S bytes from one root",
+    "reduce": "a reduce of S bytes to one root",
     "all_to_all": "an all-to-all whose per-rank send buffer is S bytes",
     "send_recv": "one send/recv of S bytes to one peer",
     "ep_dispatch": "an expert dispatch (or combine) whose NCCL all-to-all would send S bytes per rank (k copies of "
@@ -579,6 +582,7 @@ _BUSBW_FACTOR = {
     "all_to_all": (_N - 1) / _N,
     "ep_dispatch": (_N - 1) / _N,
     "broadcast": sympy.Integer(1),
+    "reduce": sympy.Integer(1),
     "send_recv": sympy.Integer(1),
 }
 
@@ -627,7 +631,8 @@ def candidate_labels(op: str) -> tuple[str, ...]:
     if op == "ep_dispatch":
         return tuple(_dedup_candidates())
     labels = tuple(_candidates(op))
-    return tuple(k for k in labels if k.startswith("ring_")) if op == "broadcast" else labels
+    # tuning.cc (line 294): broadcast and reduce run on the ring only.
+    return tuple(k for k in labels if k.startswith("ring_")) if op in ("broadcast", "reduce") else labels
 
 
 def _build() -> tuple[Formula, ...]:

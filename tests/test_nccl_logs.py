@@ -294,8 +294,21 @@ def test_ops_from_the_binary_name_or_the_table():
         op_of("", "none", count_div=64, op="all_reduce")
     with pytest.raises(InputError, match=r"hypercube_perf is not a collective the time model prices"):
         op_of("mpirun -np 16 -N 8 ./hypercube_perf")
+    assert op_of("mpirun -np 16 -N 8 ./reduce_perf") == "reduce"
     with pytest.raises(InputError, match=r"op: expected one of"):
         op_of("", "none", count_div=64, op="allgather")
+
+
+def test_a_reduce_to_a_root_is_read_as_reduce():
+    """reduce_perf prints its root (0 by default) and a reduction op; busbw = algbw, so the ranks come from the
+    rank lines or the launcher, not from the table."""
+    row = _rows(16)[0].replace("   sum      -1", "   sum       0")
+    rows = parse_log("\n".join(["mpirun -np 16 -N 8 ./reduce_perf -b 1M -e 1M", HEADER, row]))
+    assert [(r.op, r.ranks, r.nodes) for r in rows] == [("reduce", 16, 2)]
+    by_shape = parse_log("\n".join(_ranks(2, 8) + [HEADER, row]))  # no binary named: a reduction with a root
+    assert [(r.op, r.ranks, r.nodes) for r in by_shape] == [("reduce", 16, 2)]
+    with pytest.raises(InputError, match=r"does not say how many ranks ran it"):
+        parse_log("\n".join([HEADER, row]), gpus_per_node=8)  # nothing but the table, which cannot tell
 
 
 def test_sources_that_disagree_on_ranks_are_an_error():

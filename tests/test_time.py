@@ -118,10 +118,24 @@ def test_busbw_factors_are_nccl_tests_definitions():
     assert_close(p.busbw_bytes_per_s, 1.75 * 2.0**26 / p.time_s)
 
 
+def test_reduce_is_priced_as_broadcast():
+    """tuning.cc gives Reduce and Broadcast one path: the ring alone, nsteps = n, one hop added to the base latency
+    (lines 289-294, 395-402), and their kernels slice a chunk alike (REDUCE_ and BROADCAST_SLICESTEPS = CHUNKSTEPS
+    = 1, src/include/collectives.h); nccl-tests' busbw factor is 1 for both."""
+    sizes = 2.0 ** np.arange(3, 34)
+    for system, ranks, per_node in (("dgx_h100", 8, None), ("dgx_h100", 32, 8), ("dgx_a100", 16, 4),
+                                    ("gb200_nvl72", 72, None)):
+        reduce = collectives.predict(system, "reduce", ranks, sizes, gpus_per_node=per_node)
+        broadcast = collectives.predict(system, "broadcast", ranks, sizes, gpus_per_node=per_node)
+        assert list(reduce.candidates) == list(broadcast.candidates) == ["ring_ll", "ring_ll128", "ring_simple"]
+        assert np.array_equal(reduce.time_s, broadcast.time_s) and list(reduce.algorithm) == list(broadcast.algorithm)
+    assert generated.collective_reduce_nccl_busbw_factor_ratio() == 1.0  # busbw = algbw, a constant form
+
+
 def test_chosen_time_is_the_real_time_of_the_cheapest_tuned_price():
     sizes = 2.0 ** np.arange(9, 30)
     for system in ("dgx_a100", "dgx_h100", "dgx_b200"):
-        for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "send_recv"):
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"):
             p = collectives.predict(system, op, 8, sizes)
             labels = list(p.candidates)
             prices = np.stack([p.prices[k] for k in labels])
@@ -222,7 +236,7 @@ def test_time_formulas_are_in_seconds_and_constants_are_si():
 
 
 @pytest.mark.parametrize("system", ["dgx_a100", "dgx_h100", "dgx_b200", "gb200_nvl72"])
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all",
                                 "send_recv"])
 def test_time_grows_with_bytes_and_ranks(system, op):
     sizes = 2.0 ** np.arange(9, 34)

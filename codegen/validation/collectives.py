@@ -7,7 +7,7 @@ groups the relative errors by system, collective and size band.
 
 Measurement tables are CSV files with at least the columns ``system`` (a catalog name or alias:
 ``a100_sxm``, ``h100_sxm``, …), ``op`` (nccl-tests' names: ``all_reduce``, ``all_gather``,
-``reduce_scatter``, ``alltoall``, ``broadcast``, ``sendrecv``), ``n_gpus``, ``bytes`` (nccl-tests'
+``reduce_scatter``, ``alltoall``, ``broadcast``, ``reduce``, ``sendrecv``), ``n_gpus``, ``bytes`` (nccl-tests'
 size S) and ``time_us``; an optional ``dtype`` column (nccl-tests' ``-d`` names: ``half``, ``int8``, …)
 decides whether NVLink SHARP can reduce the row's data (``nvls_reduces``); other columns are ignored. All
 GPUs of a row are in one node unless ``n_gpus`` exceeds the system's node size.
@@ -51,8 +51,8 @@ BAND_EDGE_BYTES = 1 << 20
 
 #: nccl-tests' collective names → the time model's.
 OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-       "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast", "sendrecv": "send_recv",
-       "send_recv": "send_recv"}
+       "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
+       "sendrecv": "send_recv", "send_recv": "send_recv"}
 
 #: The expert dispatch of DeepEP's and Hybrid-EP's kernels (docs/time.md, "Expert dispatch"): no nccl-tests binary
 #: and no NCCL collective, but priced per call as one (``predict`` with the copies of a token, ``top_k``).

@@ -90,7 +90,7 @@ class LogRow:
 _TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2, "int32": 4,
               "uint32": 4, "int": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8}
 _REDOPS = frozenset({"sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none"})
-_REDUCING, _GATHERING = ("all_reduce", "reduce_scatter"), ("all_gather", "all_to_all", "broadcast")
+_REDUCING, _GATHERING = ("all_reduce", "reduce_scatter", "reduce"), ("all_gather", "all_to_all", "broadcast")
 #: busbw/algbw as nccl-tests computes it (``*GetBw`` in its src/*.cu) for *n* ranks: (c·(n−1)/n, c).
 _BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
 
@@ -365,7 +365,7 @@ def _op(sweep: _Sweep, where: str, forced: str | None) -> str:
                              f"(it prices {', '.join(sorted(set(OPS.values())))})")
         op = OPS[sweep.binary]
     elif redop != "none" and root >= 0:
-        raise InputError(f"{where}: a reduce to root {root} (reduce_perf) is not a collective the time model prices")
+        op = "reduce"
     elif redop != "none" and first.dtype in _TYPE_BYTES and first.size > first.count * _TYPE_BYTES[first.dtype]:
         op = "reduce_scatter"
     elif redop == "none" and root >= 0:
