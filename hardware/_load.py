@@ -317,8 +317,15 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_files(), key=lambda n: (n.lower(), n)))
 
 
+def _spelling(name: str) -> str:
+    """*name* as the catalog spells its names: lower case, a run of hyphens or spaces one underscore (NVIDIA's
+    performance tables write "DGX-B200" and "DGX GB200" for the catalog's ``dgx_b200`` and alias ``dgx_gb200``)."""
+    return re.sub(r"[\s-]+", "_", name.strip().lower())
+
+
 def load(name: str) -> System:
-    """The catalog's system called *name* (exact spelling, e.g. "A2", "dgx_h100") or one of its aliases.
+    """The catalog's system called *name* (e.g. "A2", "dgx_h100") or one of its aliases: the exact spelling first,
+    then the same name in another case or with hyphens or spaces for underscores ("DGX-H100").
 
     Raises:
         HardwareSpecError: *name* is neither a system nor an alias of one (the
@@ -331,6 +338,11 @@ def load(name: str) -> System:
     for system_name in known:
         system = load_file(files[system_name])
         if name in system.aliases:
+            return system
+    spelled = _spelling(name)
+    for system_name in known:
+        system = load_file(files[system_name])
+        if spelled in {_spelling(n) for n in (system_name, *system.aliases)}:
             return system
     raise HardwareSpecError(f"unknown hardware system {name!r}; known: {', '.join(known)} "
                             f"(or an alias: `symcost hardware show NAME` lists a system's aliases)")

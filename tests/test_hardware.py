@@ -166,6 +166,22 @@ def test_every_csv_system_name_is_an_alias():
         assert alias in hardware.load(alias).aliases
 
 
+@pytest.mark.parametrize("spelled, name", [
+    ("DGX-H100", "dgx_h100"), ("DGX-B200", "dgx_b200"), ("DGX B200", "dgx_b200"),  # NVIDIA's performance tables
+    ("dgx_b300", "hgx_b300"), ("DGX-B300", "hgx_b300"),                            # DGX B300: the HGX B300 board
+    ("dgx_gb200", "gb200_nvl72"), ("DGX-GB200", "gb200_nvl72"), ("DGX-GB300", "gb300_nvl72"),
+    ("a2", "A2"), ("GB200_NVL72", "gb200_nvl72"),
+])
+def test_a_system_answers_to_nvidias_spelling_of_its_name(spelled, name):
+    assert hardware.load(spelled).name == name
+
+
+@pytest.mark.parametrize("name", ["dgx-h1000", "DGX_H100X", "dgx h", ""])
+def test_a_name_no_spelling_reaches_stays_unknown(name):
+    with pytest.raises(hardware.HardwareSpecError, match="unknown hardware system"):
+        hardware.load(name)
+
+
 def test_a3_stage_cost_scale_is_data():
     assert hardware.load("A3").original_stage_cost_scale == 0.5
     assert {hardware.load(n).original_stage_cost_scale for n in hardware.names() if n != "A3"} == {1.0}
@@ -283,8 +299,8 @@ def test_system_is_frozen_and_built_in_python_obeys_the_same_rules():
 
 def test_load_of_an_unknown_name_lists_the_known_ones():
     with pytest.raises(HardwareSpecError) as info:
-        hardware.load("a2")
-    assert "'a2'" in str(info.value)
+        hardware.load("a9")  # ("a2" is A2 in another case: a spelling of a known name)
+    assert "'a9'" in str(info.value)
     for name in hardware.names():
         assert name in str(info.value)
 

@@ -278,12 +278,13 @@ class Clusters:
 
 
 def _system_name(name: str) -> str:
-    """*name* if the catalog has it (a system name or alias)."""
+    """*name* if the catalog has it (a system name or alias), else the name of the system it spells another way
+    (``DGX-H100``: ``hardware.load``)."""
     try:
-        hardware.load(name)
+        system = hardware.load(name)
     except hardware.HardwareSpecError as exc:
         raise ValueError(str(exc)) from None
-    return name
+    return name if name == system.name or name in system.aliases else system.name
 
 
 def _dtype_name(text: str) -> str:

@@ -833,10 +833,11 @@ def _fmt(x: float | None, spec: str) -> str:
 def print_report(path: Path, rows: list[dict[str, Any]]) -> None:
     """Print how many rows were read, each row, the groups and the sweeps, then :func:`summary_json`."""
     print(rows_read(path, len(rows)))
-    print(f"{'line':>5} {'model':<20} {'system':<10} {'prec':<6} {'measured':>9} {'predicted':>9} {'compute':>8} "
+    w = max([10, *(len(r["system"]) for r in rows)])  # as wide as the longest system name (gb200_nvl72)
+    print(f"{'line':>5} {'model':<20} {'system':<{w}} {'prec':<6} {'measured':>9} {'predicted':>9} {'compute':>8} "
           f"{'bubble':>7} {'comm':>7} {'rel err':>8}   (seconds per step)")
     for r in rows:
-        head = f"{r['line']:>5} {r['model'][:20]:<20} {r['system']:<10} {r['precision']:<6} {r['measured_s']:>9.3f}"
+        head = f"{r['line']:>5} {r['model'][:20]:<20} {r['system']:<{w}} {r['precision']:<6} {r['measured_s']:>9.3f}"
         if r["rel_err"] is None:
             print(f"{head} {'-':>9}   not priced: {r['reason']}")
             continue
@@ -844,9 +845,9 @@ def print_report(path: Path, rows: list[dict[str, Any]]) -> None:
               f"{r['rel_err']:>8.1%}")
     err = [abs(r["rel_err"]) for r in _priced(rows)]
     print(f"priced {len(err)} of {len(rows)} rows; mean |rel err| {_fmt(float(np.mean(err)) if err else None, '.1%')}")
-    print(f"{'system':<10} {'kind':<6} {'prec':<6} {'n':>4} {'unpriced':>8} {'mean|err|':>9} {'mean err':>9}")
+    print(f"{'system':<{w}} {'kind':<6} {'prec':<6} {'n':>4} {'unpriced':>8} {'mean|err|':>9} {'mean err':>9}")
     for g in group_stats(rows):
-        print(f"{g['system']:<10} {g['kind']:<6} {g['precision']:<6} {g['n']:>4} {g['unpriced']:>8} "
+        print(f"{g['system']:<{w}} {g['kind']:<6} {g['precision']:<6} {g['n']:>4} {g['unpriced']:>8} "
               f"{_fmt(g['mean_abs_rel_err'], '.1%'):>9} {_fmt(g['mean_rel_err'], '+.1%'):>9}")
     sweeps = sweep_stats(rows)
     if sweeps:
