@@ -32,6 +32,8 @@ File layout (every key below is checked; any other key is an error)::
                                             # nvlink_links, hbm_bytes, peak_flops_bf16_per_s,
                                             # peak_flops_fp8_per_s, peak_flops_fp4_per_s,
                                             # compute_efficiency, compute_efficiency_fp8,
+                                            # compute_efficiency_fp8_cs, compute_efficiency_mxfp8,
+                                            # compute_efficiency_nvfp4,
                                             # hbm_bytes_per_s, hbm_efficiency,
                                             # vector_flops_per_s, vector_efficiency,
                                             # attention_efficiency (optional)
@@ -87,7 +89,8 @@ _LEVEL_OPTIONAL = ("devices", "unbounded", "latency_s", "efficiency", "fabric", 
                    "rail_optimized", "sharp", "devices_per_host")
 _GPU_REQUIRED = ("model", "generation", "compute_capability", "nvlink_links", "hbm_bytes", "peak_flops_bf16_per_s")
 _GPU_OPTIONAL = ("peak_flops_fp8_per_s", "peak_flops_fp4_per_s", "compute_efficiency",
-                 "compute_efficiency_fp8", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
+                 "compute_efficiency_fp8", "compute_efficiency_fp8_cs", "compute_efficiency_mxfp8",
+                 "compute_efficiency_nvfp4", "hbm_bytes_per_s", "hbm_efficiency", "vector_flops_per_s",
                  "vector_efficiency", "attention_efficiency")
 _HELPER_REQUIRED = ("name", "bandwidth_bytes_per_s", "efficiency", "latency_s")
 

@@ -263,9 +263,12 @@ class Gpu:
         compute_efficiency: achieved fraction of the BF16 peak a training step's matrix multiplies reach,
             one published figure per GPU generation (the catalog comment names it); ``None`` where none
             is published (the step-time objective then refuses the system).
-        compute_efficiency_fp8: achieved fraction of the FP8 peak the same GEMMs reach, one published figure per
-            GPU generation, also taken for the MX block formats and NVFP4 where none is published; ``None`` where
-            none is (a run in FP8 is then refused).
+        compute_efficiency_fp8: achieved fraction of the FP8 peak the same GEMMs reach in FP8 with delayed
+            scaling, their quantization included (Transformer Engine's recipe casts each GEMM's inputs before it),
+            one published figure per GPU generation; ``None`` where none is (a run in FP8 is then refused).
+        compute_efficiency_fp8_cs, compute_efficiency_mxfp8: the same for FP8 with current scaling and for MXFP8,
+            of the FP8 peak; ``compute_efficiency_nvfp4`` for NVFP4, of the FP4 peak. ``None`` where none is
+            published (a run in that precision is then refused).
         hbm_bytes_per_s: datasheet peak HBM bandwidth, bytes/s; ``None`` where not stated.
         hbm_efficiency: achieved fraction of that peak for large memory-bound transfers, one published
             figure per GPU generation; ``None`` where none is published.
@@ -289,6 +292,9 @@ class Gpu:
     peak_flops_fp4_per_s: float | None = None
     compute_efficiency: float | None = None
     compute_efficiency_fp8: float | None = None
+    compute_efficiency_fp8_cs: float | None = None
+    compute_efficiency_mxfp8: float | None = None
+    compute_efficiency_nvfp4: float | None = None
     hbm_bytes_per_s: float | None = None
     hbm_efficiency: float | None = None
     vector_flops_per_s: float | None = None
@@ -312,9 +318,10 @@ class Gpu:
                                positive_real("peak_flops_fp4_per_s", self.peak_flops_fp4_per_s))
         if self.compute_efficiency is not None:
             object.__setattr__(self, "compute_efficiency", _fraction("compute_efficiency", self.compute_efficiency))
-        if self.compute_efficiency_fp8 is not None:
-            object.__setattr__(self, "compute_efficiency_fp8",
-                               _fraction("compute_efficiency_fp8", self.compute_efficiency_fp8))
+        for name in ("compute_efficiency_fp8", "compute_efficiency_fp8_cs", "compute_efficiency_mxfp8",
+                     "compute_efficiency_nvfp4"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _fraction(name, getattr(self, name)))
         if self.hbm_bytes_per_s is not None:
             object.__setattr__(self, "hbm_bytes_per_s", positive_real("hbm_bytes_per_s", self.hbm_bytes_per_s))
         if self.hbm_efficiency is not None:

@@ -608,11 +608,51 @@ BLACKWELL_FACTS = {
 }
 
 
+#: Transformer Engine's GEMM profiling tutorial (NVIDIA/TransformerEngine@1609c89,
+#: docs/examples/gemm_profiling/gemm_profiling.rst): a training layer's 12 GEMMs, ms per layer, in its autocast mode
+#: (each GEMM's inputs quantized before it, as in training) on B300 (lines 64-92) and H200 (lines 243-254), and the
+#: NVFP4 kernel alone on B300 (pre-quantized, line 148).
+TE_LAYER_MS = {"b300": {"bf16": 12.758, "fp8": 7.802, "fp8_cs": 9.147, "mxfp8": 8.984, "nvfp4": 6.453},
+               "h200": {"bf16": 32.014, "fp8": 18.978, "fp8_cs": 20.285}}
+TE_B300_NVFP4_KERNEL_MS = 3.764
+
+
+def test_low_precision_efficiencies_are_the_bf16_one_times_transformer_engines_speedups():
+    """A low-precision GEMM's efficiency (of its own peak, its quantization included) is the generation's BF16
+    efficiency times the speedup over BF16 Transformer Engine measures in training (autocast) times the BF16 / low
+    peak: Hopper from the H200 run, Blackwell Ultra from the B300 run, Blackwell from it with the FP4 kernel at its
+    own FP4 peak (the quantization the same: the same HBM bandwidth)."""
+    def expected(bf16_efficiency, run, precision, peak_ratio, bf16_ms=None):
+        ms = TE_LAYER_MS[run]
+        return round(bf16_efficiency * (bf16_ms or ms["bf16"]) / ms[precision] * peak_ratio, 3)
+
+    for name in ("dgx_h100", "dgx_h200", "aws_p5", "gcp_a3_mega"):
+        gpu = hardware.load(name).gpu
+        assert gpu.compute_efficiency_fp8 == expected(0.803, "h200", "fp8", 0.5)
+        assert gpu.compute_efficiency_fp8_cs == expected(0.803, "h200", "fp8_cs", 0.5)
+        assert gpu.compute_efficiency_mxfp8 is None and gpu.compute_efficiency_nvfp4 is None  # Blackwell formats
+    for name in ("hgx_b300", "gb300_nvl72", "dgx_b200", "gb200_nvl72"):
+        gpu = hardware.load(name).gpu
+        ultra = gpu.compute_capability == 103
+        bf16 = 0.786 if ultra else 0.776
+        assert gpu.compute_efficiency == bf16
+        for precision in ("fp8", "fp8_cs", "mxfp8"):
+            assert getattr(gpu, f"compute_efficiency_{precision}") == expected(bf16, "b300", precision, 0.5)
+        fp4_ratio = gpu.peak_flops_bf16_per_s / gpu.peak_flops_fp4_per_s
+        if ultra:
+            assert gpu.compute_efficiency_nvfp4 == expected(bf16, "b300", "nvfp4", fp4_ratio)
+        else:  # the B300 kernel at this GPU's FP4 peak (2/3 of B300's), the quantization the same
+            ms = TE_LAYER_MS["b300"]
+            kernel = TE_B300_NVFP4_KERNEL_MS * 13.5 / 9
+            speedup = ms["bf16"] / (kernel + ms["nvfp4"] - TE_B300_NVFP4_KERNEL_MS)
+            assert gpu.compute_efficiency_nvfp4 == round(bf16 * speedup * fp4_ratio, 3)
+    assert hardware.load("dgx_a100").gpu.compute_efficiency_fp8 is None  # no FP8 on Ampere
+
+
 @pytest.mark.parametrize("name", sorted(BLACKWELL_FACTS))
 def test_blackwell_systems_have_the_compute_facts_a_step_time_needs(name):
-    """Every Blackwell system is priced (no NoComputeFactsError); its GEMM efficiencies are the generation's published
-    maximum achievable matmul efficiencies (B200 77.6 % at BF16, 76.3 % at FP8; B300 78.6 %, 74.5 %), as Hopper's
-    are H100's (80.3 %, 70.9 %)."""
+    """Every Blackwell system is priced (no NoComputeFactsError); its BF16 GEMM efficiency is the generation's
+    published maximum achievable matmul efficiency (B200 77.6 %, B300 78.6 %), as Hopper's is H100's (80.3 %)."""
     from codegen.configs.models import load_model
     from codegen.pricing.step_time import StepTimePricer
 
@@ -621,8 +661,7 @@ def test_blackwell_systems_have_the_compute_facts_a_step_time_needs(name):
     assert (gpu.peak_flops_bf16_per_s, gpu.peak_flops_fp8_per_s, gpu.peak_flops_fp4_per_s, gpu.hbm_bytes_per_s,
             gpu.compute_efficiency, gpu.vector_flops_per_s) == (bf16, fp8, fp4, hbm, gemm, vector)
     h100 = hardware.load("dgx_h100").gpu
-    assert (h100.compute_efficiency, h100.compute_efficiency_fp8) == (0.803, 0.709)
-    assert gpu.compute_efficiency_fp8 == (0.763 if gpu.compute_capability == 100 else 0.745)
+    assert h100.compute_efficiency == 0.803
     assert (gpu.hbm_efficiency, gpu.vector_efficiency) == (0.9, 0.1)  # (Calculon's, as on Hopper)
     values = {k: np.array([v]) for k, v in dict(d=8, t=4, p=2, cp=1, ep=1, etp=1, vp=1, b=1, m=16).items()}
     model = load_model("qwen3-72b")
