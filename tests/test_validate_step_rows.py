@@ -170,6 +170,37 @@ def test_a_row_that_cannot_be_priced_keeps_its_place_with_its_reason(capsys, tmp
     assert "not priced: fsdp over 2 of the 4 data-parallel ranks" in out
 
 
+@pytest.mark.parametrize("family, words", [
+    ("Nemotron-H-56B", "Mamba-2"), ("NemotronH 8B", "Mamba-2"), ("Nemotron 3 Nano", "Mamba-2"),
+    ("Qwen3-Next-80B-A3B", "Gated DeltaNet"), ("Llama-4-Maverick", "chunked local attention"),
+])
+def test_a_family_whose_layers_cannot_be_stated_is_listed_unpriced_not_priced_as_a_shorter_prefix(
+        capsys, tmp_path, family, words):
+    """A hybrid Mamba model named "Nemotron-H" starts like "Nemotron" (Nemotron-4's transformer), Qwen3-Next like
+    Qwen3: such a row is reported unpriced with why, never priced as the shorter prefix's family; spaces and
+    underscores read as hyphens ("Llama 3 8B" is Llama 3's)."""
+    header, _ = read_csv(NEMO)
+    llama = _row("Llama-3-8B", "dgx_h100", "FP8")
+    rows = [dict(llama, model_family=family), dict(llama, model_family="Llama 3 8B"), llama]
+    got, out = _run(capsys, write_csv(tmp_path / "families.csv", header, rows))
+    first, spaced, named = got["rows"]
+    assert first["rel_err"] is None and words in first["reason"] and "not priced" in out
+    assert spaced["predicted_s"] == named["predicted_s"] is not None
+
+
+def test_the_decision_test_lists_the_rows_it_leaves_out(capsys, tmp_path):
+    header, _ = read_csv(NEMO)
+    llama = _row("Llama-3-8B", "dgx_b200", "FP8-CS")
+    path = write_csv(tmp_path / "left.csv", header, [llama, dict(llama, model_family="Nemotron-H-56B")])
+    code = main(["validate", "decision", "--data", str(path)])
+    out = capsys.readouterr().out
+    got = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and got["summary"]["cases"] == 1
+    assert got["left_out"] == [{"line": 3, "family": "Nemotron-H-56B",
+                                "reason": "a hybrid Mamba-2 / attention model: its Mamba-2 layers are not modelled"}]
+    assert "left out, not priced" in out
+
+
 def test_each_row_says_the_overlap_and_recomputed_modules_it_was_priced_with(capsys, tmp_path):
     """A row's run settings that no column states come from its recipe (codegen.validation.step_rows: RECIPE_OVERLAP,
     RECIPE_RECOMPUTE_MODULES); a ``recompute_modules`` column wins, and its modules' forward again adds compute."""

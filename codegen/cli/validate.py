@@ -151,12 +151,13 @@ def _register_decision(p: argparse.ArgumentParser) -> None:
 
 def run_decision(args: argparse.Namespace) -> int:
     from ..validation.csvfile import read_table
-    from ..validation.decision import DEFAULT_DATA, decision_cases, decision_summary, print_decision_report
+    from ..validation.decision import DEFAULT_DATA, decision_cases, decision_summary, left_out, print_decision_report
 
     path = Path(args.data) if args.data else DEFAULT_DATA
+    table = read_table(path)
     with no_cyclic_gc():
-        cases = decision_cases(read_table(path), args.system)
-    print_decision_report(path, cases)
+        cases = decision_cases(table, args.system)
+    print_decision_report(path, cases, left_out(table, args.system))
     return 0 if decision_summary(cases)["holds"] else 1
 
 

@@ -27,7 +27,8 @@ Public API::
     DecisionCase                                  # one case: the row, the two predictions, the verdict
     decision_cases(table, system=None) -> list[DecisionCase]
     decision_summary(cases) -> dict               # counts, share passing, whether the test holds
-    print_decision_report(path, cases) -> None    # a table, then one JSON line
+    left_out(table, system=None) -> list[dict]    # the rows of families the model cannot price, with why
+    print_decision_report(path, cases, unpriced=()) -> None    # a table, then one JSON line
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from .csvfile import DATA_DIR, Table
 from .step_rows import RECIPE_MEMORY, model_and_layout, read_rows, recipe_dispatcher, recipe_modules, recipe_overlap
 
 __all__ = ["DEFAULT_DATA", "GAP_BOUND", "PASS_SHARE", "FIXED_KEYS", "DecisionCase", "decision_cases",
-           "decision_summary", "print_decision_report"]
+           "decision_summary", "left_out", "print_decision_report"]
 
 #: The shipped table of NVIDIA's published layouts (``symcost validate decision`` without ``--data``).
 DEFAULT_DATA = DATA_DIR / "nemo_step_times.csv"
@@ -182,6 +183,14 @@ def decision_summary(cases: list[DecisionCase]) -> dict[str, Any]:
             "holds": bool(n) and share >= PASS_SHARE and infeasible == 0}
 
 
+def left_out(table: Table, system: str | None = None) -> list[dict[str, Any]]:
+    """The rows :func:`decision_cases` leaves out, a family the model cannot price (``step_rows.FAMILIES``' unpriced
+    ones): ``{"line", "family", "reason"}`` each, in file order."""
+    families = [name.strip() for name in table.cells("model_family")]
+    return [{"line": r["line"], "family": families[i], "reason": r["family"].unpriced}
+            for i, r in enumerate(read_rows(table, system)) if r["family"].unpriced]
+
+
 def _degrees(layout: dict[str, Any] | None) -> str:
     if layout is None:
         return "does not fit"
@@ -189,9 +198,10 @@ def _degrees(layout: dict[str, Any] | None) -> str:
             + f" {layout['recompute']}")
 
 
-def print_decision_report(path: Path, cases: list[DecisionCase]) -> None:
-    """Each case (published and best layouts, their predictions, the gap, the verdict), the summary, then one
-    JSON line ``{"cases": [...], "summary": {...}}``."""
+def print_decision_report(path: Path, cases: list[DecisionCase], unpriced: list[dict[str, Any]] = ()) -> None:
+    """Each case (published and best layouts, their predictions, the gap, the verdict), the rows left out
+    (*unpriced*: :func:`left_out`), the summary, then one JSON line ``{"cases": [...], "left_out": [...],
+    "summary": {...}}``."""
     print(f"{path.name}: {len(cases)} cases (model family x system, newest release)")
     print(f"{'line':>5} {'family':18} {'system':9} {'prec':6} {'published s':>11} {'best s':>8} {'gap':>7}  verdict")
     for case in cases:
@@ -199,8 +209,10 @@ def print_decision_report(path: Path, cases: list[DecisionCase]) -> None:
         print(f"{case.line:5d} {case.family[:18]:18} {case.system:9} {case.precision:6} {case.published_s:11.3f} "
               f"{case.best_s:8.3f} {case.gap:7.1%}  {verdict}")
         print(f"{'':6}published: {_degrees(case.published)};  best: {_degrees(case.best)}")
+    for row in unpriced:
+        print(f"{row['line']:5d} {row['family'][:18]:18} left out, not priced: {row['reason']}")
     summary = decision_summary(cases)
     print(f"{summary['passing']} of {summary['cases']} cases pass ({summary['share']:.0%}; needs {PASS_SHARE:.0%}); "
           f"{summary['infeasible']} published layouts called infeasible; the test "
           f"{'holds' if summary['holds'] else 'does not hold'}")
-    print(json.dumps({"cases": [asdict(case) for case in cases], "summary": summary}))
+    print(json.dumps({"cases": [asdict(case) for case in cases], "left_out": list(unpriced), "summary": summary}))

@@ -68,6 +68,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -354,6 +355,18 @@ FAMILIES: dict[str, Family] = {
                       "window_attn_skip_freq 2: every second layer full); the attention sinks (one learned logit per "
                       "head) add no matrix multiply; vocabulary 201,088 (o200k_harmony)",
                       sliding_window=128, full_every=2),
+    # Architectures whose layers the model cannot state: listed so that their rows are reported unpriced, with why,
+    # where a shorter prefix ("nemotron", "qwen3") would otherwise price them as another family's transformer.
+    **dict.fromkeys(("nemotron-h", "nemotronh", "nemotron-3-nano", "nemotron-3-super", "nemotron-3-ultra"), Family(
+        3, False, False, False, 0, 0, "Nemotron-H (arXiv:2504.03624) and Nemotron 3: hybrid models, most layers "
+        "Mamba-2, a few self-attention", unpriced="a hybrid Mamba-2 / attention model: its Mamba-2 layers are not "
+        "modelled")),
+    "qwen3-next": Family(3, False, False, False, 0, 0, "Qwen3-Next (Qwen team, 2025): Gated DeltaNet linear-attention "
+                         "layers beside gated attention, three to one", unpriced="its Gated DeltaNet linear-attention "
+                         "layers are not modelled"),
+    "llama-4": Family(3, False, False, False, 0, 0, "Llama 4 (Meta, 2025): chunked local attention on three layers of "
+                      "four (iRoPE), mixture-of-experts layers", unpriced="its chunked local attention layers are not "
+                      "modelled"),
 }
 
 #: The bound of each whole-number column (``codegen.runtime.inputs``).
@@ -380,7 +393,7 @@ def _precision(field: str, text: str) -> str:
 
 
 def _family(field: str, text: str) -> Family:
-    key = text.strip().lower()
+    key = re.sub(r"[\s_]+", "-", text.strip().lower())  # "Llama 3 8B", "Nemotron_H" as "llama-3-8b", "nemotron-h"
     for prefix in sorted(FAMILIES, key=len, reverse=True):
         if key.startswith(prefix):
             return FAMILIES[prefix]
