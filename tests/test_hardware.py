@@ -622,9 +622,9 @@ def test_low_precision_efficiencies_are_the_bf16_one_times_transformer_engines_s
     efficiency times the speedup over BF16 Transformer Engine measures in training (autocast) times the BF16 / low
     peak: Hopper from the H200 run, Blackwell Ultra from the B300 run, Blackwell from it with the FP4 kernel at its
     own FP4 peak (the quantization the same: the same HBM bandwidth)."""
-    def expected(bf16_efficiency, run, precision, peak_ratio, bf16_ms=None):
+    def expected(bf16_efficiency, run, precision, peak_ratio):
         ms = TE_LAYER_MS[run]
-        return round(bf16_efficiency * (bf16_ms or ms["bf16"]) / ms[precision] * peak_ratio, 3)
+        return round(bf16_efficiency * ms["bf16"] / ms[precision] * peak_ratio, 3)
 
     for name in ("dgx_h100", "dgx_h200", "aws_p5", "gcp_a3_mega"):
         gpu = hardware.load(name).gpu
