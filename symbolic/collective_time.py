@@ -31,7 +31,7 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   channels × perChMaxTreeLL128Bw)``; bus → algorithm bandwidth ``× n / nsteps`` (ring, NVLS) or
   ``× 0.5`` (tree).
 * Latencies: ring ``base + (nsteps − interSteps) · max(intraHop, netOverhead) + interSteps ·
-  netHop``; tree all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``;
+  netHop`` in the price (the time takes ``intraHop`` for the steps inside a node: ``_ring_latency``); tree all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``;
   NVLS ``hop_nvlink_nvls``. ``log2i`` (integer log) is relaxed to ``log2`` (equal on powers of two).
 * NVLS only inside one node (multi-node NVLS needs CollNet), only with ``nvls = 1`` (``src/transport/
   nvls.cc``: NVLS needs multicast-capable NVSwitches). The NVLS graph has one channel per rank at
@@ -153,7 +153,13 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
         return base + Piecewise((intra, nodes < 2), (net, True))
     steps = _nsteps(op, n)
     crossing = _inter_steps(op, nodes)
-    multi = base + (steps - crossing) * sympy.Max(intra, overhead) + crossing * net
+    # tuning.cc charges every step of a ring across nodes at least the network's post overhead ("Inter-node rings
+    # still have to launch nsteps * net overhead"): the price NCCL compares. A chunk's own path crosses the network
+    # only at the node boundaries, its other hops NVLink ones, which no network proxy posts: the time sums those hops
+    # (an NCCL_ALGO=Ring all-reduce of 8 B to 1 KiB on two DGX A100 takes 38-42 us, where the overhead per step
+    # would make it 88: docs/time.md, "NCCL's multi-node forms").
+    intra_step = intra if fill else sympy.Max(intra, overhead)
+    multi = base + (steps - crossing) * intra_step + crossing * net
     return Piecewise((base + steps * intra, nodes < 2), (multi, True))
 
 
