@@ -31,8 +31,8 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   channels × perChMaxTreeLL128Bw)``; bus → algorithm bandwidth ``× n / nsteps`` (ring, NVLS) or
   ``× 0.5`` (tree).
 * Latencies: ring ``base + (nsteps − interSteps) · max(intraHop, netOverhead) + interSteps ·
-  netHop`` in the price (the time takes ``intraHop`` for the steps inside a node: ``_ring_latency``); tree all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``;
-  NVLS ``hop_nvlink_nvls``. ``log2i`` (integer log) is relaxed to ``log2`` (equal on powers of two).
+  netHop`` in the price (the time takes ``intraHop`` for the steps inside a node: ``_ring_latency``); tree
+  all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``; NVLS ``hop_nvlink_nvls``. ``log2i`` (integer log) is relaxed to ``log2`` (equal on powers of two).
 * NVLS only inside one node (multi-node NVLS needs CollNet), only with ``nvls = 1`` (``src/transport/
   nvls.cc``: NVLS needs multicast-capable NVSwitches). The NVLS graph has one channel per rank at
   ``min(nvls_channel_max_bw, nvlink_nccl_bw / (n − 1))`` — the search's upper bound (search.cc raises
