@@ -338,14 +338,14 @@ def load(name: str) -> System:
     if name in files:
         return load_file(files[name])
     known = sorted(files, key=lambda n: (n.lower(), n))
+    spelled, spelled_as = _spelling(name), None
     for system_name in known:
         system = load_file(files[system_name])
         if name in system.aliases:
             return system
-    spelled = _spelling(name)
-    for system_name in known:
-        system = load_file(files[system_name])
-        if spelled in {_spelling(n) for n in (system_name, *system.aliases)}:
-            return system
+        if spelled_as is None and spelled in {_spelling(n) for n in (system_name, *system.aliases)}:
+            spelled_as = system  # an exact alias of a later file still wins
+    if spelled_as is not None:
+        return spelled_as
     raise HardwareSpecError(f"unknown hardware system {name!r}; known: {', '.join(known)} "
                             f"(or an alias: `symcost hardware show NAME` lists a system's aliases)")
