@@ -37,7 +37,7 @@ import dataclasses
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from symbolic.vocabulary import SEARCH_KEYS
 
@@ -198,7 +198,7 @@ def _degrees(layout: dict[str, Any] | None) -> str:
             + f" {layout['recompute']}")
 
 
-def print_decision_report(path: Path, cases: list[DecisionCase], unpriced: list[dict[str, Any]] = ()) -> None:
+def print_decision_report(path: Path, cases: list[DecisionCase], unpriced: Sequence[dict[str, Any]] = ()) -> None:
     """Each case (published and best layouts, their predictions, the gap, the verdict), the rows left out
     (*unpriced*: :func:`left_out`), the summary, then one JSON line ``{"cases": [...], "left_out": [...],
     "summary": {...}}``."""

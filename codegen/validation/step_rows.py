@@ -311,6 +311,11 @@ class Family:
     full_every: int = 0      # with a window: every full_every-th layer (1-based) has full attention, the others the window
 
 
+def _unpriced(source: str, why: str) -> Family:
+    """A family whose layers the model cannot state: its rows are listed with *why*, its shape switches unread."""
+    return Family(3, False, False, False, 0, 0, source, unpriced=why)
+
+
 _NEMO = "NVIDIA/NeMo@8cfedd72:nemo/collections/llm/gpt/model/"
 _LLAMA = dict(n_ffMM=3, biases=False, norm_bias=False, tie_emb_out=False, n_qknorm=0)
 _LLAMA_SOURCE = _NEMO + "llama.py LlamaConfig: SwiGLU, RMSNorm, no biases, untied embedding and output"
@@ -357,16 +362,13 @@ FAMILIES: dict[str, Family] = {
                       sliding_window=128, full_every=2),
     # Architectures whose layers the model cannot state: listed so that their rows are reported unpriced, with why,
     # where a shorter prefix ("nemotron", "qwen3") would otherwise price them as another family's transformer.
-    **dict.fromkeys(("nemotron-h", "nemotronh", "nemotron-3-nano", "nemotron-3-super", "nemotron-3-ultra"), Family(
-        3, False, False, False, 0, 0, "Nemotron-H (arXiv:2504.03624) and Nemotron 3: hybrid models, most layers "
-        "Mamba-2, a few self-attention", unpriced="a hybrid Mamba-2 / attention model: its Mamba-2 layers are not "
-        "modelled")),
-    "qwen3-next": Family(3, False, False, False, 0, 0, "Qwen3-Next (Qwen team, 2025): Gated DeltaNet linear-attention "
-                         "layers beside gated attention, three to one", unpriced="its Gated DeltaNet linear-attention "
-                         "layers are not modelled"),
-    "llama-4": Family(3, False, False, False, 0, 0, "Llama 4 (Meta, 2025): chunked local attention on three layers of "
-                      "four (iRoPE), mixture-of-experts layers", unpriced="its chunked local attention layers are not "
-                      "modelled"),
+    **dict.fromkeys(("nemotron-h", "nemotronh", "nemotron-3-nano", "nemotron-3-super", "nemotron-3-ultra"), _unpriced(
+        "Nemotron-H (arXiv:2504.03624) and Nemotron 3: hybrid models, most layers Mamba-2, a few self-attention",
+        "a hybrid Mamba-2 / attention model: its Mamba-2 layers are not modelled")),
+    "qwen3-next": _unpriced("Qwen3-Next (Qwen team, 2025): Gated DeltaNet linear-attention layers beside gated "
+                            "attention, three to one", "its Gated DeltaNet linear-attention layers are not modelled"),
+    "llama-4": _unpriced("Llama 4 (Meta, 2025): chunked local attention on three layers of four (iRoPE), "
+                         "mixture-of-experts layers", "its chunked local attention layers are not modelled"),
 }
 
 #: The bound of each whole-number column (``codegen.runtime.inputs``).
