@@ -82,6 +82,10 @@ _PROTOCOLS = ("ll", "ll128", "simple")
 _MANY = sympy.oo  # a candidate that is not available: never the minimum
 
 
+#: The collectives with a root (tuning.cc prices Broadcast and Reduce alike: the ring alone, one hop on the base).
+_ROOTED = ("broadcast", "reduce")
+
+
 def _sym(name: str) -> sympy.Symbol:
     return symbol(name)
 
@@ -148,7 +152,7 @@ def _ring_latency(op: str, proto: str, n: sympy.Expr, q: sympy.Expr, nodes: symp
     # With one rank per node every step is exposed: tuning.cc uses the tree's network latency then.
     net = Piecewise((_net_hop("tree", proto, fill), sympy.Eq(q, 1)), (_net_hop("ring", proto, fill), True))
     overhead = _sym("net_overhead_s") * (3 if proto == "simple" else 1)
-    if op in ("broadcast", "reduce"):
+    if op in _ROOTED:
         # tuning.cc: broadcast/reduce on a ring with the same channels add one hop to the base.
         return base + Piecewise((intra, nodes < 2), (net, True))
     steps = _nsteps(op, n)
@@ -638,7 +642,7 @@ def candidate_labels(op: str) -> tuple[str, ...]:
         return tuple(_dedup_candidates())
     labels = tuple(_candidates(op))
     # tuning.cc (line 294): broadcast and reduce run on the ring only.
-    return tuple(k for k in labels if k.startswith("ring_")) if op in ("broadcast", "reduce") else labels
+    return tuple(k for k in labels if k.startswith("ring_")) if op in _ROOTED else labels
 
 
 def _build() -> tuple[Formula, ...]:
