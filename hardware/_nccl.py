@@ -40,7 +40,9 @@ _GENERATION_REQUIRED = ("nvlink_link_bw_bytes_per_s", "ll_max_bw_bytes_per_s", "
                         "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
                         "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
                         "nvlstree_channel_max_bw_n4_bytes_per_s")
-_GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s")
+#: NVLS-tree's thread blocks and largest chunk (only where the generation has NVLS).
+_NVLSTREE_KEYS = ("nvlstree_channels_n2", "nvlstree_channels_n4", "nvlstree_chunk_n2_bytes", "nvlstree_chunk_n4_bytes")
+_GENERATION_OPTIONAL = ("nvls_efficiency", "latency_scale", "app_bus_bw_bytes_per_s", *_NVLSTREE_KEYS)
 _P2P_KEYS = ("ll_threshold_bytes", "nvl_chunk_bytes", "net_chunk_bytes")
 _HOST_KEYS = ("net_overhead_s", "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "nvlstree_size_correction")
 _TRANSPORT_REQUIRED = ("nccl_net_latency_s",)
@@ -60,7 +62,7 @@ TIME_SYMBOLS = frozenset(_LATENCY_KEYS) | frozenset({
     "ll_max_bw_n2_bytes_per_s", "ll_max_bw_n4_bytes_per_s", "tree_channel_max_bw_n2_bytes_per_s",
     "tree_channel_max_bw_n4_bytes_per_s", "tree_ll128_channel_max_bw_n2_bytes_per_s",
     "tree_ll128_channel_max_bw_n4_bytes_per_s", "nvlstree_channel_max_bw_n2_bytes_per_s",
-    "nvlstree_channel_max_bw_n4_bytes_per_s", "net_overhead_s", "nvlstree_size_correction"})
+    "nvlstree_channel_max_bw_n4_bytes_per_s", "net_overhead_s", "nvlstree_size_correction", *_NVLSTREE_KEYS})
 
 #: search.cc: the ring graph searches at most MAXCHANNELS / 2 channels (init.cc line 1177, MAXCHANNELS = 64).
 RING_MAX_CHANNELS = 32
@@ -175,6 +177,15 @@ def nccl_tuning() -> NcclTuning:
                 out[key] = tuple(speeds)
             else:
                 out[key] = positive_real(where, value)
+        if "nvls_efficiency" in out:  # a generation with NVLS runs NVLS-tree across nodes: its chunking is needed
+            for key in _NVLSTREE_KEYS:
+                if key not in out:
+                    raise HardwareSpecError(f"{TUNING_FILE.name}: generations.{gen}.{key}: missing (the generation "
+                                            "has NVLS)")
+            for key in ("nvlstree_chunk_n2_bytes", "nvlstree_chunk_n4_bytes"):
+                if out[key] > 262144:  # symbolic.collective_time writes NCCL's chunk halvings for these only
+                    raise HardwareSpecError(f"{TUNING_FILE.name}: generations.{gen}.{key}: at most 262144 bytes "
+                                            f"(NCCL's largest NVLS-tree chunk), got {out[key]!r}")
         generations[gen] = out
     return NcclTuning(latency=latency, generations=generations, p2p=p2p, hosts=hosts, transports=transports)
 
@@ -305,5 +316,7 @@ def time_bindings(system: System) -> dict[str, float]:
         "nvlstree_size_correction": host["nvlstree_size_correction"] if system.gpu.compute_capability >= 100 else 0.0,
     })
     out.update({k: gen[k] for k in _GENERATION_REQUIRED if k.endswith(("_n2_bytes_per_s", "_n4_bytes_per_s"))})
+    # Unused where nvls = 0 (the NVLS-tree candidate is then infinite); 1 keeps the symbols positive.
+    out.update({k: float(gen.get(k, 1.0)) for k in _NVLSTREE_KEYS})  # type: ignore[arg-type]
     assert set(out) == TIME_SYMBOLS, sorted(set(out) ^ TIME_SYMBOLS)
     return out  # type: ignore[return-value]

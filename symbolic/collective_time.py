@@ -324,6 +324,11 @@ def _tree_corrected_bytes(proto: str, size: sympy.Expr, fill: bool, algorithm: s
     return Piecewise(*pieces)
 
 
+#: Bytes one channel's chunk of the tree carries with Simple: src/init.cc DEFAULT_BUFFSIZE (4 MiB) over NCCL_STEPS = 8
+#: steps, one step a chunk outside the Simple ring (enqueue.cc calcCollChunking: chunkSteps = 1).
+_TREE_CHUNK = {"simple": 524288}
+
+
 def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr,
                fill: bool = True) -> sympy.Expr:
     """Seconds of an all-reduce on NCCL's double binary tree (chain inside the node).
@@ -345,7 +350,42 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
         bus = Min(bus * factor, channels * _by_nodes("tree_ll128_channel_max_bw_bytes_per_s", nodes))
     latency = _sym(f"alpha_tree_{proto}_s") + 2 * (
         (q - 1) * _sym(f"hop_nvlink_tree_{proto}_s") + sympy.log(nodes, 2) * _net_hop("tree", proto, fill))
-    return latency + _tree_corrected_bytes(proto, size, fill) / (bus / 2)
+    moved = _tree_corrected_bytes(proto, size, fill)
+    if fill and proto == "simple":
+        # The pipeline's fill, as NVLS-tree's (``_nvls_tree_time``): with Simple a network hop hands a chunk on only
+        # once all of it has arrived, so the last chunk of every channel ends 2 log2(nodes) chunk times (up the tree
+        # and down) after the bytes' own time. LL and LL128 flag every line, and the receiver takes lines as they land.
+        moved = moved + 2 * sympy.log(nodes, 2) * Min(size, _sym("ring_channels") * _TREE_CHUNK[proto])
+    return latency + moved / (bus / 2)
+
+
+#: src/include/device.h NCCL_MAX_NVLS_ARITY: the most NVLS heads (GPU:NIC pairs) one NVLS-tree channel serves.
+_NVLS_MAX_HEADS = 32
+#: enqueue.cc calcCollChunking, NVLS-tree, for a largest chunk of at most 256 KiB (every generation's; the loader
+#: checks): the chunk after its halvings is ``min(largest, step)``, the step by the message's bytes per channel and
+#: head: (below this many bytes, this chunk). NCCL halves to 32 KiB below 1 chunk of 64 KiB per channel and head,
+#: to 64 KiB below 4 of 128 KiB, to 128 KiB below 16 of 256 KiB; with the largest chunk at 256 KiB at most the
+#: three halvings are this one step function.
+_NVLSTREE_CHUNK_STEPS = ((65536, 32768), (4 * 131072, 65536), (16 * 262144, 131072))
+_NVLSTREE_MAX_CHUNK = 262144
+
+
+def _nvls_tree_loop(size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
+    """Bytes of the message NVLS-tree moves in one loop of all its channels: ``nvlsChannels × nHeads × chunk``.
+
+    src/device/all_reduce.h (``RunWorkColl<…, NCCL_ALGO_NVLS_TREE, …>``): each channel walks its share of the message
+    in loops of one chunk per NVLS head (``loopCount = nHeads · chunkCount``); the heads are the node's GPU:NIC pairs
+    (one per rank, at most ``NCCL_MAX_NVLS_ARITY``). The channels (``nvlstree_channels_*``) and the largest chunk
+    (``nvlstree_chunk_*``: ``min(nvlsChunkSize, nvlsTreeMaxChunkSize)``, nvls.cc) are the generation's; enqueue.cc
+    ``calcCollChunking`` then halves the chunk where the message holds few chunks of every channel and head
+    (``_NVLSTREE_CHUNK_STEPS``).
+    """
+    channels = Piecewise((_sym("nvlstree_channels_n2"), nodes < 3), (_sym("nvlstree_channels_n4"), True))
+    ops = channels * Min(q, _NVLS_MAX_HEADS)  # calcCollChunking's concurrentOps
+    largest = Piecewise((_sym("nvlstree_chunk_n2_bytes"), nodes < 4), (_sym("nvlstree_chunk_n4_bytes"), True))
+    step = Piecewise(*((chunk, size < below * ops) for below, chunk in _NVLSTREE_CHUNK_STEPS),
+                     (_NVLSTREE_MAX_CHUNK, True))
+    return ops * Min(largest, step)
 
 
 def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr,
@@ -362,6 +402,12 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     compute capability 10.0 and above (``nvlstree_size_correction`` = 1) NCCL corrects the bandwidth at medium sizes
     by the tree's ``treeCorrectionFactor`` (Simple, all 24 entries; ``ncclTopoGetAlgoTime``, NCCL 2.29): the price
     as NCCL has it, the time never falling as the size grows (``_tree_corrected_bytes``).
+
+    The time adds the pipeline's fill, which the tuner leaves out: a loop's chunks (``_nvls_tree_loop``) cross the
+    tree's ``2 log2(nodes)`` network hops (up to the root and down again) one after the other, and Simple hands a
+    step on only once all its bytes have arrived (store and forward), so the last loop ends ``2 log2(nodes)`` loop
+    times after the bytes' own time, at the same bus bandwidth: ``2 log2(nodes) · min(size, loop)`` more bytes. The
+    NVLink stages of a loop (scatter, NVLS reduce, multicast, gather) run on faster links and are not counted.
     """
     channels = q
     speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(q - 1, 1))
@@ -374,6 +420,8 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     latency = _sym("hop_nvlink_nvls_s") + 2 * sympy.log(nodes, 2) * _net_hop("nvlstree", "simple", fill)
     moved = Piecewise((_tree_corrected_bytes("simple", size, fill, "nvlstree"), _sym("nvlstree_size_correction") > 0),
                       (size, True))
+    if fill:
+        moved = moved + 2 * sympy.log(nodes, 2) * Min(size, _nvls_tree_loop(size, q, nodes))
     time = latency + moved * _nsteps("all_reduce", n) / (n * bus)
     available = sympy.And(_sym("nvls") > 0, nodes > 1, q > 1)
     return Piecewise((time, available), (_MANY, True))

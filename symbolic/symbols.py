@@ -278,6 +278,12 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
      "NCCL perChMaxTreeLL128Bws, more than 2 nodes"),
     ("nvlstree_channel_max_bw_n2_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxNVLSTreeBws, 2 nodes"),
     ("nvlstree_channel_max_bw_n4_bytes_per_s", "positive", "bytes/s", "NCCL perChMaxNVLSTreeBws, more than 2 nodes"),
+    ("nvlstree_channels_n2", "positive", "channels",
+     "NCCL nvlsChannels across 2 nodes: thread blocks NVLS-tree runs (nvls.cc ncclNvlsTuning, per GPU generation)"),
+    ("nvlstree_channels_n4", "positive", "channels", "NCCL nvlsChannels across more than 2 nodes"),
+    ("nvlstree_chunk_n2_bytes", "positive", "bytes",
+     "largest NVLS-tree chunk across 2 or 3 nodes: min(nvlsChunkSize, nvlsTreeMaxChunkSize) (nvls.cc)"),
+    ("nvlstree_chunk_n4_bytes", "positive", "bytes", "the same across 4 nodes or more"),
     # Placement of one parallel group (symbolic.placement): Megatron rank order, stride = product
     # of the degrees before the group's dimension in that order.
     ("group_size", "positive_integer", "ranks", "ranks in the parallel group"),

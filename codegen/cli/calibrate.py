@@ -2,10 +2,11 @@
 nccl-tests logs.
 
 Reads the logs (``codegen.validation.nccl_logs``), fits the network level's bandwidth efficiency and per-protocol hop
-latencies of *BASE* to them (``codegen.validation.calibration``: least squares on log time, nothing else fitted),
-prints what it fitted, the fit's median relative error on the logs against *BASE*'s, and each constant's change,
-and writes a system file (``base = BASE`` with a ``[network]`` table) for ``symcost --catalog``. An existing file is
-never overwritten, and a log whose ``#wrong`` column counts errors (its collective returned wrong data) is refused.
+latencies of *BASE* to them (``codegen.validation.calibration``: least absolute deviations on log time, nothing
+else fitted), prints what it fitted, the fit's median relative error on the logs against *BASE*'s, and each
+constant's change, and writes a system file (``base = BASE`` with a ``[network]`` table) for ``symcost --catalog``.
+An existing file is never overwritten, and a log whose ``#wrong`` column counts errors (its collective returned
+wrong data) is refused.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ _NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help=COMMANDS["calibrate"],
                        description="Fit the network level's bandwidth efficiency and per-protocol hop latencies of a "
-                                   "catalog system to raw nccl-tests output of the user's cluster (least squares on "
-                                   "log time) and write a system file for --catalog.")
+                                   "catalog system to raw nccl-tests output of the user's cluster (least absolute "
+                                   "deviations on log time) and write a system file for --catalog.")
     p.add_argument("logs", metavar="LOG", nargs="+", help="raw nccl-tests output files (all_reduce_perf and friends)")
     p.add_argument("--system", required=True, metavar="BASE",
                    help="the catalog system the logs ran on: its node and network (a cluster file of --catalog too)")
@@ -64,12 +65,14 @@ def run(args: argparse.Namespace) -> int:
     data = nccl_logs.measurements(rows, args.system)
     print(f"{len(rows)} rows read from {len(args.logs)} log file(s)")
     fit = calibrate(data, args.system)
-    print(f"fitted on {fit.rows} rows of {args.system}: least squares on ln(time)")
+    print(f"fitted on {fit.rows} rows of {args.system}: least absolute deviations on ln(time)")
     print(f"  network bandwidth efficiency: {fit.efficiency:.3f}  (base {fit.base_efficiency:.3f}, "
           f"{fit.efficiency / fit.base_efficiency - 1:+.1%})")
     for protocol, value in fit.latency_s.items():
         base = fit.base_latency_s[protocol] * 1e6
         print(f"  network hop latency, {protocol:<6}: {value * 1e6:8.2f} us  (base {base:.2f} us)")
+    print(f"mean |ln predicted - ln measured| on these logs (minimised): {fit.deviation:.3f} calibrated, "
+          f"{fit.base_deviation:.3f} with {args.system} as the catalog has it")
     print(f"median relative error on these logs: {fit.median_rel_err:.1%} calibrated, {fit.base_median_rel_err:.1%} "
           f"with {args.system} as the catalog has it")
     text = fit.system_file(args.name, [os.fspath(path) for path in args.logs])
