@@ -353,8 +353,9 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
     moved = _tree_corrected_bytes(proto, size, fill)
     if fill and proto == "simple":
         # The pipeline's fill, as NVLS-tree's (``_nvls_tree_time``): with Simple a network hop hands a chunk on only
-        # once all of it has arrived, so the last chunk of every channel ends 2 log2(nodes) chunk times (up the tree
-        # and down) after the bytes' own time. LL and LL128 flag every line, and the receiver takes lines as they land.
+        # whole, at both ends (src/transport/net.cc), so the last chunk of every channel ends 2 log2(nodes) chunk
+        # times (up the tree and down) after the bytes' own time. With LL and LL128 the receiver reads lines as they
+        # land; the sender's wait for a whole step, at a rate no source states, is not priced (docs/time.md).
         moved = moved + 2 * sympy.log(nodes, 2) * Min(size, _sym("ring_channels") * _TREE_CHUNK[proto])
     return latency + moved / (bus / 2)
 
@@ -405,7 +406,8 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
 
     The time adds the pipeline's fill, which the tuner leaves out: a loop's chunks (``_nvls_tree_loop``) cross the
     tree's ``2 log2(nodes)`` network hops (up to the root and down again) one after the other, and Simple hands a
-    step on only once all its bytes have arrived (store and forward), so the last loop ends ``2 log2(nodes)`` loop
+    step on only whole, at both ends of a hop (src/transport/net.cc: the sending proxy posts a step the GPU has
+    written, the receiving GPU reads one the proxy reports arrived), so the last loop ends ``2 log2(nodes)`` loop
     times after the bytes' own time, at the same bus bandwidth: ``2 log2(nodes) · min(size, loop)`` more bytes. The
     NVLink stages of a loop (scatter, NVLS reduce, multicast, gather) run on faster links and are not counted.
     """
