@@ -326,7 +326,7 @@ def _tree_corrected_bytes(proto: str, size: sympy.Expr, fill: bool, algorithm: s
 
 #: Bytes one channel's chunk of the tree carries with Simple: src/init.cc DEFAULT_BUFFSIZE (4 MiB) over NCCL_STEPS = 8
 #: steps, one step a chunk outside the Simple ring (enqueue.cc calcCollChunking: chunkSteps = 1).
-_TREE_CHUNK = {"simple": 524288}
+_TREE_SIMPLE_CHUNK = 524288
 
 
 def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, nics: sympy.Expr,
@@ -356,7 +356,7 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
         # whole, at both ends (src/transport/net.cc), so the last chunk of every channel ends 2 log2(nodes) chunk
         # times (up the tree and down) after the bytes' own time. With LL and LL128 the receiver reads lines as they
         # land; the sender's wait for a whole step, at a rate no source states, is not priced (docs/time.md).
-        moved = moved + 2 * sympy.log(nodes, 2) * Min(size, _sym("ring_channels") * _TREE_CHUNK[proto])
+        moved = moved + 2 * sympy.log(nodes, 2) * Min(size, _sym("ring_channels") * _TREE_SIMPLE_CHUNK)
     return latency + moved / (bus / 2)
 
 

@@ -3,10 +3,10 @@ nccl-tests logs.
 
 Reads the logs (``codegen.validation.nccl_logs``), fits the network level's bandwidth efficiency and per-protocol hop
 latencies of *BASE* to them (``codegen.validation.calibration``: least absolute deviations on log time, nothing
-else fitted), prints what it fitted, the fit's median relative error on the logs against *BASE*'s, and each
-constant's change, and writes a system file (``base = BASE`` with a ``[network]`` table) for ``symcost --catalog``.
-An existing file is never overwritten, and a log whose ``#wrong`` column counts errors (its collective returned
-wrong data) is refused.
+else fitted), prints what it fitted, the mean absolute deviation it minimised and the median relative error on
+the logs, each against *BASE*'s, and each constant's change, and writes a system file (``base = BASE`` with a
+``[network]`` table) for ``symcost --catalog``. An existing file is never overwritten, and a log whose ``#wrong``
+column counts errors (its collective returned wrong data) is refused.
 """
 
 from __future__ import annotations
