@@ -373,6 +373,10 @@ def test_validate_multinode_table_groups_and_overall(capsys):
         assert g["n"] == sum(b["n"] for b in record["groups"]
                              if (b["system"], b["transport"], b["nodes"], b["op"]) == key)
     assert ops[("dgx_h100", "efa", 2, "all_reduce")]["median_rel_err"] <= 0.25
+    # NVLS-tree's pipeline fill (docs/time.md, "Pipeline fill across nodes"): H100 on InfiniBand 2.1 % on two nodes
+    # and 10.4 % on four (9.8 and 16.1 % without it).
+    assert ops[("dgx_h100", "ib", 2, "all_reduce")]["median_rel_err"] <= 0.05
+    assert ops[("dgx_h100", "ib", 4, "all_reduce")]["median_rel_err"] <= 0.12
 
 
 def _nvl72_table(path, rows):
