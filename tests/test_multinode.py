@@ -469,6 +469,16 @@ def test_calibration_on_two_nodes_predicts_four_better_than_the_catalog():
     assert deviation(four, fit.system) < deviation(four, None)  # held out: the 4-node sweeps were not fitted
 
 
+def test_calibration_keeps_a_constant_the_logs_cannot_tell_apart():
+    # Two H100 nodes' NVLS-tree sizes (512 MiB to 8 GiB, 10 rows): perChMaxNVLSTreeBw caps the bus below what the
+    # NICs carry down to an efficiency of 0.577, so no efficiency from there to 1 changes a prediction; the base's
+    # stays (a fit that could move it found the lowest value of the flat, 0.577).
+    rows = nccl_logs.read_logs([LOGS / "skypilot_nebius_h100_2n_ar.txt"], gpus_per_node=8)
+    fit = calibrate(nccl_logs.measurements(rows, "dgx_h100"), "dgx_h100")
+    assert fit.efficiency == fit.base_efficiency
+    assert fit.deviation <= fit.base_deviation
+
+
 def test_calibrate_writes_a_system_file_and_never_overwrites(tmp_path, capsys, monkeypatch):
     log = str(LOGS / "skypilot_nebius_h100_2n_ar.txt")  # 10 rows: the command's behaviour, not the fit's quality
     out = tmp_path / "mine.toml"

@@ -21,7 +21,8 @@ values from 1 µs to 1 ms, geometric) finds the basin; a coordinate search (gold
 turn, the efficiency within 0.1 of the grid's best down to its lower bound 0.05, each latency from 0 to the grid's
 next values; three rounds) refines it. The constants are
 bounded and no gradient is used, because the model is not smooth in them (NCCL's pick switches). The result is
-never worse on the logs than the grid's best, nor than the base's own constants.
+never worse on the logs than the grid's best, nor than the base's own constants, and a constant the logs cannot
+tell apart from the base's (no better fitted than at the base's value) keeps the base's.
 
 Only the user's logs are read: the bundled catalog and the project's validations stay unfitted. The result is a
 system file (a ``base`` node with a ``[network]`` table) for ``symcost --catalog``.
@@ -176,8 +177,16 @@ def calibrate(data: Measurements, base: str) -> Calibration:
     base_efficiency = node.network.efficiency or 1.0
     base_latency = {p: v for p, v in ((k.removeprefix("net_latency_").removesuffix("_s"), v)
                                       for k, v in hardware.hop_latencies(node).items())}
-    if loss(base_efficiency, base_latency) < loss(eff, lat):  # nor worse than the catalog's own constants
+    # Nor worse than the catalog's own constants; and a constant the logs cannot tell apart from the base's (a fit
+    # no better with the fitted value than with the base's: sizes that do not depend on it, or where a cap of
+    # NCCL's binds before it) keeps the base's, one constant after the other.
+    if loss(base_efficiency, base_latency) <= loss(eff, lat):
         eff, lat = base_efficiency, dict(base_latency)
+    if loss(base_efficiency, lat) <= loss(eff, lat):
+        eff = base_efficiency
+    for p in PROTOCOLS:
+        if loss(eff, {**lat, p: base_latency[p]}) <= loss(eff, lat):
+            lat[p] = base_latency[p]
     fitted = _trial(node, eff, lat)
     return Calibration(base=base, efficiency=eff, latency_s=dict(lat), base_efficiency=base_efficiency,
                        base_latency_s=base_latency,
