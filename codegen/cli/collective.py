@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  algbw     {record['algbw_GBps']:.2f} GB/s  (S / t, GB = 1e9 bytes)")
     print(f"  busbw     {record['busbw_GBps']:.2f} GB/s  (nccl-tests bus bandwidth)")
     print(f"  algorithm {record['algorithm']}  (the smallest tuned price, as NCCL's tuner picks; the hierarchical "
-          "schedule, which it does not price, where that runs faster)")
+          "schedule below is no NCCL algorithm, shown for comparison)")
     if fall is not None:
         print(f"  falls     to {fall.time_s * 1e6:.2f} us at {fall.msg_bytes:.0f} bytes, where NCCL switches from "
               f"{fall.before} to {fall.after}: {fall.rule}")

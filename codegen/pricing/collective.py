@@ -8,10 +8,11 @@ the smallest price, the first in its loop order on a tie (a strict ``<``); nccl-
 that candidate's real time. :func:`choose` does exactly that, element-wise: the chosen time is the real
 time of the candidate with the smallest price. ``np.argmin`` keeps the first minimum, which is NCCL's
 tie rule because the candidates are generated in NCCL's order (tree, ring, NVLS, then hierarchical,
-protocols LL, LL128, Simple). The hierarchical schedule, which NCCL's tuner does not price
-(:data:`OUTSIDE_TUNER`), is taken where its real time is below that of NCCL's pick. Every candidate's time
-grows with S, so the chosen time falls as S grows only at NCCL's own switches; :func:`next_fall` finds where
-(docs/time.md, "Where the time falls as S grows").
+protocols LL, LL128, Simple). The hierarchical schedule (:data:`OUTSIDE_TUNER`: no NCCL algorithm, which its
+tuner does not price) is evaluated beside them for comparison and never picked: NCCL runs its own algorithms,
+and nccl-tests and a training run measure those. Every candidate's time grows with S, so the chosen time falls
+as S grows only at NCCL's own switches; :func:`next_fall` finds where (docs/time.md, "Where the time falls as S
+grows").
 
 The choice is done here rather than as one closed form (a ``Piecewise`` over the candidates whose
 conditions compare prices) because such a form costs SymPy minutes to build and lower, and the pick
@@ -132,8 +133,7 @@ class Choice:
 
 
 #: Candidates that NCCL's tuner does not price (``symbolic.collective_time``: the hierarchical schedule of phases,
-#: no NCCL algorithm): :func:`choose` takes one where its real time is below that of NCCL's own pick, so that
-#: the chosen time cannot fall with S at a switch to or from it.
+#: no NCCL algorithm): :func:`choose` evaluates them, for comparison, and never picks one.
 OUTSIDE_TUNER = frozenset({"hierarchical"})
 
 #: Candidates that are infinite (unavailable) by their own forms' conditions: the hierarchical one on a
@@ -225,25 +225,18 @@ def choose(op: str, values: Mapping[str, Any], enabled: tuple[bool, ...] | None 
 def _pick(op: str, times_a: np.ndarray, prices_a: np.ndarray) -> Choice:
     """The choice from every candidate's time and price ``(K, …)`` (*prices_a* is written to: NaN → inf).
 
-    NCCL's candidates compete by their tuned price, as ``topoGetAlgoInfo`` does. The hierarchical schedule
-    (:data:`OUTSIDE_TUNER`), which NCCL's tuner does not price, is taken where its real time is below that of
-    NCCL's pick: each candidate's time grows with S, so the time of this choice falls with S only where
-    NCCL's own pick switches (docs/time.md, "Where the time falls as S grows").
+    NCCL's candidates compete by their tuned price, as ``topoGetAlgoInfo`` does; the hierarchical schedule
+    (:data:`OUTSIDE_TUNER`), which NCCL does not run, keeps its time and price in the choice and is never picked.
+    Each candidate's time grows with S, so the time of this choice falls with S only where NCCL's own pick
+    switches (docs/time.md, "Where the time falls as S grows").
     """
     prices_a[np.isnan(prices_a)] = np.inf
     names = labels(op)
-    outside = [k for k, label in enumerate(names) if label in OUTSIDE_TUNER]
-    if not outside:
-        index = np.argmin(prices_a, axis=0)
-        time = np.take_along_axis(times_a, index[None], axis=0)[0]
-        return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
     tuned = np.array([label not in OUTSIDE_TUNER for label in names])
-    index = np.argmin(np.where(tuned.reshape((-1,) + (1,) * (prices_a.ndim - 1)), prices_a, np.inf), axis=0)
+    competing = prices_a if tuned.all() else np.where(tuned.reshape((-1,) + (1,) * (prices_a.ndim - 1)), prices_a,
+                                                      np.inf)
+    index = np.argmin(competing, axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
-    for k in outside:
-        faster = times_a[k] < time  # NaN (unavailable) is never faster
-        index = np.where(faster, k, index)
-        time = np.where(faster, times_a[k], time)
     return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
 
 
