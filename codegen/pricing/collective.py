@@ -32,9 +32,8 @@ Derivatives (the sensitivity in seconds): ``symbolic.collective_time`` generates
 ``∂t/∂msg_bytes``, ``∂t/∂ranks`` (the placement held) and ``∂t/∂λ`` for each level parameter (a
 relative scale of a network level's latencies, α, or bandwidths, β). :func:`slopes` evaluates the
 chosen candidate's (the pick is a step function of its inputs: a.e. its derivative is the chosen
-candidate's). A candidate whose derivatives are not generated (the hierarchical one, whose nest of
-``Min`` over phases takes SymPy minutes to differentiate) gets a central difference of its generated
-time form, relative step ``1e-6``.
+candidate's). The hierarchical candidate's are not generated (its nest of ``Min`` over phases takes SymPy
+minutes to differentiate): it is never picked, so no slope is taken of it.
 """
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ __all__ = ["Choice", "Chooser", "Fall", "LEVEL_PARAMETERS", "OUTSIDE_TUNER", "SL
 
 #: What :func:`slopes` differentiates the chosen time in: the call's S and n, then the level parameters.
 SLOPE_BY = ("msg_bytes", "ranks", *LEVEL_PARAMETERS)
-_STEP = 1e-6
 
 
 @functools.cache
@@ -369,24 +367,6 @@ def _slope_name(op: str, label: str, by: str) -> str:
     return f"{_time_name(op, label)}{suffix}"
 
 
-def _differentiated(op: str, label: str) -> bool:
-    return _slope_name(op, label, "msg_bytes") in generated.FORMULAS
-
-
-def _central(op: str, label: str, values: Mapping[str, Any], by: str) -> np.ndarray:
-    """∂t/∂(by) of one candidate by a central difference of its generated time form (relative step)."""
-    names = (by,) if by in ("msg_bytes", "ranks") else LEVEL_PARAMETERS[by]
-    up, down = dict(values), dict(values)
-    for n in names:
-        up[n] = np.asarray(values[n], dtype=float) * (1 + _STEP)
-        down[n] = np.asarray(values[n], dtype=float) * (1 - _STEP)
-    with np.errstate(invalid="ignore"):  # inf - inf where the candidate is unavailable: never chosen
-        diff = (_call(_time_name(op, label), up) - _call(_time_name(op, label), down)) / (2 * _STEP)
-    if by in ("msg_bytes", "ranks"):
-        return diff / np.asarray(values[by], dtype=float)  # per byte / per rank
-    return diff  # per unit of the relative scale
-
-
 def slopes(op: str, values: Mapping[str, Any], index: np.ndarray) -> dict[str, np.ndarray]:
     """The derivatives of the chosen candidate's real time (*index* from :func:`choose`), by ``SLOPE_BY``.
 
@@ -400,8 +380,8 @@ def slopes(op: str, values: Mapping[str, Any], index: np.ndarray) -> dict[str, n
     for by in SLOPE_BY:
         per = []
         for label in names:
-            if not _differentiated(op, label):
-                per.append(_central(op, label, values, by))
+            if label in OUTSIDE_TUNER:
+                per.append(np.zeros(()))  # never picked (its derivatives are not generated)
             elif _slope_name(op, label, by) in generated.FORMULAS:
                 per.append(_call(_slope_name(op, label, by), values))
             else:
