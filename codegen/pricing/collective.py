@@ -231,8 +231,9 @@ def _pick(op: str, times_a: np.ndarray, prices_a: np.ndarray) -> Choice:
     prices_a[np.isnan(prices_a)] = np.inf
     names = labels(op)
     tuned = np.array([label not in OUTSIDE_TUNER for label in names])
-    competing = prices_a if tuned.all() else np.where(tuned.reshape((-1,) + (1,) * (prices_a.ndim - 1)), prices_a,
-                                                      np.inf)
+    competing = prices_a
+    if not tuned.all():  # the candidates NCCL does not run take no part in the argmin
+        competing = np.where(tuned.reshape((-1,) + (1,) * (prices_a.ndim - 1)), prices_a, np.inf)
     index = np.argmin(competing, axis=0)
     time = np.take_along_axis(times_a, index[None], axis=0)[0]
     return Choice(time_s=time, index=index, labels=names, times=times_a, prices=prices_a)
