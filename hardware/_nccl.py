@@ -182,10 +182,6 @@ def nccl_tuning() -> NcclTuning:
                 if key not in out:
                     raise HardwareSpecError(f"{TUNING_FILE.name}: generations.{gen}.{key}: missing (the generation "
                                             "has NVLS)")
-            for key in ("nvlstree_chunk_n2_bytes", "nvlstree_chunk_n4_bytes"):
-                if out[key] > 262144:  # symbolic.collective_time writes NCCL's chunk halvings for these only
-                    raise HardwareSpecError(f"{TUNING_FILE.name}: generations.{gen}.{key}: at most 262144 bytes "
-                                            f"(NCCL's largest NVLS-tree chunk), got {out[key]!r}")
         generations[gen] = out
     return NcclTuning(latency=latency, generations=generations, p2p=p2p, hosts=hosts, transports=transports)
 

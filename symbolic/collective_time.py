@@ -32,7 +32,8 @@ How NCCL's model is followed, and where it is simplified (each is stated where i
   ``× 0.5`` (tree).
 * Latencies: ring ``base + (nsteps − interSteps) · max(intraHop, netOverhead) + interSteps ·
   netHop`` in the price (the time takes ``intraHop`` for the steps inside a node: ``_ring_latency``); tree
-  all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``; NVLS ``hop_nvlink_nvls``. ``log2i`` (integer log) is relaxed to ``log2`` (equal on powers of two).
+  all-reduce ``base + 2 ((ranksPerNode − 1) intraHop + log2(nodes) netHop)``; NVLS ``hop_nvlink_nvls``.
+  ``log2i`` (integer log) is relaxed to ``log2`` (equal on powers of two).
 * NVLS only inside one node (multi-node NVLS needs CollNet), only with ``nvls = 1`` (``src/transport/
   nvls.cc``: NVLS needs multicast-capable NVSwitches). The NVLS graph has one channel per rank at
   ``min(nvls_channel_max_bw, nvlink_nccl_bw / (n − 1))`` — the search's upper bound (search.cc raises
@@ -362,13 +363,12 @@ def _tree_time(proto: str, size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr, n
 
 #: src/include/device.h NCCL_MAX_NVLS_ARITY: the most NVLS heads (GPU:NIC pairs) one NVLS-tree channel serves.
 _NVLS_MAX_HEADS = 32
-#: enqueue.cc calcCollChunking, NVLS-tree, for a largest chunk of at most 256 KiB (every generation's; the loader
-#: checks): the chunk after its halvings is ``min(largest, step)``, the step by the message's bytes per channel and
-#: head: (below this many bytes, this chunk). NCCL halves to 32 KiB below 1 chunk of 64 KiB per channel and head,
-#: to 64 KiB below 4 of 128 KiB, to 128 KiB below 16 of 256 KiB; with the largest chunk at 256 KiB at most the
-#: three halvings are this one step function.
+#: enqueue.cc calcCollChunking, NVLS-tree: the chunk after its halvings is ``min(largest, step)``, the step by the
+#: message's bytes per channel and head: (below this many bytes, this chunk). NCCL halves to 32 KiB below 1 chunk
+#: of 64 KiB per channel and head, to 64 KiB below 4 of 128 KiB, to 128 KiB below 16 of 256 KiB, and to 256 KiB
+#: below 32 of the largest chunk (``_nvls_tree_loop``: that threshold reads the largest chunk, the others are fixed).
 _NVLSTREE_CHUNK_STEPS = ((65536, 32768), (4 * 131072, 65536), (16 * 262144, 131072))
-_NVLSTREE_MAX_CHUNK = 262144
+_NVLSTREE_HALVED_CHUNK = 262144
 
 
 def _nvls_tree_loop(size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
@@ -385,7 +385,7 @@ def _nvls_tree_loop(size: sympy.Expr, q: sympy.Expr, nodes: sympy.Expr) -> sympy
     ops = channels * Min(q, _NVLS_MAX_HEADS)  # calcCollChunking's concurrentOps
     largest = Piecewise((_sym("nvlstree_chunk_n2_bytes"), nodes < 4), (_sym("nvlstree_chunk_n4_bytes"), True))
     step = Piecewise(*((chunk, size < below * ops) for below, chunk in _NVLSTREE_CHUNK_STEPS),
-                     (_NVLSTREE_MAX_CHUNK, True))
+                     (_NVLSTREE_HALVED_CHUNK, size < 32 * largest * ops), (largest, True))
     return ops * Min(largest, step)
 
 

@@ -72,6 +72,25 @@ def test_nvls_tree_fill_is_the_loops_of_nccls_chunking(ranks, size, chunk):
     assert time - price == pytest.approx(fill, rel=1e-9)
 
 
+@pytest.mark.parametrize("largest", [65536, 131072, 262144, 524288, 1048576])
+def test_nvls_tree_loop_is_calc_coll_chunkings_halvings(largest):
+    # enqueue.cc calcCollChunking (NVLS-tree) step by step, against the one step function of _nvls_tree_loop, for
+    # largest chunks at and above the 256 KiB it halves to first: 16 channels x 8 heads on two nodes.
+    from symbolic.collective_time import _nvls_tree_loop
+    from symbolic.symbols import symbol
+
+    ops = 16 * 8
+    form = _nvls_tree_loop(symbol("msg_bytes"), symbol("ranks_per_node"), symbol("nodes"))
+    for size in (2.0 ** k for k in range(16, 36)):
+        chunk = largest
+        for chunks, smaller in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+            if size < chunks * ops * chunk and chunk > smaller:
+                chunk = smaller
+        got = form.subs({symbol("msg_bytes"): size, symbol("ranks_per_node"): 8, symbol("nodes"): 2,
+                         symbol("nvlstree_channels_n2"): 16, symbol("nvlstree_chunk_n2_bytes"): largest})
+        assert int(got) == ops * chunk, (size, largest)
+
+
 def test_nvls_tree_needs_nvls_and_two_nodes():
     assert math.isinf(float(collectives.predict("dgx_a100", "all_reduce", 16, 1e9).candidates["nvlstree_simple"]))
     assert math.isinf(float(collectives.predict("dgx_h100", "all_reduce", 8, 1e9).candidates["nvlstree_simple"]))
