@@ -49,7 +49,7 @@ n_layers_stage, n_full_rec, n_sel_rec, n_output = syms("n_layers_stage", "n_full
 stage_flops_sym, peak, efficiency, exposed = syms(
     "stage_flops", "peak_flops_per_s", "compute_efficiency", "exposed_comm_s")
 n_kv, sp, d, ep, zero_level, flash, dropout = syms("n_kv", "sp", "d", "ep", "zero_level", "flash_attention", "dropout")
-bytes_grad = syms("bytes_grad")[0]
+bytes_grad_acc = syms("bytes_grad_acc")[0]
 hbm_bytes_sym, hbm_bw, hbm_eff = syms("stage_hbm_bytes", "hbm_bytes_per_s", "hbm_efficiency")
 vector_sym, vector_peak, vector_eff = syms("stage_vector_flops", "vector_flops_per_s", "vector_efficiency")
 lowp_sym, lowp_peak, lowp_eff = syms("stage_lowp_flops", "lowp_peak_flops_per_s", "lowp_efficiency")
@@ -410,14 +410,15 @@ def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
     and un-permutation (``PERMUTE``: ``2·(b·s/(cp·t))·h·(1 + k)`` elements each pass), the GEMMs' operands
     (inputs, outputs and weights; forward once, backward twice: input and weight gradients), the
     weight-gradient GEMM's accumulation into the gradient buffer (Megatron-LM's ``main_grad += dY^T·X``, in
-    place, every micro-batch: the buffer read and written in the gradient dtype, ``2·bytes_grad`` a parameter,
-    where the GEMM operands above count one 16-bit write), the recomputed forward pass (full) or attention core
-    (selective), the recomputed modules in every layer not fully recomputed (:func:`_module_recompute`); per
+    place, every micro-batch: the buffer read and written in the accumulation's dtype, ``2·bytes_grad_acc`` a
+    parameter, where the GEMM operands above count one 16-bit write; Megatron-LM accumulates in the buffer it
+    reduces, ``bytes_grad_acc = bytes_grad``, PyTorch's autograd in the parameters' own dtype), the recomputed
+    forward pass (full) or attention core (selective), the recomputed modules in every layer not fully recomputed (:func:`_module_recompute`); per
     step, the Adam update of the rank's parameters (30 bytes each: fp32 gradient, weight and two moments read,
     the three written, the 16-bit weight copy written), over the data-parallel group under ZeRO level >= 1.
     """
     fwd, bwd, gemm, core = _layer_hbm(variant, moe)
-    accumulate = 2 * bytes_grad - _E  # per parameter and micro-batch, beyond the 16-bit write counted in gemm
+    accumulate = 2 * bytes_grad_acc - _E  # per parameter and micro-batch, beyond the 16-bit write counted in gemm
     per_layer = fwd + bwd + 3 * gemm + accumulate * _rank_weights(variant, moe)
     modules = _module_recompute(variant, moe)[0]
     body = m * (n_layers_stage * per_layer + n_full_rec * (fwd + gemm) + n_sel_rec * core

@@ -132,6 +132,8 @@ _TABLE: tuple[tuple[str, str, str, str], ...] = (
     ("bytes_compute", "positive", "bytes", "bytes per activation element"),
     ("bytes_p", "positive", "bytes", "bytes per parameter"),
     ("bytes_grad", "positive", "bytes", "bytes per gradient element"),
+    ("bytes_grad_acc", "positive", "bytes", "bytes per gradient element as each micro-batch's weight gradient is "
+                                            "added into the step's (bytes_grad where one buffer does both)"),
     ("bytes_norm", "positive", "bytes", "bytes per norm input element"),
     # Op counts per layer.
     ("n_attMM", "nonnegative_integer", "ops", "attention matrix multiplies per layer"),

@@ -21,7 +21,7 @@ import pytest
 
 from codegen.configs import (ORIGINAL_CP_NETWORK, Layout, LayoutError, ModelConfig, ModelConfigError, RecomputePlan,
                              accounted_split_offset, build_stages, chunk_layer_counts, derive_fields, load_model,
-                             model_names, parse_layout, parse_recompute, validate)
+                             model_names, module_list_split_offset, parse_layout, parse_recompute, validate)
 from codegen.pricing.stages import stage_counts
 from conftest import CASES, ROOT
 from symbolic.vocabulary import BODY_KINDS, LayerType
@@ -279,6 +279,35 @@ def test_the_accounted_split_puts_mtp_on_the_last_chunk_and_names_what_does_not_
         accounted_split_offset(61, 1, 16, 1, True, True)
     with pytest.raises(LayoutError, match="16 layers a stage .* do not divide over vp = 3"):
         accounted_split_offset(126, 0, 8, 3, True, True)
+
+
+def _module_list_layers(n_lay: int, p: int) -> list[int]:
+    """Decoder layers per stage when a list [embedding, n_lay layers, final norm, head] is cut as Aleph Alpha's
+    Scaling cuts it (pipe_partition_uniform): boundaries every len // p items, then each boundary after the i-th
+    pushed one item on for i below the remainder, so the first stages take the extra items."""
+    items = ["embedding"] + ["layer"] * n_lay + ["norm", "head"]
+    share = len(items) // p
+    bounds = [share * i for i in range(p + 1)]
+    for i in range(len(items) - share * p):
+        bounds[i + 1:] = [x + 1 for x in bounds[i + 1:]]
+    return [items[bounds[i]:bounds[i + 1]].count("layer") for i in range(p)]
+
+
+@pytest.mark.parametrize("n_lay", [40, 60, 80, 126])
+@pytest.mark.parametrize("p", [2, 3, 4, 8, 16])
+def test_the_module_list_split_builds_what_scaling_builds(n_lay, p):
+    model = dataclasses.replace(load_model("llama3-8b"), n_lay=n_lay)
+    offset = module_list_split_offset(n_lay, p)
+    counts = chunk_layer_counts(model, dataclasses.replace(model.layout, p=p, vp=1, offset=offset))
+    assert [c[0] for c in counts] == _module_list_layers(n_lay, p)
+
+
+def test_the_module_list_split_of_llama_13b_and_what_it_cannot_split():
+    # 43 modules over 2 stages: 22 and 21, the embedding in the first and the norm and head in the last
+    assert module_list_split_offset(40, 2) == (1, -1)
+    # 7 modules over 6 stages: the last stage's one module cannot hold the norm and the head
+    with pytest.raises(LayoutError, match="p = 6 stages leave a stage -1 layers"):
+        module_list_split_offset(4, 6)
 
 
 # --------------------------------------------------------------------------- layouts

@@ -21,7 +21,7 @@ class ModelConfigError(ValueError):
 #: step time reads).
 _NOT_FIELDS = frozenset({"name", "source", "layout", "first_k_dense", "sliding_window", "window_layers",
                          "n_route_groups", "n_route_groups_topk", "account_for_embedding_in_pipeline_split",
-                         "account_for_loss_in_pipeline_split"})
+                         "account_for_loss_in_pipeline_split", "bytes_grad_acc"})
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ class ModelConfig:
             parameter (``train.mixed_precision.param_dtype`` when mixed precision is enabled,
             else ``param_init_type``), gradient (``reduce_dtype``, default float32) and norm
             input (4, as the original's parser fixes it).
+        bytes_grad_acc: bytes per gradient element as each micro-batch's weight gradient is added into the step's
+            (the compute family's HBM bytes); ``None``: ``bytes_grad``, one buffer accumulating and reducing as
+            Megatron-LM's ``main_grad`` does. PyTorch's autograd accumulates in the parameters' dtype instead. In
+            :meth:`fields` as its value.
         layout: the file's own layout (``train.accelerator``, batch, recompute, offset).
         account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split: Megatron-Core's settings of
             those names (in its TransformerConfig): the pipeline split counts the input embedding / the loss as one
@@ -117,6 +121,7 @@ class ModelConfig:
     bytes_p: float = 2.0
     bytes_grad: float = 4.0
     bytes_norm: float = 4.0
+    bytes_grad_acc: float | None = None
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
 
@@ -148,5 +153,6 @@ class ModelConfig:
     @functools.cached_property
     def _fields(self) -> dict[str, float]:
         # Read on every pricing call: built once (the config is frozen).
-        return {f.name: float(getattr(self, f.name)) for f in fields(self)
-                if f.name not in _NOT_FIELDS}
+        out = {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_FIELDS}
+        out["bytes_grad_acc"] = float(self.bytes_grad if self.bytes_grad_acc is None else self.bytes_grad_acc)
+        return out

@@ -10,8 +10,8 @@ from ._layout import Layout, LayoutError, RecomputePlan
 from ._model import ModelConfig
 
 __all__ = ["accounted", "accounted_split_broken", "accounted_split_offset", "accounted_stage_layers",
-           "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "offset_pipeline",
-           "recompute_list_error", "slot_layers"]
+           "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "module_list_split_offset",
+           "offset_pipeline", "recompute_list_error", "slot_layers"]
 
 
 def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
@@ -79,6 +79,33 @@ def accounted_split_offset(n_lay: int, n_mtp: int, p: int, vp: int, embedding: b
     if vp == 1:
         return tuple(int(n) for n in offset[:, 0])
     return tuple(tuple(int(n) for n in offset[:, c]) for c in range(vp))
+
+
+def module_list_split_offset(n_lay: int, p: int, before: int = 1, after: int = 2) -> tuple[int, ...]:
+    """The offset (:attr:`Layout.offset`, one model chunk a stage) of a pipeline split evenly over the model's list of
+    modules rather than over its decoder layers: *before* modules ahead of the *n_lay* decoder layers (the input
+    embedding) and *after* behind them (the final norm and the output head). The list's ``N = n_lay + before + after``
+    modules go ``N // p`` a stage, the first ``N % p`` stages one more each; the first stage's share includes the
+    modules before the layers, the last stage's those after them.
+
+    Aleph Alpha's Scaling framework splits so by default (Aleph-Alpha/scaling, src/scaling/core/nn/parallel_module/
+    pipeline_partitioning.py ``pipe_partition_uniform``, the topology's default ``pipe_partition_method`` "uniform";
+    its transformer's module list, src/scaling/transformer/model/model.py ``get_transformer_layer_specs``: the
+    embedding, the layers, the final norm, the LM head). LLaMA 13B's 40 layers over 2 stages: 43 modules, 22 and 21,
+    so 21 decoder layers on the first stage and 19 on the last: offset (1, −1) over the even split's 20 and 20.
+
+    Raises:
+        LayoutError: a stage's share holds fewer modules than the embedding, or the norm and head, it must hold.
+    """
+    total = n_lay + before + after
+    share, extra = divmod(total, p)
+    body = [share + (stage < extra) for stage in range(p)]
+    body[0] -= before
+    body[-1] -= after
+    if min(body) < 0:
+        raise LayoutError(f"pipeline split over {total} modules ({n_lay} layers, {before} before, {after} after): "
+                          f"p = {p} stages leave a stage {min(body)} layers")
+    return tuple(n - n_lay // p for n in body)
 
 
 def offset_pipeline(offset: tuple[int, ...] | tuple[tuple[int, ...], ...]) -> tuple[int, int]:
