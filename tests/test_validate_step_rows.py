@@ -8,6 +8,7 @@ its reason.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -130,6 +131,52 @@ def test_a_sweep_reports_its_rank_correlation_and_regret(capsys, tmp_path):
     assert sweep["regret"] == pytest.approx(measured[np.argmin(predicted)] / 30.0 - 1, abs=1e-12)
     assert sweep["mean_abs_rel_err"] == pytest.approx(np.mean(np.abs(predicted - measured) / measured), rel=1e-12)
     assert "Llama 13B 64 GPUs" in out and "spearman" in out
+
+
+def test_sweep_rows_take_their_frameworks_split_overlap_and_gradient_width(capsys, tmp_path):
+    """A row of Hagemann et al.'s sheets (LLaMA 13B, 64 A100, tp 1, pp 2, micro-batch 1, no recompute) ran on Aleph
+    Alpha's Scaling: priced with its module-list pipeline split (21 decoder layers on the first stage, 19 beside the
+    head on the last), no communication overlap (its optimizer step all-reduces the gradients after the pipeline)
+    and micro-batches accumulated in the BF16 parameters' gradients; the same row from another source keeps NeMo's
+    defaults (the even split, the data-parallel and pipeline overlap, the fp32 gradient width)."""
+    header, rows = read_csv(SWEEPS)
+    row = next(r for r in rows
+               if (r["tp"], r["pp"], r["micro_batch"], r["recompute_mode"]) == ("1", "2", "1", "none"))
+    assert row["source"].startswith("Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts@")
+    other = dict(row, source="elsewhere")
+    got, _ = _run(capsys, write_csv(tmp_path / "two.csv", header, [row, other]))
+    shape = dict(name="llama", source="", s=2048, h=5120, a=40, n_kv=40, dh=128.0, hff=13824, v=32000, n_lay=40,
+                 hff_exp=13824)
+    scaling = ModelConfig(**shape, layout=Layout(d=32, t=1, p=2, m=64, b=1, offset=(1, -1)), bytes_grad_acc=2.0)
+    nemo = ModelConfig(**shape, layout=Layout(d=32, t=1, p=2, m=64, b=1))
+    for model, overlap, priced, named in ((scaling, (), got["rows"][0], "none"),
+                                          (nemo, ("dp", "pp"), got["rows"][1], "dp,pp")):
+        pricer = StepTimePricer(model, system="dgx_a100", comm=time_family_comm(model, "dgx_a100", "bf16"),
+                                overlap=overlap)
+        values = {k: np.array([getattr(model.layout, k)], dtype=np.int64)
+                  for k in ("d", "t", "p", "cp", "ep", "etp", "vp", "b", "m")}
+        chunk = Chunk(Setting("none", 1, model.layout.cp_algo), values, np.zeros(1, np.int64), model)
+        want = pricer.price(values, "none", chunk)
+        assert priced["predicted_s"] == float(want["step_time_s"][0]) and priced["overlap"] == named
+
+
+def test_the_accumulation_width_moves_two_reads_and_writes_a_parameter_a_micro_batch():
+    """HBM bytes of one rank's stage at accumulation widths 4 and 2: each micro-batch reads and writes every weight
+    gradient of the stage once, so the difference is m · 2·(4 − 2) bytes a parameter. LLaMA-like: h 1024, 8 heads,
+    FFN 2816 (SwiGLU), no biases, two RMSNorms a layer, 6 layers, vocabulary 32,000; tp 2, pp 1, m 8: the rank
+    holds (4h² + 2h + 3·h·2816)/2 a layer and h·v/2 of the output layer."""
+    h, hff, v, n, m = 1024, 2816, 32000, 6, 8
+    base = ModelConfig(name="x", source="", s=1024, h=h, a=8, n_kv=8, dh=128.0, hff=hff, v=v, n_lay=n,
+                       layout=Layout(d=1, t=2, p=1, m=m, b=1), hff_exp=hff)
+    values = {k: np.array([getattr(base.layout, k)], dtype=np.int64) for k in ("d", "t", "p", "cp", "ep", "etp", "vp",
+                                                                             "b", "m")}
+    moved = []
+    for width in (None, 2.0):
+        model = dataclasses.replace(base, bytes_grad_acc=width)
+        pricer = StepTimePricer(model, system="dgx_a100")
+        moved.append(pricer.stage_parts(values, "none", 1, hbm_only=True)[1][2][0])
+    params = n * (4 * h * h + 2 * h + 3 * h * hff) / 2 + h * v / 2
+    assert moved[0] - moved[1] == pytest.approx(m * 2 * (4 - 2) * params, rel=1e-12)
 
 
 @pytest.mark.parametrize("column, value, fragment", [

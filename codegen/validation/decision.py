@@ -11,7 +11,7 @@ its layers (its recipe's, ``step_rows.recipe_modules``) and its expert dispatche
 
 * the **search**: ``codegen.search.search`` over every valid layout (every recompute mode, the ZeRO levels 1 and the
   row's: 3 where it shards with FSDP), the search's default reserve, and the recipes' BF16 gradients
-  (``step_rows.RECIPE_MEMORY``, as the published layouts' memory check counts them) in the step time (the model's
+  (``recipes.RECIPE_MEMORY``, as the published layouts' memory check counts them) in the step time (the model's
   gradient width) and the memory filter (as ``symcost search --bytes-grad 2`` runs);
 * the **published layout**: the same search with every degree fixed to the row's (``--fix`` ``d, t, p, cp, ep,
   etp, vp, b``; ``m`` follows from the global batch): its best recompute mode and ZeRO level of those, priced as
@@ -43,7 +43,8 @@ from symbolic.vocabulary import SEARCH_KEYS
 
 from ..search import SearchSpec, search
 from .csvfile import DATA_DIR, Table
-from .step_rows import RECIPE_MEMORY, model_and_layout, read_rows, recipe_dispatcher, recipe_modules, recipe_overlap
+from .recipes import RECIPE_MEMORY
+from .step_rows import model_and_layout, read_rows, recipe_dispatcher, recipe_modules, recipe_overlap
 
 __all__ = ["DEFAULT_DATA", "GAP_BOUND", "PASS_SHARE", "FIXED_KEYS", "DecisionCase", "decision_cases",
            "decision_summary", "left_out", "print_decision_report"]
@@ -140,7 +141,7 @@ def decision_cases(table: Table, system: str | None = None) -> list[DecisionCase
         r = rows[i]
         where = f"{table.path}, line {r['line']}"
         model, layout, zero = model_and_layout(r, r["model"], str(table.path))
-        # the recipe's BF16 gradients in the step time as in the memory filter (step_rows.RECIPE_MEMORY)
+        # the recipe's BF16 gradients in the step time as in the memory filter (recipes.RECIPE_MEMORY)
         model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
         zeros = tuple(sorted({1, zero}))
         common = dict(model=model, devices=r["gpus"], global_batch=r["global_batch"], system=r["system"],

@@ -22,10 +22,13 @@ on 32 and 64 A100, 90 layouts). One row is one run:
   (Megatron-Core's pipeline split, :data:`RECIPE_ACCOUNTED_SPLIT` where blank) where the file has them; a row
   that leaves one out takes NeMo's recipe default
   (:data:`DEFAULTS`): recompute none, the recipe's modules (:data:`RECIPE_RECOMPUTE_MODULES`, else none),
-  sequence parallel on when ``tp > 1``, FlashAttention on; and, in
+  sequence parallel on when ``tp > 1``, FlashAttention on; a row whose ``source`` names the sheets of a run on
+  another framework (:data:`FRAMEWORKS`: Hagemann et al.'s, on Aleph Alpha's Scaling) takes that framework's
+  overlap, pipeline split and gradient accumulation width; and, in
   every row, dropout off and Megatron's distributed optimizer (ZeRO level 1), or ZeRO level 3 where
   ``fsdp`` shards over the whole data-parallel group;
-* the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to.
+* the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to and its
+  ``source`` (where the figure was published; its repository names the framework, above).
 
 Memory (:func:`memory_rows`): each row's memory per rank with the memory settings of NVIDIA's performance
 recipes that no column states (:data:`RECIPE_MEMORY`: BF16 gradients; the distributed optimizer over the
@@ -47,13 +50,14 @@ model ranks first (its measured time over the fastest measured, minus 1).
 Public API::
 
     FAMILIES, PRECISIONS, DEFAULTS, REQUIRED, RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP,
-    RECIPE_EP_DISPATCHER, RECIPE_ACCOUNTED_SPLIT
+    RECIPE_EP_DISPATCHER, RECIPE_ACCOUNTED_SPLIT, FRAMEWORKS
     is_step_rows_table(table) -> bool
     read_rows(table, system=None) -> list[dict]            # every row's cells read through the gate
     model_and_layout(row, name, source) -> (ModelConfig, Layout, ZeRO level)   # a row read by read_rows
     step_rows(table, system=None) -> list[dict]
     recipe_recompute(row, p) -> (RecomputePlan, source)
-    recipe_overlap(row) -> (overlap names, source)      # the row's overlap cell, its recipe's, or DEFAULTS
+    row_framework(row) -> Framework | None              # the framework other than NeMo the row ran on (by its source)
+    recipe_overlap(row) -> (overlap names, source)      # the row's cell, its recipe's, its framework's, or DEFAULTS
     recipe_modules(row) -> (module names, source)       # the row's recompute_modules cell, its recipe's, or none
     recipe_dispatcher(row) -> (dispatcher, source)      # the row's ep_dispatcher cell, its recipe's, or alltoall
     row_memory(row, name, source, settings=DEFAULT_SETTINGS) -> dict   # memory per rank with the recipe's settings
@@ -79,7 +83,7 @@ import numpy as np
 import hardware
 from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, SEARCH_KEYS
 
-from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, validate
+from ..configs import Layout, LayoutError, ModelConfig, RecomputePlan, module_list_split_offset, validate
 from ..pricing.chunks import Chunk, Setting
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, stage_memory
 from ..pricing.exposure import overlap_names
@@ -88,9 +92,12 @@ from ..pricing.step_time import StepTimePricer, time_family_comm
 from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, one_of, \
     parse_flag, parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
+from .recipes import ACCOUNTED_PARTS, FRAMEWORKS, RECIPE_ACCOUNTED_SPLIT, RECIPE_EP_DISPATCHER, RECIPE_MEMORY, \
+    RECIPE_OVERLAP, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, Framework, row_framework
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE",
-           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "RECIPE_ACCOUNTED_SPLIT", "Family",
+           "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "RECIPE_ACCOUNTED_SPLIT", "FRAMEWORKS",
+           "Family", "Framework", "row_framework",
            "is_step_rows_table", "read_rows", "model_and_layout", "step_rows", "recipe_recompute", "recipe_modules",
            "recipe_overlap", "recipe_dispatcher", "row_memory", "memory_rows", "spearman", "regret", "sweep_stats",
            "group_stats", "summary_json", "print_report"]
@@ -109,171 +116,6 @@ PRECISIONS = {"bf16": "bf16", "fp8": "fp8", "fp8-ds": "fp8", "fp8-cs": "fp8-cs",
 #: recompute; no dropout in pretraining recipes; Megatron's distributed optimizer, ZeRO level 1).
 DEFAULTS = {"recompute_mode": "none", "sequence_parallel": "tp > 1", "flash_attention": True, "dropout": False,
             "zero": 1, "overlap": DEFAULT_OVERLAP}
-
-
-#: The memory settings of NVIDIA's performance recipes that no column states, for every row (the memory check,
-#: :func:`row_memory`; the gradient width in the step time too, :func:`price_row`): gradients reduced and kept in
-#: BF16 (``grad_reduce_in_fp32 = False``: Megatron-Bridge
-#: ``scripts/performance/configs/{llama3,llama31,qwen3}/*_llm_pretrain.py`` at fa55da5f (release 25.11) and
-#: ``src/megatron/bridge/perf_recipes/_common.py`` ``_benchmark_common`` (later releases); NeMo 2.0's
-#: ``scripts/performance/llm/pretrain_gpt3_175b.py`` for FP8), so 2 bytes per gradient, not the fp32 main_grad a
-#: model file's ``reduce_dtype`` defaults to; Megatron's distributed optimizer (``DEFAULTS["zero"]``), whose
-#: optimizer states are sharded over the data-parallel ranks with the context-parallel ones (Megatron-Core's
-#: data-parallel group ``with_context_parallel``: ``shard_p_os_non_exp_partial = R·t·cp``, docs/memory.md);
-#: and the default reserve (``codegen.pricing.memory.DEFAULT_RESERVE_BYTES``: CUDA context, kernels, NCCL
-#: buffers). In a low-precision row the linear layers' primary weights are the quantized tensors
-#: (``fp8_param_gather = True``: NeMo 2.0's ``nemo/collections/llm/recipes/precision/mixed_precision.py``
-#: ``bf16_with_fp8_mixed`` and ``bf16_with_fp8_current_scaling_mixed``, which ``scripts/performance/helpers.py``
-#: ``set_precision_configs`` picks for FP8 and FP8-CS; Megatron-Bridge's ``src/megatron/bridge/training/
-#: mixed_precision.py`` ``bf16_with_fp8_delayed_scaling_mixed``, ``bf16_with_fp8_current_scaling_mixed`` and
-#: ``bf16_with_mxfp8_mixed``), so no BF16 copy of them (``MemorySettings.lowp_primary_weights``). The 24.07 rows
-#: ran NeMo 1.0's launcher, whose gradient width and primary weights this table does not check.
-RECIPE_MEMORY = {"bytes_grad": 2.0, "lowp_primary_weights": True,
-                 "source": "Megatron-Bridge@fa55da5f scripts/performance/configs/*/*_llm_pretrain.py and "
-                           "perf_recipes/_common.py: grad_reduce_in_fp32 = False; NeMo 2.0 and Megatron-Bridge "
-                           "mixed_precision.py: fp8_param_gather = True"}
-
-#: Activation recompute a published recipe sets where the table's row does not say (the row's ``recompute_mode``
-#: column wins where given): ``(model, system, precision)`` → (fully recomputed layers per pipeline stage, source).
-#: The model key is the ``model`` cell in lower case with ``-``, ``.`` and spaces read as ``_``. Megatron's
-#: ``recompute_granularity = "full"``, ``recompute_method = "block"``, ``recompute_num_layers = N`` recomputes
-#: the first N layers of each pipeline stage in full: the project's per-stage plan (``RecomputePlan`` with
-#: ``full_per_stage``). Every other row's recipe recomputes nothing (``DEFAULTS``): NeMo 2.0's recommended
-#: pretraining configs list ``recompute_layers`` 0 and no ``recompute_modules`` for GPT-3, Llama 3 / 3.1,
-#: Mixtral and Nemotron-4 on H100 and B200 (NVIDIA/NeMo ``scripts/performance/recommended_model_configs/
-#: model_configs_{h100,b200}.csv``), and Megatron-Bridge's Llama 3 / 3.1 and Qwen3 performance recipes at
-#: fa55da5f and later set ``recompute_granularity = None`` or leave the recipe's none. The modules a recipe
-#: recomputes inside its layers are :data:`RECIPE_RECOMPUTE_MODULES`'.
-RECIPE_RECOMPUTE: dict[tuple[str, str, str], tuple[int, str]] = {
-    ("llama3_8b", "dgx_h100", "fp8-cs"): (5, "Megatron-Bridge@fa55da5f scripts/performance/configs/llama3/"
-                                             "workload_base_configs.py LLAMA3_8B_H100_FP8_CS_BASE_CONFIG: "
-                                             "recompute_num_layers=5 (full, block)"),
-}
-
-
-_MB = "NVIDIA-NeMo/Megatron-Bridge@"
-#: The modules a published recipe recomputes inside every layer it does not recompute in full (Megatron-Core's
-#: ``recompute_granularity = "selective"`` with ``recompute_modules``; ``symbolic.vocabulary.RECOMPUTE_MODULES``)
-#: where the table's row does not say (a ``recompute_modules`` column wins where given): ``(model, system,
-#: precision)`` → (module names, source), the model key as :data:`RECIPE_RECOMPUTE`'s, the same in every release of
-#: the table (Megatron-Bridge v0.2.1 = 25.11, v0.3.0 = 26.02, v0.4.1 = 26.02.01, v0.4.2 = 26.04.01: the first tag
-#: whose docs/performance-summary.md lists the release). DeepSeek-V3's 26.04.01 recipe also recomputes ``mlp``, its
-#: dense layers' MLP, which is not modelled (nor does the memory family see those layers). The Llama, Qwen3 and
-#: Nemotron recipes recompute no module.
-RECIPE_RECOMPUTE_MODULES: dict[tuple[str, str, str], tuple[tuple[str, ...], str]] = {
-    **{("gpt_oss_120b", system, "bf16"): (
-        ("layernorm", "moe_act"),
-        "Megatron-Bridge v0.2.1, v0.3.0, v0.4.1 scripts/performance/configs/gpt_oss/"
-        f"[gpt_oss_]workload_base_configs.py GPT_OSS_120B_*{gpu}_BF16*: recompute_modules=['layernorm', 'moe_act'] "
-        f"({_MB}067f987: src/megatron/bridge/perf_recipes/gpt_oss/{gpu.lower()}/gpt_oss.py lines 39-40 the same)")
-       for system, gpu in (("dgx_b200", "B200"), ("dgx_h100", "H100"))},
-    **{(model, "dgx_b200", "mxfp8"): (
-        ("mla_up_proj",),
-        "Megatron-Bridge v0.2.1 scripts/performance/configs/deepseek/workload_base_configs.py "
-        "DEEPSEEK_V3_B200_BASE_CONFIG, v0.3.0 and v0.4.2 configs/deepseek/deepseek_workload_base_configs.py "
-        "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 / _V2 and _B200_FP8_MX_V2: recompute_modules=['mla_up_proj'] "
-        "(['mla_up_proj', 'mlp'] in v0.4.2's FP8_MX_V2)")
-       for model in ("deepseekv3", "deepseekv3_(w/_mtp)")},
-}
-
-
-_TP_MB = ("Megatron-Bridge's Llama 3 / 3.1 recipes, CommOverlapConfig(tp_comm_overlap=True) with the performance "
-          "script's userbuffers config (" + _MB + "7af9601c9 (v0.2.0, 25.11), 21b02e0cf (v0.3.0, 26.02), "
-          "fcbb60311 (v0.5.0, 26.06): src/megatron/bridge/recipes/llama/llama3.py; "
-          "scripts/performance/configs/llama*/llama3*_llm_pretrain.py)")
-_TP_NEMO = ("NeMo 2.2.0's recipe callback tp_comm_overlap=True with the script's userbuffers config (NVIDIA/NeMo@"
-            "7192a2c944: nemo/collections/llm/recipes/{gpt3_175b,llama3_70b,llama31_405b,nemotron4_340b}.py; "
-            "scripts/llm/performance/pretrain_*.py)")
-_TP_LAUNCHER = ("NeMo Framework Launcher 24.07's training configs, ub_tp_comm_overlap True with sequence parallelism "
-                "(NVIDIA/NeMo-Framework-Launcher@8325688d8, tag 24.07: launcher_scripts/conf/training/{gpt3/20b,"
-                "llama/llama2_70b,llama/llama3_70b,nemotron/nemotron_22b,nemotron/nemotron_8b}.yaml); their TP overlap "
-                "configs are named for the published runs' TP, micro-batch and sequence (ub_cfg_h100_h6144_tp2_mbs2_"
-                "seqlen2048, _h8192_tp4_mbs1_seqlen4096, _h8192_tp4_mbs1_seqlen8192)")
-_NO_P2P_LAUNCHER = ("NeMo Framework Launcher 24.07's training config, overlap_p2p_comm False and ub_tp_comm_overlap "
-                    "False (NVIDIA/NeMo-Framework-Launcher@8325688d8, tag 24.07: launcher_scripts/conf/training/"
-                    "nemotron/nemotron_340b.yaml)")
-_EP_MB = ("Megatron-Bridge's Qwen3 presets moe_a2a_overlap=True: overlap_moe_expert_parallel_comm and "
-          "delay_wgrad_compute on (" + _MB + "7af9601c9, 21b02e0cf: scripts/performance/configs/qwen*/"
-          "*workload_base_configs.py; scripts/performance/utils/helpers.py / overrides.py)")
-_EP_DEEPSEEK = ("Megatron-Bridge v0.4.2 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
-                "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (pipeline 8, virtual 2, EP 32, global batch 4096, the "
-                "published layout): moe_a2a_overlap=True, the DeepEP dispatcher")
-#: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe has
-#: and the pipeline one every interleaved recipe has (``DEFAULTS["overlap"]``, ``symbolic.vocabulary.DEFAULT_OVERLAP``;
-#: an ``overlap`` column wins where given), or less: ``(model, system, precision, release)`` →
-#: (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of each release
-#: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.5.0 = 26.06: its docs/releases/software-versions.md; NeMo
-#: 2.2.0 for 25.02). Transformer Engine's TP overlap needs TP >= 2 and sequence parallelism (Megatron-Bridge
-#: ``comm_overlap.py``, ``_get_model_comm_overlap_cfgs``), so the recipes that ask for it at TP 1 run without.
-#: The 24.07 rows (NeMo 1.0, whose benchmark configs are not published) take the release's launcher training
-#: config of the same model: its other settings (nodes, global batch) differ from the published runs', but the
-#: TP overlap configs it names are the published runs' shapes (``_TP_LAUNCHER``); GPT-3 175B's and Nemotron-4
-#: 340B's set ``ub_tp_comm_overlap`` False; the data-parallel overlap (``overlap_grad_sync``,
-#: ``overlap_param_sync``) is on in every one and ``overlap_p2p_comm`` in every interleaved one but Nemotron-4
-#: 340B's (``_NO_P2P_LAUNCHER``). DeepSeek-V3's 26.04.01 row is Megatron-Bridge v0.4.2's B200 MXFP8 preset, the first
-#: tag whose performance summary lists that release (``_EP_DEEPSEEK``).
-RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
-    **{key: (("dp", "tp", "pp"), _TP_MB) for key in (
-        ("llama3_1_405b", "dgx_b200", "fp8-cs", "25.11"), ("llama3_70b", "dgx_h100", "fp8", "26.02"),
-        ("llama3_70b", "dgx_h100", "fp8-cs", "25.11"), ("llama3_1_405b", "dgx_h100", "fp8", "26.02"),
-        ("llama3_1_405b", "dgx_h100", "fp8", "26.06"), ("llama3_1_405b", "dgx_h100", "fp8-cs", "25.11"))},
-    **{key: (("dp", "tp", "pp"), _TP_NEMO) for key in (
-        ("gpt3_175b", "dgx_b200", "fp8", "25.02"), ("llama3_70b", "dgx_b200", "fp8", "25.02"),
-        ("llama3_405b", "dgx_b200", "fp8", "25.02"), ("nemotron_340b", "dgx_b200", "fp8", "25.02"),
-        ("gpt3_175b", "dgx_h100", "fp8", "25.02"))},
-    **{key: (("dp", "tp", "pp"), _TP_LAUNCHER) for key in (
-        ("gpt3_20b", "dgx_h100", "fp8", "24.07"), ("llama2_70b", "dgx_h100", "fp8", "24.07"),
-        ("llama3_70b", "dgx_h100", "fp8", "24.07"), ("nemotron_22b", "dgx_h100", "fp8", "24.07"),
-        ("nemotron_8b", "dgx_h100", "fp8", "24.07"))},
-    **{key: (("dp", "ep", "pp"), _EP_MB) for key in (
-        ("qwen3_235b_a22b", "dgx_b200", "mxfp8", "25.11"), ("qwen3_235b_a22b", "dgx_h100", "fp8", "26.02"),
-        ("qwen3_235b_a22b", "dgx_h100", "fp8-cs", "25.11"), ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.02"),
-        ("qwen3_30b_a3b", "dgx_h100", "fp8-cs", "25.11"))},
-    ("nemotron_340b", "dgx_h100", "fp8", "24.07"): (("dp",), _NO_P2P_LAUNCHER),
-    ("deepseekv3", "dgx_b200", "mxfp8", "26.04.01"): (("dp", "ep", "pp"), _EP_DEEPSEEK),
-}
-
-
-_DISPATCH_TAGS = ("scripts/performance/configs/{deepseek,gpt_oss,qwen}/*workload_base_configs.py, "
-                  "moe_flex_dispatcher_backend of the system's preset")
-#: The model families whose recipe splits the pipeline with the input embedding and the loss counted as one layer
-#: each (Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``:
-#: ``codegen.configs.accounted_split_offset``), ``model`` key as :data:`RECIPE_OVERLAP`'s → (the releases, source).
-#: Megatron-Bridge's pretraining recipes of Llama 3.1 405B and Qwen3 235B-A22B set both in every release of the table
-#: (v0.2.0 = 25.11 to v0.5.0 = 26.06), and the performance scripts of each build on them and leave both as set
-#: (no ``account_for`` anywhere under scripts/performance); NeMo 2.0's (24.x, 25.02) rows keep the even split.
-_ACCOUNTED = ("embedding", "loss")
-_BRIDGE_RELEASES = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06")
-RECIPE_ACCOUNTED_SPLIT: dict[str, tuple[tuple[str, ...], str]] = {
-    "llama3_1_405b": (_BRIDGE_RELEASES, "Megatron-Bridge v0.2.0-v0.5.0 src/megatron/bridge/recipes/llama/llama3.py "
-                                        "llama31_405b_pretrain_config, built on by scripts/performance/configs/"
-                                        "llama{31,}/llama31_llm_pretrain.py"),
-    "qwen3_235b_a22b": (_BRIDGE_RELEASES, "Megatron-Bridge v0.2.0-v0.5.0 src/megatron/bridge/recipes/qwen/"
-                                          "qwen3_moe.py qwen3_235b_a22b_pretrain_config, built on by "
-                                          "scripts/performance/configs/qwen{3,}/qwen3_llm_pretrain.py"),
-}
-
-#: The expert dispatcher of the runs whose recipes move their tokens with DeepEP's or Hybrid-EP's kernels
-#: (Megatron-Core's flex token dispatcher), ``(model, system, precision, release)`` → (dispatcher, source), the key
-#: as :data:`RECIPE_OVERLAP`'s; every other row's recipe leaves Megatron-Core's default, NCCL's all-to-all
-#: (``alltoall``; an ``ep_dispatcher`` column wins where given). From the tagged presets of each release
-#: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.4.0 = 26.04, v0.4.1 = 26.02.01, v0.4.2 = 26.04.01, v0.5.0 =
-#: 26.06): in 25.11 none of the presets this table's rows ran names one (DeepSeek-V3's H100 preset, which no row runs,
-#: names deepep); from 26.02 DeepSeek-V3's B200 presets name hybridep (EP 8), and
-#: v0.4.2's FP8_MX_V2 deepep (EP 32); Qwen3-30B-A3B's H100 presets deepep in 26.02 and hybridep from 26.04 (EP 16),
-#: its B200 presets hybridep from 26.02.01, GPT-OSS 120B's B200 V2 preset in 26.02.01 (v0.4.1) only; the Qwen3-235B-A22B
-#: presets none. Each runs where the preset names it: from v0.3.0 Megatron-Bridge applies Hybrid-EP on compute
-#: capability 8 to 10 and DeepEP on Ampere, Hopper, B200 and B300 (src/megatron/bridge/training/
-#: flex_dispatcher_backend.py, apply_flex_dispatcher_backend; v0.2.0 kept Hybrid-EP to GB200 and GB300).
-RECIPE_EP_DISPATCHER: dict[tuple[str, str, str, str], tuple[str, str]] = {
-    ("deepseekv3", "dgx_b200", "mxfp8", "26.02"): ("hybridep", f"Megatron-Bridge v0.3.0 {_DISPATCH_TAGS}"),
-    ("deepseekv3", "dgx_b200", "mxfp8", "26.04.01"): ("deepep", f"Megatron-Bridge v0.4.2 {_DISPATCH_TAGS}"),
-    ("gpt_oss_120b", "dgx_b200", "bf16", "26.02.01"): ("hybridep", f"Megatron-Bridge v0.4.1 {_DISPATCH_TAGS}"),
-    ("qwen3_30b_a3b", "dgx_b200", "mxfp8", "26.02.01"): ("hybridep", f"Megatron-Bridge v0.4.1 {_DISPATCH_TAGS}"),
-    ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.02"): ("deepep", f"Megatron-Bridge v0.3.0 {_DISPATCH_TAGS}"),
-    ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.04"): ("hybridep", f"Megatron-Bridge v0.4.0 {_DISPATCH_TAGS}"),
-    ("qwen3_30b_a3b", "dgx_h100", "fp8", "26.06"): ("hybridep", f"Megatron-Bridge v0.5.0 {_DISPATCH_TAGS}"),
-}
 
 
 #: Megatron-Bridge's DeepSeek-V3 pipeline layouts by (pp, vp) (``set_deepseek_v3_pipeline_model_parallel_layout``'s
@@ -474,10 +316,11 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["release"] = table.cells("release")[i].strip()
     r["overlap"] = cell(i, "overlap", _names_or_recipe(overlap_names))
     r["ep_dispatcher"] = cell(i, "ep_dispatcher", _dispatcher)
-    for part in _ACCOUNTED:
+    for part in ACCOUNTED_PARTS:
         r[f"account_{part}"] = cell(i, f"account_for_{part}_in_pipeline_split", _flag_or(None))
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
     r["sweep"] = table.cells("sweep")[i].strip()
+    r["source"] = table.cells("source")[i].strip()
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
     if dp * r["tp"] * r["pp"] * r["cp"] != r["gpus"]:
         raise InputError(f"{table.where(i, 'gpus')}: {r['gpus']} GPUs is not a multiple of tp·pp·cp = "
@@ -491,24 +334,36 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
 
 def _recipe_offset(r: dict[str, Any], family: Family) -> tuple[int, ...] | tuple[tuple[int, ...], ...] | None:
     """The row's recipe pipeline layout (``Family.pipeline_layouts`` at its pp and vp) as a layout offset over the even
-    split (``codegen.configs.chunk_layer_counts``: one entry per stage, or one row of pp per chunk); ``None`` where
-    the recipe states none, or the row's layers do not add up to it.
+    split (``codegen.configs.chunk_layer_counts``: one entry per stage, or one row of pp per chunk); else, for a row
+    of a framework that splits its module list (:func:`row_framework`), that split
+    (``codegen.configs.module_list_split_offset``); ``None`` where neither states one, or the row's layers do not add
+    up to the recipe's.
 
     Raises:
         LayoutError: the row counts the embedding or the loss as a layer (:func:`_accounted_split`) beside a recipe
-            pipeline layout, which places them already (Megatron-Core refuses both).
+            pipeline layout, which places them already (Megatron-Core refuses both), or beside its framework's split
+            (Megatron-Core's settings, which that framework has not); a framework row with ``vp`` > 1 (its schedule
+            runs one model chunk a stage).
     """
     p, vp = r["pp"], r["vp"]
     counts = family.pipeline_layouts.get((p, vp))
     total = r["layers"] + family.n_mtp
     if counts is not None and len(counts) == p * vp and sum(counts) == total:
-        if any(r.get(f"account_{part}") for part in _ACCOUNTED):
+        if any(r.get(f"account_{part}") for part in ACCOUNTED_PARTS):
             raise LayoutError("account_for_*_in_pipeline_split: the recipe's pipeline layout places the embedding and "
                               "the loss already (Megatron-Core refuses both at once)")
         base = total // (p * vp)
         rows = tuple(tuple(counts[c * p + s] - base for s in range(p)) for c in range(vp))
         return rows[0] if vp == 1 else rows
-    return None
+    framework = row_framework(r)
+    if framework is None or framework.split_modules == (0, 0):
+        return None
+    if vp > 1:
+        raise LayoutError(f"vp = {vp}: {framework.name}'s pipeline schedule runs one model chunk a stage")
+    if any(r.get(f"account_{part}") for part in ACCOUNTED_PARTS):
+        raise LayoutError(f"account_for_*_in_pipeline_split: Megatron-Core's settings; {framework.name} splits its "
+                          "module list evenly")
+    return module_list_split_offset(r["layers"], p, *framework.split_modules) if p > 1 else None
 
 
 def _accounted_split(r: dict[str, Any]) -> dict[str, bool]:
@@ -517,7 +372,7 @@ def _accounted_split(r: dict[str, Any]) -> dict[str, bool]:
     releases, _ = RECIPE_ACCOUNTED_SPLIT.get(_model_key(r), ((), ""))
     recipe = r.get("release", "") in releases
     return {f"account_for_{part}_in_pipeline_split": recipe if r.get(f"account_{part}") is None
-            else r[f"account_{part}"] for part in _ACCOUNTED}
+            else r[f"account_{part}"] for part in ACCOUNTED_PARTS}
 
 
 def model_and_layout(r: dict[str, Any], name: str, source: str) -> tuple[ModelConfig, Layout, int]:
@@ -575,6 +430,9 @@ def price_row(r: dict[str, Any], name: str = "row", source: str = "") -> dict[st
     model, layout, zero = model_and_layout(r, name, source)
     if r["release"]:  # a row of NVIDIA's tables: its recipe reduces and accumulates BF16 gradients
         model = dataclasses.replace(model, bytes_grad=RECIPE_MEMORY["bytes_grad"])
+    framework = row_framework(r)
+    if framework is not None:  # a row of another framework: its gradients accumulated in their own width
+        model = dataclasses.replace(model, bytes_grad_acc=framework.bytes_grad_acc)
     comm = time_family_comm(model, r["system"], r["precision"], ep_dispatcher=recipe_dispatcher(r)[0])
     pricer = StepTimePricer(model, system=r["system"], comm=comm,
                             flash_attention=float(r["flash_attention"]), dropout=float(DEFAULTS["dropout"]),
@@ -594,13 +452,17 @@ def _model_key(r: dict[str, Any]) -> str:
 
 def recipe_overlap(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
     """The communication overlap of a row read by :func:`read_rows`, and where it comes from: the row's ``overlap``
-    cell (``"table"``); else its recipe's (:data:`RECIPE_OVERLAP`, its source); else the data-parallel overlap every
-    recipe has (``DEFAULTS["overlap"]``, ``"recipe default"``)."""
+    cell (``"table"``); else its recipe's (:data:`RECIPE_OVERLAP`, its source); else its framework's
+    (:func:`row_framework`); else the data-parallel overlap every recipe has (``DEFAULTS["overlap"]``,
+    ``"recipe default"``)."""
     if r.get("overlap") is not None:
         return r["overlap"], "table"
     key = (_model_key(r), r["system"], r["precision"], r.get("release", ""))
     if key in RECIPE_OVERLAP:
         return RECIPE_OVERLAP[key]
+    framework = row_framework(r)
+    if framework is not None:
+        return framework.overlap, f"{framework.name}: {framework.source}"
     return DEFAULTS["overlap"], "recipe default"
 
 
