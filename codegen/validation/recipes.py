@@ -173,7 +173,7 @@ class Framework:
     name: str
     overlap: tuple[str, ...]         # the communication it runs beside compute (``symbolic.vocabulary.OVERLAPS``)
     split_modules: tuple[int, int]   # modules before and after the decoder layers its even pipeline split counts
-    bytes_grad_acc: float            # bytes per gradient element it accumulates micro-batches in
+    bytes_grad_acc: float            # bytes per gradient element of the buffer it accumulates micro-batches in
     source: str                      # where these facts are stated
 
 

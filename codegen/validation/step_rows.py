@@ -516,7 +516,8 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     *nvidia_recipe* (a row of NVIDIA's NeMo / Megatron-Bridge table), :data:`RECIPE_MEMORY`'s BF16 gradients and
     quantized primary weights,
     on top of *settings* (its reserve: ``DEFAULT_RESERVE_BYTES`` unless given; without *nvidia_recipe*, its
-    gradient width: the model's fp32 unless given). Returns ``peak_bytes``, ``capacity_bytes``,
+    gradient width: unless given, the width a row's framework accumulates its gradients in, :func:`row_framework`,
+    else the model's fp32). Returns ``peak_bytes``, ``capacity_bytes``,
     ``reserve_bytes``, ``headroom_bytes`` (capacity − reserve − peak), ``fits``, ``peak_stage``, the peak stage's
     parts (bytes), ``recompute`` (the plan, as text) and ``recompute_from``.
 
@@ -532,9 +533,12 @@ def row_memory(r: dict[str, Any], name: str = "row", source: str = "",
     modules, modules_origin = recipe_modules(r)
     used = dataclasses.replace(settings, zero_level=zero, flash_attention=float(r["flash_attention"]),
                                precision=r["precision"], recompute_modules=modules)
+    framework = row_framework(r)
     if nvidia_recipe:
         used = dataclasses.replace(used, bytes_grad=RECIPE_MEMORY["bytes_grad"],
                                    lowp_primary_weights=RECIPE_MEMORY["lowp_primary_weights"])
+    elif framework is not None and settings.bytes_grad is None:  # the buffer its backward passes accumulate into
+        used = dataclasses.replace(used, bytes_grad=framework.bytes_grad_acc)
     got = stage_memory(model, layout, system=r["system"], settings=used)
     peak = max(got["stages"], key=lambda stage: stage["total"])  # the first largest, as MemoryPricer picks it
     return {"peak_bytes": peak["total"], "capacity_bytes": got["capacity_bytes"], "reserve_bytes": got["reserve_bytes"],
