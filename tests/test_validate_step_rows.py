@@ -160,6 +160,24 @@ def test_sweep_rows_take_their_frameworks_split_overlap_and_gradient_width(capsy
         assert priced["predicted_s"] == float(want["step_time_s"][0]) and priced["overlap"] == named
 
 
+def test_a_framework_cell_wins_over_the_source(capsys, tmp_path):
+    """The ``framework`` cell names the framework a row ran on: ``scaling`` prices a row of any source as the
+    sweeps' rows, ``megatron`` a sweep row with NeMo's defaults; a blank cell reads the source; another name is one
+    error line naming the file, line and column."""
+    header, rows = read_csv(SWEEPS)
+    row = next(r for r in rows
+               if (r["tp"], r["pp"], r["micro_batch"], r["recompute_mode"]) == ("1", "2", "1", "none"))
+    cells = [dict(row, framework=""), dict(row, source="elsewhere", framework="scaling"),
+             dict(row, framework="megatron"), dict(row, source="elsewhere", framework="")]
+    got, _ = _run(capsys, write_csv(tmp_path / "four.csv", [*header, "framework"], cells))
+    scaling, named, megatron, plain = (r["predicted_s"] for r in got["rows"])
+    assert scaling == named != megatron == plain
+    assert [r["overlap"] for r in got["rows"]] == ["none", "none", "dp,pp", "dp,pp"]
+    path = write_csv(tmp_path / "bad.csv", [*header, "framework"], [dict(row, framework="deepspeed")])
+    line = _error(capsys, path)
+    assert f"{path} line 2, column framework: " in line and "megatron, scaling" in line and "'deepspeed'" in line
+
+
 def test_the_accumulation_width_moves_two_reads_and_writes_a_parameter_a_micro_batch():
     """HBM bytes of one rank's stage at accumulation widths 4 and 2: each micro-batch reads and writes every weight
     gradient of the stage once, so the difference is m · 2·(4 − 2) bytes a parameter. LLaMA-like: h 1024, 8 heads,

@@ -4,13 +4,14 @@ The step-time and memory readers of one-run-per-row tables (``codegen.validation
 the settings its recipe or framework ran, where the row leaves them out. Each entry here names the code that sets
 it: NeMo's and Megatron-Bridge's tagged recipes and performance presets, keyed by ``(model, system, precision[,
 release])`` (the model key is the ``model`` cell in lower case with ``-``, ``.`` and spaces read as ``_``), and the
-frameworks other than NeMo / Megatron-Core that rows ran on, keyed by the repository of their ``source`` cell.
+frameworks other than NeMo / Megatron-Core that rows ran on, by name (a ``framework`` cell) and by the repository of
+their ``source`` cell.
 
 Public API::
 
     RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP, RECIPE_ACCOUNTED_SPLIT,
-    RECIPE_EP_DISPATCHER, ACCOUNTED_PARTS, FRAMEWORKS, Framework
-    row_framework(row) -> Framework | None   # the framework other than NeMo a row ran on (by its source)
+    RECIPE_EP_DISPATCHER, ACCOUNTED_PARTS, FRAMEWORKS, MEGATRON, SOURCE_FRAMEWORKS, Framework
+    row_framework(row) -> Framework | None   # the framework other than NeMo a row ran on (its cell, or its source)
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["RECIPE_MEMORY", "RECIPE_RECOMPUTE", "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_ACCOUNTED_SPLIT",
-           "RECIPE_EP_DISPATCHER", "ACCOUNTED_PARTS", "FRAMEWORKS", "Framework", "row_framework"]
+           "RECIPE_EP_DISPATCHER", "ACCOUNTED_PARTS", "FRAMEWORKS", "MEGATRON", "SOURCE_FRAMEWORKS", "Framework",
+           "row_framework"]
 
 
 #: The memory settings of NVIDIA's performance recipes that no column states, for every row (the memory check,
@@ -178,15 +180,11 @@ class Framework:
 
 
 _SCALING = "Aleph-Alpha/scaling@737f855 src/scaling/"
-#: The framework of the rows whose ``source`` cell names a repository here (the text before its ``@``), whose
-#: defaults replace NeMo's recipe defaults (``step_rows.DEFAULTS``) for the settings this table's columns do not state;
-#: an ``overlap`` cell still wins. Hagemann et al.'s sheets (``layout_sweeps.csv``) ran on Aleph Alpha's Scaling:
-#: their setting names and values are its configuration's (``activation_checkpointing_type`` ``every_layer`` /
-#: ``disabled``, ``model_parallel_size``, ``pipe_parallel_size``, ``micro_batch_size``: core/topology/
-#: topology_config.py; the kernel ``torch`` / ``flash_attention``: core/nn/masked_softmax/masked_softmax_config.py).
-#: Scaling's public release (2024) postdates the runs (2023); it is read as the framework they ran on.
+#: The frameworks other than NeMo / Megatron-Core that rows ran on, by the name a ``framework`` cell gives
+#: (``megatron`` there: NeMo's / Megatron-Core's, the reader's defaults). Their defaults replace NeMo's recipe defaults
+#: (``step_rows.DEFAULTS``) for the settings the table's columns do not state; an ``overlap`` cell still wins.
 FRAMEWORKS: dict[str, Framework] = {
-    "Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts": Framework(
+    "scaling": Framework(
         "Aleph Alpha Scaling", overlap=(), split_modules=(1, 2), bytes_grad_acc=2.0,
         source=_SCALING + "core/optimizer/optimizer.py Optimizer.step: the data-parallel gradients all-reduced (in "
         "fp32, optimizer/allreduce.py allreduce_tensor_in_float32) after the last micro-batch's backward pass, so no "
@@ -198,11 +196,26 @@ FRAMEWORKS: dict[str, Framework] = {
         "transformer/model/model.py get_transformer_layer_specs), codegen.configs.module_list_split_offset"),
 }
 
+#: The ``framework`` cell's name for NeMo's / Megatron-Core's runs (the reader's defaults, no :class:`Framework`).
+MEGATRON = "megatron"
+
+#: The framework of the rows whose ``framework`` cell is blank, by the repository their ``source`` cell names (the
+#: text before its ``@``). Hagemann et al.'s sheets (``layout_sweeps.csv``) ran on Aleph Alpha's Scaling: their
+#: setting names and values are its configuration's (``activation_checkpointing_type`` ``every_layer`` /
+#: ``disabled``, ``model_parallel_size``, ``pipe_parallel_size``, ``micro_batch_size``: core/topology/
+#: topology_config.py; the kernel ``torch`` / ``flash_attention``: core/nn/masked_softmax/masked_softmax_config.py).
+#: Scaling's public release (2024) postdates the runs (2023); it is read as the framework they ran on.
+SOURCE_FRAMEWORKS: dict[str, str] = {
+    "Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts": "scaling",
+}
+
 
 def row_framework(r: dict[str, Any]) -> Framework | None:
-    """The framework a row read by ``step_rows.read_rows`` ran on where it is not NeMo / Megatron-Core
-    (:data:`FRAMEWORKS`, by its ``source`` cell's repository); ``None`` for the rest."""
-    return FRAMEWORKS.get(r.get("source", "").split("@", 1)[0].strip())
+    """The framework a row read by ``step_rows.read_rows`` ran on where it is not NeMo / Megatron-Core: its
+    ``framework`` cell (a :data:`FRAMEWORKS` name, or :data:`MEGATRON`), else its ``source`` cell's repository
+    (:data:`SOURCE_FRAMEWORKS`); ``None`` for NeMo's / Megatron-Core's."""
+    name = r.get("framework") or SOURCE_FRAMEWORKS.get(r.get("source", "").split("@", 1)[0].strip(), MEGATRON)
+    return FRAMEWORKS.get(name)
 
 
 #: The expert dispatcher of the runs whose recipes move their tokens with DeepEP's or Hybrid-EP's kernels

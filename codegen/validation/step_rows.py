@@ -22,9 +22,10 @@ on 32 and 64 A100, 90 layouts). One row is one run:
   (Megatron-Core's pipeline split, :data:`RECIPE_ACCOUNTED_SPLIT` where blank) where the file has them; a row
   that leaves one out takes NeMo's recipe default
   (:data:`DEFAULTS`): recompute none, the recipe's modules (:data:`RECIPE_RECOMPUTE_MODULES`, else none),
-  sequence parallel on when ``tp > 1``, FlashAttention on; a row whose ``source`` names the sheets of a run on
-  another framework (:data:`FRAMEWORKS`: Hagemann et al.'s, on Aleph Alpha's Scaling) takes that framework's
-  overlap, pipeline split and gradient accumulation width; and, in
+  sequence parallel on when ``tp > 1``, FlashAttention on; a row of another framework (its ``framework`` cell,
+  :data:`FRAMEWORKS`' names or ``megatron``, or where blank the repository its ``source`` names: Hagemann et al.'s
+  sheets ran on Aleph Alpha's Scaling, ``scaling``) takes that framework's overlap, pipeline split and gradient
+  accumulation width; and, in
   every row, dropout off and Megatron's distributed optimizer (ZeRO level 1), or ZeRO level 3 where
   ``fsdp`` shards over the whole data-parallel group;
 * the measured step time ``measured_step_s`` (seconds), and optionally the ``sweep`` it belongs to and its
@@ -92,8 +93,8 @@ from ..pricing.step_time import StepTimePricer, time_family_comm
 from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, InputError, finite, flag, one_of, \
     parse_flag, parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
-from .recipes import ACCOUNTED_PARTS, FRAMEWORKS, RECIPE_ACCOUNTED_SPLIT, RECIPE_EP_DISPATCHER, RECIPE_MEMORY, \
-    RECIPE_OVERLAP, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, Framework, row_framework
+from .recipes import ACCOUNTED_PARTS, FRAMEWORKS, MEGATRON, RECIPE_ACCOUNTED_SPLIT, RECIPE_EP_DISPATCHER, \
+    RECIPE_MEMORY, RECIPE_OVERLAP, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, Framework, row_framework
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE",
            "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "RECIPE_ACCOUNTED_SPLIT", "FRAMEWORKS",
@@ -268,6 +269,12 @@ def _names_or_recipe(parse: Callable[[str, str], tuple[str, ...]]) -> Callable[[
     return read
 
 
+def _framework(field: str, text: str) -> str | None:
+    """A ``framework`` cell (a :data:`FRAMEWORKS` name or ``megatron``), or blank (``None``: by the row's source,
+    :func:`row_framework`)."""
+    return one_of(field, text.strip().lower(), (MEGATRON, *FRAMEWORKS)) if text.strip() else None
+
+
 def _dispatcher(field: str, text: str) -> str | None:
     """An ``ep_dispatcher`` cell (``symbolic.vocabulary.EP_DISPATCHERS``), or blank (``None``: the recipe's,
     :func:`recipe_dispatcher`)."""
@@ -321,6 +328,7 @@ def _row(table: Table, i: int, system: str | None) -> dict[str, Any]:
     r["measured_s"] = cell(i, "measured_step_s", parse_real)
     r["sweep"] = table.cells("sweep")[i].strip()
     r["source"] = table.cells("source")[i].strip()
+    r["framework"] = cell(i, "framework", _framework)
     dp = r["gpus"] // (r["tp"] * r["pp"] * r["cp"])
     if dp * r["tp"] * r["pp"] * r["cp"] != r["gpus"]:
         raise InputError(f"{table.where(i, 'gpus')}: {r['gpus']} GPUs is not a multiple of tp·pp·cp = "
