@@ -113,8 +113,8 @@ _EP_DEEPSEEK = ("Megatron-Bridge v0.4.2 scripts/performance/configs/deepseek/dee
                 "published layout): moe_a2a_overlap=True, the DeepEP dispatcher")
 #: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe has
 #: and the pipeline one every interleaved recipe has (``step_rows.DEFAULTS["overlap"]``,
-#: ``symbolic.vocabulary.DEFAULT_OVERLAP``; an ``overlap`` column wins where given), or less: ``(model, system, precision, release)`` →
-#: (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of each release
+#: ``symbolic.vocabulary.DEFAULT_OVERLAP``; an ``overlap`` column wins where given), or less: ``(model, system,
+#: precision, release)`` → (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of each release
 #: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.5.0 = 26.06: its docs/releases/software-versions.md; NeMo
 #: 2.2.0 for 25.02). Transformer Engine's TP overlap needs TP >= 2 and sequence parallelism (Megatron-Bridge
 #: ``comm_overlap.py``, ``_get_model_comm_overlap_cfgs``), so the recipes that ask for it at TP 1 run without.
