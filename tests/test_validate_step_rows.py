@@ -173,6 +173,7 @@ def test_a_framework_cell_wins_over_the_source(capsys, tmp_path):
     scaling, named, megatron, plain = (r["predicted_s"] for r in got["rows"])
     assert scaling == named != megatron == plain
     assert [r["overlap"] for r in got["rows"]] == ["none", "none", "dp,pp", "dp,pp"]
+    assert [r["framework"] for r in got["rows"]] == ["scaling", "scaling", "megatron", "megatron"]
     path = write_csv(tmp_path / "bad.csv", [*header, "framework"], [dict(row, framework="deepspeed")])
     line = _error(capsys, path)
     assert f"{path} line 2, column framework: " in line and "megatron, scaling" in line and "'deepspeed'" in line

@@ -458,6 +458,12 @@ def _model_key(r: dict[str, Any]) -> str:
     return r["model"].strip().lower().replace("-", "_").replace(".", "_").replace(" ", "_")
 
 
+def _framework_name(r: dict[str, Any]) -> str:
+    """The name of the framework a row ran on (:data:`FRAMEWORKS`' key, or ``megatron``)."""
+    framework = row_framework(r)
+    return next(name for name, known in FRAMEWORKS.items() if known is framework) if framework else MEGATRON
+
+
 def recipe_overlap(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
     """The communication overlap of a row read by :func:`read_rows`, and where it comes from: the row's ``overlap``
     cell (``"table"``); else its recipe's (:data:`RECIPE_OVERLAP`, its source); else its framework's
@@ -610,7 +616,7 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
                "moe": r["is_moe"], "sweep": r["sweep"], "overlap": ",".join(recipe_overlap(r)[0]) or "none",
                "recompute": str(recipe_recompute(r, int(r["pp"]))[0]),
                "recompute_modules": ",".join(recipe_modules(r)[0]) or "none",
-               "ep_dispatcher": recipe_dispatcher(r)[0], "measured_s": r["measured_s"],
+               "ep_dispatcher": recipe_dispatcher(r)[0], "framework": _framework_name(r), "measured_s": r["measured_s"],
                "predicted_s": None, "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
         try:
             got = price_row(r, r["model"], str(table.path))
@@ -699,9 +705,9 @@ def _json_number(x: float) -> float | None:
 
 def summary_json(rows: list[dict[str, Any]]) -> str:
     """The last line: ``{"rows": [...], "mean_abs_rel_err", "groups": [...], "sweeps": [...]}`` (NaN as null); each
-    row with the overlap, recompute plan and recomputed modules it was priced with."""
-    keep = ("line", "model", "system", "precision", "overlap", "recompute", "recompute_modules", "ep_dispatcher",
-            "measured_s", "predicted_s", "compute_s", "bubble_s", "comm_s", "rel_err")
+    row with the framework, overlap, recompute plan and recomputed modules it was priced with."""
+    keep = ("line", "model", "system", "precision", "framework", "overlap", "recompute", "recompute_modules",
+            "ep_dispatcher", "measured_s", "predicted_s", "compute_s", "bubble_s", "comm_s", "rel_err")
     out_rows = []
     for r in rows:
         row = {k: r[k] for k in keep}
