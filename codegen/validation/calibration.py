@@ -175,8 +175,8 @@ def calibrate(data: Measurements, base: str) -> Calibration:
     if loss(*start) < loss(eff, lat):  # the refinement never ends worse than the grid
         eff, lat = start
     base_efficiency = node.network.efficiency or 1.0
-    base_latency = {p: v for p, v in ((k.removeprefix("net_latency_").removesuffix("_s"), v)
-                                      for k, v in hardware.hop_latencies(node).items())}
+    base_latency = {key.removeprefix("net_latency_").removesuffix("_s"): value
+                    for key, value in hardware.hop_latencies(node).items()}
     # Nor worse than the catalog's own constants; and a constant the logs cannot tell apart from the base's (a fit
     # no better with the fitted value than with the base's: sizes that do not depend on it, or where a cap of
     # NCCL's binds before it) keeps the base's, one constant after the other.

@@ -11,7 +11,8 @@ Public API::
 
     RECIPE_MEMORY, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, RECIPE_OVERLAP, RECIPE_ACCOUNTED_SPLIT,
     RECIPE_EP_DISPATCHER, ACCOUNTED_PARTS, FRAMEWORKS, MEGATRON, SOURCE_FRAMEWORKS, Framework
-    row_framework(row) -> Framework | None   # the framework other than NeMo a row ran on (its cell, or its source)
+    framework_name(row) -> str               # the framework a row ran on (its cell, or its source), or "megatron"
+    row_framework(row) -> Framework | None   # that framework where it is not NeMo / Megatron-Core
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 __all__ = ["RECIPE_MEMORY", "RECIPE_RECOMPUTE", "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_ACCOUNTED_SPLIT",
            "RECIPE_EP_DISPATCHER", "ACCOUNTED_PARTS", "FRAMEWORKS", "MEGATRON", "SOURCE_FRAMEWORKS", "Framework",
-           "row_framework"]
+           "framework_name", "row_framework"]
 
 
 #: The memory settings of NVIDIA's performance recipes that no column states, for every row (the memory check,
@@ -111,20 +112,20 @@ _EP_MB = ("Megatron-Bridge's Qwen3 presets moe_a2a_overlap=True: overlap_moe_exp
 _EP_DEEPSEEK = ("Megatron-Bridge v0.4.2 scripts/performance/configs/deepseek/deepseek_workload_base_configs.py "
                 "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (pipeline 8, virtual 2, EP 32, global batch 4096, the "
                 "published layout): moe_a2a_overlap=True, the DeepEP dispatcher")
-#: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe has
-#: and the pipeline one every interleaved recipe has (``step_rows.DEFAULTS["overlap"]``,
+#: The communication overlap of the runs whose recipes turn on more than the data-parallel overlap every recipe has and
+#: the pipeline one every interleaved recipe has (``step_rows.DEFAULTS["overlap"]``,
 #: ``symbolic.vocabulary.DEFAULT_OVERLAP``; an ``overlap`` column wins where given), or less: ``(model, system,
-#: precision, release)`` → (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of each release
-#: (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.5.0 = 26.06: its docs/releases/software-versions.md; NeMo
-#: 2.2.0 for 25.02). Transformer Engine's TP overlap needs TP >= 2 and sequence parallelism (Megatron-Bridge
-#: ``comm_overlap.py``, ``_get_model_comm_overlap_cfgs``), so the recipes that ask for it at TP 1 run without.
-#: The 24.07 rows (NeMo 1.0, whose benchmark configs are not published) take the release's launcher training
-#: config of the same model: its other settings (nodes, global batch) differ from the published runs', but the
-#: TP overlap configs it names are the published runs' shapes (``_TP_LAUNCHER``); GPT-3 175B's and Nemotron-4
-#: 340B's set ``ub_tp_comm_overlap`` False; the data-parallel overlap (``overlap_grad_sync``,
-#: ``overlap_param_sync``) is on in every one and ``overlap_p2p_comm`` in every interleaved one but Nemotron-4
-#: 340B's (``_NO_P2P_LAUNCHER``). DeepSeek-V3's 26.04.01 row is Megatron-Bridge v0.4.2's B200 MXFP8 preset, the first
-#: tag whose performance summary lists that release (``_EP_DEEPSEEK``).
+#: precision, release)`` → (overlap names, source), the model key as :data:`RECIPE_RECOMPUTE`'s. From the tagged code of
+#: each release (Megatron-Bridge v0.2.0 = 25.11, v0.3.0 = 26.02, v0.5.0 = 26.06: its docs/releases/software-versions.md;
+#: NeMo 2.2.0 for 25.02). Transformer Engine's TP overlap needs TP >= 2 and sequence parallelism (Megatron-Bridge
+#: ``comm_overlap.py``, ``_get_model_comm_overlap_cfgs``), so the recipes that ask for it at TP 1 run without. The 24.07
+#: rows (NeMo 1.0, whose benchmark configs are not published) take the release's launcher training config of the same
+#: model: its other settings (nodes, global batch) differ from the published runs', but the TP overlap configs it names
+#: are the published runs' shapes (``_TP_LAUNCHER``); GPT-3 175B's and Nemotron-4 340B's set ``ub_tp_comm_overlap``
+#: False; the data-parallel overlap (``overlap_grad_sync``, ``overlap_param_sync``) is on in every one and
+#: ``overlap_p2p_comm`` in every interleaved one but Nemotron-4 340B's (``_NO_P2P_LAUNCHER``). DeepSeek-V3's 26.04.01
+#: row is Megatron-Bridge v0.4.2's B200 MXFP8 preset, the first tag whose performance summary lists that release
+#: (``_EP_DEEPSEEK``).
 RECIPE_OVERLAP: dict[tuple[str, str, str, str], tuple[tuple[str, ...], str]] = {
     **{key: (("dp", "tp", "pp"), _TP_MB) for key in (
         ("llama3_1_405b", "dgx_b200", "fp8-cs", "25.11"), ("llama3_70b", "dgx_h100", "fp8", "26.02"),
@@ -210,12 +211,17 @@ SOURCE_FRAMEWORKS: dict[str, str] = {
 }
 
 
+def framework_name(r: dict[str, Any]) -> str:
+    """The name of the framework a row read by ``step_rows.read_rows`` ran on: its ``framework`` cell (a
+    :data:`FRAMEWORKS` name, or :data:`MEGATRON`), else its ``source`` cell's repository's (:data:`SOURCE_FRAMEWORKS`),
+    else :data:`MEGATRON`."""
+    return r.get("framework") or SOURCE_FRAMEWORKS.get(r.get("source", "").split("@", 1)[0].strip(), MEGATRON)
+
+
 def row_framework(r: dict[str, Any]) -> Framework | None:
-    """The framework a row read by ``step_rows.read_rows`` ran on where it is not NeMo / Megatron-Core: its
-    ``framework`` cell (a :data:`FRAMEWORKS` name, or :data:`MEGATRON`), else its ``source`` cell's repository
-    (:data:`SOURCE_FRAMEWORKS`); ``None`` for NeMo's / Megatron-Core's."""
-    name = r.get("framework") or SOURCE_FRAMEWORKS.get(r.get("source", "").split("@", 1)[0].strip(), MEGATRON)
-    return FRAMEWORKS.get(name)
+    """The framework a row ran on where it is not NeMo / Megatron-Core (:func:`framework_name`); ``None`` for
+    NeMo's / Megatron-Core's."""
+    return FRAMEWORKS.get(framework_name(r))
 
 
 #: The expert dispatcher of the runs whose recipes move their tokens with DeepEP's or Hybrid-EP's kernels

@@ -94,7 +94,7 @@ from ..runtime.inputs import COUNT_MAX, DEGREE_MAX, DEVICES_MAX, LAYERS_MAX, Inp
     parse_flag, parse_real, parse_whole
 from .csvfile import Table, recompute_mode, rows_read
 from .recipes import ACCOUNTED_PARTS, FRAMEWORKS, MEGATRON, RECIPE_ACCOUNTED_SPLIT, RECIPE_EP_DISPATCHER, \
-    RECIPE_MEMORY, RECIPE_OVERLAP, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, Framework, row_framework
+    RECIPE_MEMORY, RECIPE_OVERLAP, RECIPE_RECOMPUTE, RECIPE_RECOMPUTE_MODULES, Framework, framework_name, row_framework
 
 __all__ = ["FAMILIES", "PRECISIONS", "DEFAULTS", "REQUIRED", "RECIPE_MEMORY", "RECIPE_RECOMPUTE",
            "RECIPE_RECOMPUTE_MODULES", "RECIPE_OVERLAP", "RECIPE_EP_DISPATCHER", "RECIPE_ACCOUNTED_SPLIT", "FRAMEWORKS",
@@ -458,12 +458,6 @@ def _model_key(r: dict[str, Any]) -> str:
     return r["model"].strip().lower().replace("-", "_").replace(".", "_").replace(" ", "_")
 
 
-def _framework_name(r: dict[str, Any]) -> str:
-    """The name of the framework a row ran on (:data:`FRAMEWORKS`' key, or ``megatron``)."""
-    framework = row_framework(r)
-    return next(name for name, known in FRAMEWORKS.items() if known is framework) if framework else MEGATRON
-
-
 def recipe_overlap(r: dict[str, Any]) -> tuple[tuple[str, ...], str]:
     """The communication overlap of a row read by :func:`read_rows`, and where it comes from: the row's ``overlap``
     cell (``"table"``); else its recipe's (:data:`RECIPE_OVERLAP`, its source); else its framework's
@@ -616,7 +610,7 @@ def step_rows(table: Table, system: str | None = None) -> list[dict[str, Any]]:
                "moe": r["is_moe"], "sweep": r["sweep"], "overlap": ",".join(recipe_overlap(r)[0]) or "none",
                "recompute": str(recipe_recompute(r, int(r["pp"]))[0]),
                "recompute_modules": ",".join(recipe_modules(r)[0]) or "none",
-               "ep_dispatcher": recipe_dispatcher(r)[0], "framework": _framework_name(r), "measured_s": r["measured_s"],
+               "ep_dispatcher": recipe_dispatcher(r)[0], "framework": framework_name(r), "measured_s": r["measured_s"],
                "predicted_s": None, "compute_s": None, "bubble_s": None, "comm_s": None, "rel_err": None}
         try:
             got = price_row(r, r["model"], str(table.path))
