@@ -23,16 +23,19 @@ from codegen.validation.nccl_logs import LogRow, parse_log, read_logs
 DATA = Path(__file__).resolve().parent / "data"
 MULTINODE = DATA_DIR / "nccl_multinode.csv"
 LOGS = sorted((DATA / "nccl_logs").glob("*.txt"))
+#: Sweeps at more ranks than the shared logs hold (GB200 NVL72 racks), excerpts with one '# Rank' line each.
+LARGE = sorted((DATA / "nccl_logs_large").glob("*.txt"))
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "measurements"
 
 #: Logs whose text names no nccl-tests binary, and whose all-gather table an all-to-all would print alike.
 OP_NOT_IN_TEXT = {"dstack_gcp_a3high_h100_2n_ag_tcpx": "all_gather", "dstack_gcp_a3mega_h100_2n_ag_tcpxo": "all_gather"}
-#: Sweeps whose text names neither hosts (``# Rank`` lines) nor ``mpirun -H``/``-N`` with a number: the reader needs
-#: ``gpus_per_node`` for them, and for no other.
+#: Sweeps whose text names neither the host of every rank (``# Rank`` lines) nor ``mpirun -H``/``-N`` with a number:
+#: the reader needs ``gpus_per_node`` for them, and for no other.
 NODES_NOT_IN_TEXT = {"awsdt_readme_p4de_2n_ar#1", "awsdt_readme_p5_2n_ar#1", "deepops_dgxa100_k8s_2n_ar_ring#1",
                      "deepops_dgxa100_slurm_4n_ar#1", "dstack_crusoe_a100_2n_ar#1",
                      "dstack_gcp_a3high_h100_2n_ag_tcpx#1", "dstack_gcp_a3mega_h100_2n_ag_tcpxo#1",
-                     "nccltests_i309_h100_ib400#3", "skypilot_nebius_h100_2n_ar#1", "skypilot_nebius_h100_2n_ar#2"}
+                     "nccltests_i309_h100_ib400#3", "skypilot_nebius_h100_2n_ar#1", "skypilot_nebius_h100_2n_ar#2",
+                     "ocioke_b48_a100_2n_ar_nccl2293#1"}  # its rank lines: 4 of 16, first and last of each host
 
 
 def _sweeps(rows: list[LogRow]) -> dict[str, list[LogRow]]:
@@ -141,6 +144,25 @@ def test_nodes_and_ranks_from_the_text_match_the_annotations(path):
         assert str(path) in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("path", LARGE, ids=lambda p: p.stem)
+def test_rack_excerpts_read_with_their_gpus_per_node(path):
+    """Each excerpt keeps one '# Rank' line: ranks from it and the table, nodes only from --gpus-per-node."""
+    (meta,) = _meta(path)
+    rows = _read(path, gpus_per_node=int(meta["gpus_per_node"]))
+    assert {(r.op, r.ranks, r.nodes) for r in rows} == {("all_reduce", int(meta["ranks"]), int(meta["nodes"]))}
+    with pytest.raises(InputError, match="pass --gpus-per-node"):
+        _read(path, gpus_per_node=None)
+
+
+def test_a_rank_line_that_contradicts_the_table_is_refused():
+    """The source's own rank line of the two-rack run ('Rank 143') against its table's busbw/algbw of 128 ranks."""
+    (path,) = [p for p in LARGE if "2racks" in p.stem]
+    text = path.read_text(encoding="utf-8").replace(
+        "#\n", "#  Rank 143 Group  0 Pid  14840 on slurm-gb200-207-171 device  3 [0x01] NVIDIA Graphics Device\n#\n", 1)
+    with pytest.raises(InputError, match="disagrees on its ranks: 144 by the '# Rank' lines, 128 by the all_reduce"):
+        parse_log(text, path.name, gpus_per_node=64)
+
+
 # Small made-up logs ---------------------------------------------------------------------------------------------
 
 HEADER = ("#      size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw"
@@ -212,6 +234,18 @@ def test_nodes_from_hosts_mpirun_or_gpus_per_node(command, body, gpus_per_node):
     assert {(r.ranks, r.nodes, r.gpus_per_node, r.op) for r in rows} == {(16, 2, 8, "all_reduce")}
     if body:
         assert rows[0].hosts == ("node0", "node1") and rows[0].gpu == "NVIDIA H100 80GB HBM3"
+
+
+def test_an_abridged_rank_list_names_hosts_but_does_not_count_the_nodes():
+    # A README that keeps the last rank line of a 144-rank run over two racks of 72 (one host of the second rack).
+    last = [RANK.format(r=143, p=140, host="tray-171", d=3)]
+    rows = parse_log("\n".join(_run("", ranks=144, body=last)), "racks.log", gpus_per_node=72)
+    assert {(r.ranks, r.nodes, r.gpus_per_node) for r in rows} == {(144, 2, 72)}
+    with pytest.raises(InputError, match="no '# Rank' line for every rank"):
+        parse_log("\n".join(_run("", ranks=144, body=last)), "racks.log")
+    three_hosts = [RANK.format(r=r, p=100 + r, host=f"node{r}", d=0) for r in (0, 1, 15)]  # at least 3 nodes
+    with pytest.raises(InputError, match="name 3 hosts, more than the 2 nodes"):
+        parse_log("\n".join(_run("", ranks=16, body=three_hosts)), "cut.log", gpus_per_node=8)
 
 
 def test_nccl_settings_from_mpirun_and_exports():

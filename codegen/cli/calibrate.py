@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", required=True, help="the calibrated system's name (the written file's stem)")
     p.add_argument("--out", required=True, metavar="FILE.toml", help="where to write the system file (must not exist)")
     p.add_argument("--gpus-per-node", dest="gpus_per_node", metavar="N",
-                   help="GPUs per node where a log names no hosts")
+                   help="GPUs per node where a log lists no host for every rank and no mpirun -H/-N")
     p.add_argument("--op", metavar="OP", help="the collective where a log names no nccl-tests binary")
     p.set_defaults(func=run)
 

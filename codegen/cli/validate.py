@@ -43,7 +43,7 @@ def _register_collectives(p: argparse.ArgumentParser) -> None:
                    help="with --logs: the catalog system the logs ran on (a node and its network; a user's cluster "
                         "file through --catalog)")
     p.add_argument("--gpus-per-node", metavar="N", dest="gpus_per_node",
-                   help="with --logs: GPUs per node where a log names no hosts")
+                   help="with --logs: GPUs per node where a log lists no host for every rank and no mpirun -H/-N")
     p.add_argument("--op", metavar="OP",
                    help="with --logs: the collective where a log names no nccl-tests binary and its table could be "
                         "several (all_gather, all_to_all)")

@@ -14,8 +14,9 @@ A log may hold several runs (sweeps). What is read, and from where (NVIDIA/nccl-
   ``-np``/``-n`` (or ``-H`` slots) × ``nThread`` × ``nGpus``, and the table itself (size / (count × type
   size) for all-gather, reduce-scatter and all-to-all, busbw/algbw for those and all-reduce); sources that
   disagree are an error;
-* nodes: distinct hosts on the rank lines, ``mpirun -H h1:8,h2:8``, ``mpirun -N``/``-npernode``/``--map-by
-  ppr:N:node`` or ``srun -N``; else the caller's *gpus_per_node*; else an error saying to pass it;
+* nodes: distinct hosts on the rank lines (when there is a line for every rank), ``mpirun -H h1:8,h2:8``,
+  ``mpirun -N``/``-npernode``/``--map-by ppr:N:node`` or ``srun -N``; else the caller's *gpus_per_node*; else an
+  error saying to pass it;
 * ``NCCL version X``, the GPU named on the rank lines, and ``NCCL_*`` variables: ``-x NAME=VALUE`` (or a
   ``NAME=VALUE`` word) on the launcher line applies to that run, ``[export] NAME=VALUE`` lines to every
   later run.
@@ -397,7 +398,10 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
         raise InputError(f"{where}: the log does not say how many ranks ran it (no '# Rank' lines, no -np on an "
                          f"mpirun line, and its table cannot tell)")
     ranks = _agree(said, "ranks", where)
-    nodes_said = [(len(set(sweep.ranks.values())), "the host names on the '# Rank' lines")] if sweep.ranks else []
+    # The hosts count the nodes only where every rank's line is there: an abridged list (a README that keeps the
+    # last line, "# Rank 143 … on host-171") names some of the hosts, not how many there are.
+    whole_list = len(sweep.ranks) == ranks
+    nodes_said = [(len(set(sweep.ranks.values())), "the host names on the '# Rank' lines")] if whole_list else []
     if sweep.host_slots:
         nodes_said.append((len(dict.fromkeys(host for host, _ in sweep.host_slots)), f"{launcher} -H"))
     if sweep.srun_nodes:
@@ -415,8 +419,11 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
         if ranks > gpus_per_node and ranks % gpus_per_node:
             raise InputError(f"{where}: {ranks} ranks do not fill nodes of --gpus-per-node {gpus_per_node}")
     else:
-        raise InputError(f"{where}: the log does not say how many nodes ran its {ranks} ranks (no host names on "
-                         f"'# Rank' lines, no -H or -N on an mpirun line); pass --gpus-per-node")
+        raise InputError(f"{where}: the log does not say how many nodes ran its {ranks} ranks (no '# Rank' line "
+                         f"for every rank, no -H or -N on an mpirun line); pass --gpus-per-node")
+    if sweep.ranks and nodes < (seen := len(set(sweep.ranks.values()))):  # an abridged list: at least its hosts
+        raise InputError(f"{where}: its '# Rank' lines name {seen} hosts, more than the {nodes} nodes it says its "
+                         f"{ranks} ranks ran on")
     if ranks % nodes:
         raise InputError(f"{where}: {ranks} ranks cannot be spread evenly over {nodes} nodes")
     return ranks, nodes
