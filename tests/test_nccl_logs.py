@@ -243,9 +243,9 @@ def test_an_abridged_rank_list_names_hosts_but_does_not_count_the_nodes():
     assert {(r.ranks, r.nodes, r.gpus_per_node) for r in rows} == {(144, 2, 72)}
     with pytest.raises(InputError, match="no '# Rank' line for every rank"):
         parse_log("\n".join(_run("", ranks=144, body=last)), "racks.log")
-    three_hosts = [RANK.format(r=r, p=100 + r, host=f"node{r}", d=0) for r in (0, 1, 15)]  # at least 3 nodes
-    with pytest.raises(InputError, match="name 3 hosts, more than the 2 nodes"):
-        parse_log("\n".join(_run("", ranks=16, body=three_hosts)), "cut.log", gpus_per_node=8)
+    trays = [RANK.format(r=r, p=100 + r, host=f"tray{r // 4}", d=r % 4) for r in (0, 3, 4, 71)]  # 3 trays, 1 rack
+    rows = parse_log("\n".join(_run("", ranks=72, body=trays)), "rack.log", gpus_per_node=72)
+    assert {(r.nodes, r.hosts) for r in rows} == {(1, ("tray0", "tray1", "tray17"))}
 
 
 def test_nccl_settings_from_mpirun_and_exports():

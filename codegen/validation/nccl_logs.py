@@ -399,7 +399,8 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
                          f"mpirun line, and its table cannot tell)")
     ranks = _agree(said, "ranks", where)
     # The hosts count the nodes only where every rank's line is there: an abridged list (a README that keeps the
-    # last line, "# Rank 143 … on host-171") names some of the hosts, not how many there are.
+    # last line) names some of the hosts, not how many there are; nor is a host a node where one NVLink domain
+    # spans several (GB200 NVL72's trays, counted in racks by --gpus-per-node 72), so it bounds nothing either.
     whole_list = len(sweep.ranks) == ranks
     nodes_said = [(len(set(sweep.ranks.values())), "the host names on the '# Rank' lines")] if whole_list else []
     if sweep.host_slots:
@@ -421,9 +422,6 @@ def _placement(sweep: _Sweep, op: str, where: str, gpus_per_node: int | None) ->
     else:
         raise InputError(f"{where}: the log does not say how many nodes ran its {ranks} ranks (no '# Rank' line "
                          f"for every rank, no -H or -N on an mpirun line); pass --gpus-per-node")
-    if sweep.ranks and nodes < (seen := len(set(sweep.ranks.values()))):  # an abridged list: at least its hosts
-        raise InputError(f"{where}: its '# Rank' lines name {seen} hosts, more than the {nodes} nodes it says its "
-                         f"{ranks} ranks ran on")
     if ranks % nodes:
         raise InputError(f"{where}: {ranks} ranks cannot be spread evenly over {nodes} nodes")
     return ranks, nodes
