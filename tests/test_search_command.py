@@ -183,6 +183,22 @@ def test_cli_search_json(capsys):
     assert got["top"][0]["memory_peak_bytes"] > 0
 
 
+def test_cli_search_tries_uneven_model_chunks_only_when_asked(capsys):
+    """Llama 3 70B on 64 GPUs with four stages of 20 layers: vp 1, 2, 4, 5, 10, 20 split them evenly (Megatron-Core's
+    own chunks); --uneven-chunks adds every vp up to 20 layers a stage, and a pinned vp is taken as given."""
+    argv = ["search", "--model", "llama3-70b", "--devices", "64", "--system", "dgx_h100", "--global-batch", "128",
+            "--fix", "p=4", "--fix", "t=4", "--fix", "b=1", "--recompute", "none", "--no-memory", "--top", "100",
+            "--json"]
+
+    def vps(*extra):
+        assert main(argv + list(extra)) == 0
+        return sorted({row["vp"] for row in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["top"]})
+
+    assert vps() == [1, 2, 4, 5, 10, 20]
+    assert vps("--uneven-chunks") == list(range(1, 21))
+    assert vps("--fix", "vp=3") == [3]
+
+
 @pytest.mark.parametrize("argv,word", [
     (["--devices", "0"], "--devices"),
     (["--devices", "x"], "--devices"),

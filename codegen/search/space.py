@@ -20,7 +20,8 @@ Public API::
 
     ZERO_LEVELS, RECOMPUTE_MODES, SEARCH_KEYS  (symbolic.vocabulary's, which the space reads)
     SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=RECOMPUTE_MODES,
-                zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False)
+                zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False,
+                uneven_chunks=False)
     space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
     space.why_empty() -> str | None     # an empty grid's reason: the --fix value and the rule it breaks
     space.block(start, stop, keys=None) -> list[Chunk];  space.decode(index, setting, keys=None) -> dict[str, ndarray]
@@ -72,6 +73,9 @@ class SearchSpace:
         recompute: uniform recompute modes to try. zero_levels: ZeRO levels to try (:data:`ZERO_LEVELS`).
         cp_algos: CP algorithms to try (default: the model's own).
         devices_per_node: devices of a node; ``t`` must not exceed it unless *tp_cross_node*.
+        uneven_chunks: also admit ``vp > 1`` where the layers do not split evenly into ``p·vp`` model chunks
+            (by default only a pinned ``vp`` does: Megatron-Core builds such chunks only from an explicit
+            ``pipeline_model_parallel_layout``).
 
     Raises:
         ValueError: naming the field for a bad device count, global batch, key or setting.
@@ -80,7 +84,8 @@ class SearchSpace:
     def __init__(self, model: ModelConfig, devices: int, global_batch: int, *, fix: Mapping[str, int] | None = None,
                  maximum: Mapping[str, int] | None = None, recompute: Sequence[str] = RECOMPUTE_MODES,
                  zero_levels: Sequence[int] = (1,), cp_algos: Sequence[str] | None = None,
-                 devices_per_node: int | None = None, tp_cross_node: bool = False) -> None:
+                 devices_per_node: int | None = None, tp_cross_node: bool = False,
+                 uneven_chunks: bool = False) -> None:
         if not isinstance(model, ModelConfig):
             raise InputError(f"model: expected a ModelConfig (codegen.configs.load_model(name)), got {model!r:.80}")
         self.model = model
@@ -103,6 +108,7 @@ class SearchSpace:
         tp_cross_node = flag("tp_cross_node", tp_cross_node)
         self.devices_per_node = devices_per_node
         self.tp_cross_node = tp_cross_node
+        self.uneven_chunks = flag("uneven_chunks", uneven_chunks)
         self.settings = tuple(Setting(r, z, a) for r in recompute for z in levels for a in algos)
         self._rules = self._key_rules()
         self._build_candidates()
@@ -177,6 +183,12 @@ class SearchSpace:
         # (the chunks of Megatron-Core's accounted split are the layers plus the embedding and the loss it counts)
         chunks = total_layers + sum(accounted(model))
         pair = (pp[:, None] * vp[None, :] <= chunks) & ((vp[None, :] == 1) | (pp[:, None] > 1))
+        if not self.uneven_chunks and "vp" not in self.fix:
+            # A policy of the search: interleaving only where every model chunk holds as many layers. Megatron-Core
+            # builds a stage's chunks evenly unless the run states a pipeline layout (transformer_block.py
+            # get_num_layers_to_build: a stage's layers divisible by vp), and the 1F1B bubble (p − 1)/(vp·m) is
+            # that of even chunks; a pinned vp, or --uneven-chunks, admits the rest.
+            pair &= (vp[None, :] == 1) | (chunks % (pp[:, None] * vp[None, :]) == 0)
         rows, cols = np.nonzero(pair)
         self.base = {"t": tt[rows], "cp": cc[rows], "p": pp[rows], "d": dd[rows], "vp": vp[cols]}
         self.ep = self._candidates("ep", _divisors(model.n_exp) if model.n_exp > 1 else np.ones(1, np.int64))
