@@ -773,8 +773,7 @@ def _build() -> tuple[Formula, ...]:
     for variant in variants():
         out += stage_formulas(variant).all()
     for variant in variants():
-        if not variant.low_precision:  # (a low-precision run's memory has no generated slopes)
-            out += stage_slopes(variant)
+        out += stage_slopes(variant)
     return tuple(out)
 
 

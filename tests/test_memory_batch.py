@@ -238,13 +238,17 @@ def test_memory_pricer_imports_no_sympy():
 # ---------------------------------------------------------------- sensitivity
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp8", "mxfp8"])
 @pytest.mark.parametrize("name", MODELS)
-def test_generated_slopes_are_the_derivatives_of_the_total(name):
-    """Each generated ∂total/∂x against a central difference of the generated total (other values held)."""
+def test_generated_slopes_are_the_derivatives_of_the_total(name, precision):
+    """Each generated ∂total/∂x against a central difference of the generated total (other values held), in a
+    BF16 run and in low-precision ones (their own totals: quantized saved inputs and weight copies)."""
     model = load_model(name)
     layout = model.layout
-    values = memory._values(model, layout, DEFAULT_SETTINGS)
-    key = memory.variant_key(model)
+    settings = dataclasses.replace(DEFAULT_SETTINGS, precision=precision)
+    system = "dgx_b200" if precision == "mxfp8" else SYSTEM
+    values = memory._values(model, layout, settings, None if precision == "bf16" else system)
+    key = memory.variant_key(model, precision)
     total = f"memory_{key}_stage_total_bytes"
     slopes = [n for n in generated.FORMULAS if n.startswith(total + "__d_") and not n.endswith("_split")]
     assert {n.rsplit("_", 1)[1] for n in slopes} >= {"t", "cp", "b", "s", "p", "m"}
@@ -291,6 +295,37 @@ def test_sensitivity_objective_memory(capsys):
     # The settings reach the objective: more optimizer bytes, more memory.
     more = _json(capsys, argv + ["--bytes-optimizer", "16"])
     assert more["value"] > out["value"]
+
+
+def test_sensitivity_objective_memory_in_low_precision(capsys):
+    """--precision prices the peak stage of a low-precision run (eval --memory's figure) and differentiates its
+    own total; --bf16-weights keeps BF16 primary weights beside the quantized copies (more memory)."""
+    argv = ["sensitivity", "--model", "llama3-70b", "--layout", "d=4,t=4,p=4,vp=5,m=32,b=1", "--device", SYSTEM,
+            "--objective", "memory", "--json"]
+    bf16 = _json(capsys, argv)
+    fp8 = _json(capsys, argv + ["--precision", "fp8"])
+    layout = "d=4,t=4,p=4,vp=5,m=32,b=1"
+    priced = _json(capsys, ["eval", "--model", "llama3-70b", "--layout", layout, "--device", SYSTEM, "--memory",
+                            "--precision", "fp8", "--json"])["memory"]
+    assert fp8["value"] == max(stage["total"] for stage in priced["stages"]) != bf16["value"]
+    for x in ("t", "b", "cp"):
+        got = fp8["degrees"][x]
+        assert_close(got["elasticity"], got["value"] * got["derivative"] / fp8["value"], rtol=1e-6, atol=1e-12)
+        assert got["derivative"] != bf16["degrees"][x]["derivative"]
+    assert _json(capsys, argv + ["--precision", "fp8", "--bf16-weights"])["value"] > fp8["value"]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--objective", "memory", "--precision", "fp8"], "--precision fp8: the bytes of its quantized copies are its GPU's"),
+    (["--precision", "fp8", "--device", SYSTEM], "--precision fp8: the precision of --objective memory"),
+    (["--cost", "time", "--precision", "fp8", "--device", SYSTEM], "--precision fp8: a memory setting"),
+    (["--objective", "memory", "--precision", "nvfp4", "--device", SYSTEM], "--precision nvfp4: the H100"),
+    (["--objective", "memory", "--precision", "fp4"], "--precision: invalid choice: 'fp4'"),
+])
+def test_sensitivity_precision_bad_input_is_one_line(capsys, argv, words):
+    assert main(["sensitivity", "--model", "llama2-7b", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
 
 
 # ---------------------------------------------------------------- command line

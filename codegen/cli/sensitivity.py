@@ -6,8 +6,8 @@ Command line::
                         [--ttype FLOP|TIME] [--objective max|sum|memory] [--degrees t,cp,…] [--json] [--plot FILE.png]
                         [--cost volume|time] [--order tp-cp-ep-dp-pp] [--ep-dispatcher alltoall|deepep|hybridep]
                         [--account-for-embedding-in-pipeline-split] [--account-for-loss-in-pipeline-split]
-                        [memory settings: --reserve GIB --bytes-param B --bytes-grad B --bytes-optimizer K
-                         --no-flash-attention --zero-level Z]
+                        [memory settings: --precision P --reserve GIB --bytes-param B --bytes-grad B
+                         --bytes-optimizer K --no-flash-attention --zero-level Z --recompute-modules L --bf16-weights]
 
 ``--json`` prints ``{"objective", "value", "degrees": {x: {"value", "derivative", "elasticity",
 "doubling_ratio"}}, "units"}``; with ``--cost time`` (communication seconds per step on NCCL's model, a
@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEGREES, EP_DISPATCHERS, RECOMPUTE_MODES
+import hardware
+from symbolic.vocabulary import DEFAULT_EP_DISPATCHER, DEGREES, EP_DISPATCHERS, PRECISIONS, RECOMPUTE_MODES
 
 from . import COMMANDS
 from ..configs import ModelConfig, load_model, model_names
@@ -65,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "alpha (latencies) and beta (bandwidths)")
     p.add_argument("--order", default=None, help="rank order for --cost time, innermost first (default Megatron's "
                                                  "tp-cp-ep-dp-pp)")
+    p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
+                   help="with --objective memory: the run's GEMM precision, its linear layers' quantized saved inputs "
+                        "and weight copies in memory (default bf16; docs/memory.md, \"Low precision\")")
     add_memory_options(p, "--objective memory")
     p.add_argument("--ep-dispatcher", default=None, choices=tuple(EP_DISPATCHERS),
                    help="with --cost time: how the experts' tokens move (default alltoall: NCCL's all-to-all; deepep, "
@@ -128,8 +132,8 @@ def _run_time(args: argparse.Namespace) -> int:
         raise ValueError("--objective memory: applies to the volume cost only; drop it or --cost time")
     refuse_options(args, ("--ttype", "--with-recomp", "--plot"),
                    "applies to the volume cost only; --cost time does not read it: drop it or --cost time")
-    refuse_options(args, MEMORY_OPTIONS, "a memory setting (read with --objective memory, under the volume cost); "
-                                         "--cost time does not read it: drop it")
+    refuse_options(args, ("--precision", *MEMORY_OPTIONS), "a memory setting (read with --objective memory, under "
+                                                           "the volume cost); --cost time does not read it: drop it")
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     model = _model(args)
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
@@ -174,7 +178,15 @@ def run(args: argparse.Namespace) -> int:
     if args.objective == "memory":
         refuse_options(args, ("--ttype", "--with-recomp"), "a setting of the communication volumes; --objective "
                                                            "memory does not read it: drop it")
+    else:
+        refuse_options(args, ("--precision",), "the precision of --objective memory (its quantized saved inputs and "
+                                               "weight copies); the communication volumes do not read it: drop it or "
+                                               "add --objective memory")
     settings = _settings(args)
+    if settings.memory.precision != "bf16" and hardware.load(args.device).gpu is None:
+        raise ValueError(f"--precision {settings.memory.precision}: the bytes of its quantized copies are its GPU's; "
+                         f"{args.device} has no GPU facts in the hardware catalog: choose a --device with a GPU, "
+                         f"e.g. --device dgx_h100")
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
     target = new_file(args.plot, "--plot", PLOT_FORMATS) if args.plot is not None else None
     plt = pyplot("--plot") if target is not None else None

@@ -262,10 +262,10 @@ def _family_terms(model: ModelConfig, _batch: LayoutBatch | None = None, *, prec
 
 def _family_slopes(model: ModelConfig, _batch: LayoutBatch | None, degree: str, *, precision: str = "bf16"
                    ) -> dict[str, str] | None:
-    """The memory family's slopes: the generated derivative of the stage total in *degree* (:func:`slope_name`),
-    where one is generated (a BF16 run's alone)."""
-    name = slope_name(model, degree)
-    return {"total": name} if precision == "bf16" and name in generated.FORMULAS else None
+    """The memory family's slopes: the generated derivative of the stage total in *degree* (:func:`slope_name`,
+    the run's precision's variant), where one is generated."""
+    name = slope_name(model, degree, precision=precision)
+    return {"total": name} if name in generated.FORMULAS else None
 
 
 def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | LayoutBatch,
@@ -296,7 +296,7 @@ def _run_values(settings: MemorySettings, model: ModelConfig, batch: Layout | La
 def memory_family(settings: MemorySettings = DEFAULT_SETTINGS, system: System | str | None = None) -> FamilySpec:
     """The memory family as a spec (``codegen.pricing.families``): a stage's value is its total bytes per rank,
     the step's the largest stage's (the peak), its slopes the generated derivatives of the total
-    (:func:`slope_name`; none in a low-precision run). :class:`MemoryPricer` reads its terms and run values from
+    (:func:`slope_name`, of the run's precision). :class:`MemoryPricer` reads its terms and run values from
     here. A low-precision *settings* needs the *system* (:func:`low_precision_values`)."""
     precision = settings.precision
     return FamilySpec(name="memory", unit="bytes", terms=functools.partial(_family_terms, precision=precision),
@@ -405,38 +405,39 @@ def stage_totals(model: ModelConfig, layout: Layout, settings: MemorySettings = 
                            ("total",))["total"].copy()
 
 
-def slope_name(model: ModelConfig, degree: str, *, relax_p: bool = True) -> str:
-    """The generated derivative of the stage total in *degree* (``symbolic.memory.stage_slopes``); for ``p``
-    with *relax_p*, the one with the body-layer counts relaxed as shares of an even split (∝ 1/p)."""
+def slope_name(model: ModelConfig, degree: str, *, relax_p: bool = True, precision: str = "bf16") -> str:
+    """The generated derivative of the stage total in *degree* (``symbolic.memory.stage_slopes``) in a run of
+    *precision* (its variant, :func:`variant_key`); for ``p`` with *relax_p*, the one with the body-layer counts
+    relaxed as shares of an even split (∝ 1/p)."""
     suffix = "p_split" if degree == "p" and relax_p else degree
-    return f"memory_{variant_key(model)}_stage_total_bytes__d_{suffix}"
+    return f"memory_{variant_key(model, precision)}_stage_total_bytes__d_{suffix}"
 
 
 def stage_slopes(model: ModelConfig, layout: Layout, degrees: Sequence[str],
-                 settings: MemorySettings = DEFAULT_SETTINGS, *, relax_p: bool = True) -> dict[str, np.ndarray]:
+                 settings: MemorySettings = DEFAULT_SETTINGS, *, relax_p: bool = True,
+                 system: System | str | None = None) -> dict[str, np.ndarray]:
     """Per degree, each stage's ∂total/∂degree in bytes per rank per unit of the degree, shape ``(p,)``.
 
     The generated derivatives (dimension ``memory_slope``) with every derived field and the
     layer counts held (``p``: the counts relaxed, see :func:`slope_name`); a degree the total
     does not read (``d``, whose effect is through the shard sizes; ``ep`` of a dense model) has
-    none and gets 0.
+    none and gets 0. A low-precision run (``settings.precision``) differentiates its own total, on *system*'s
+    GPU (the bytes of its quantized copies).
 
     Raises:
         InputError: naming a degree that is none of ``symbolic.vocabulary.DEGREES`` (or *degrees* given as one
-            string: ``"tp"`` is not ``t`` and ``p``), or an argument of another kind.
+            string: ``"tp"`` is not ``t`` and ``p``), an argument of another kind, or a low-precision run without
+            a system.
         LayoutError: when the layout does not fit the model.
     """
     _checked(model, layout, settings)
-    if settings.precision != "bf16":
-        raise inputs.InputError(f"settings: precision {settings.precision} has no generated memory slopes (a BF16 "
-                                "run's alone)")
     degrees = degrees_argument(degrees)
     relax_p = flag("relax_p", relax_p)
-    values = _values(model, layout, settings)
+    values = _values(model, layout, settings, system)
     stages = np.shape(values["pp_rank"])
     out = {}
     for x in degrees:
-        name = slope_name(model, x, relax_p=relax_p)
+        name = slope_name(model, x, relax_p=relax_p, precision=settings.precision)
         out[x] = (np.broadcast_to(np.asarray(call(name, values), dtype=float), stages).copy()
                   if name in generated.FORMULAS else np.zeros(stages))
     return out

@@ -208,8 +208,13 @@ def _combine(totals: np.ndarray, objective: str) -> float:
 def _totals(pricer: StagePricer, model: ModelConfig, layout: Layout, settings: Settings) -> np.ndarray:
     """Each stage's total the objective combines: communication, or memory per rank (bytes)."""
     if settings.objective == "memory":
-        return memory.stage_totals(model, layout, settings.memory)
+        return memory.stage_totals(model, layout, settings.memory, system=_lowp_system(settings))
     return _stage_totals(pricer, layout)
+
+
+def _lowp_system(settings: Settings) -> str | None:
+    """The GPU whose bytes a low-precision run's quantized copies take (``--device``); ``None`` in BF16."""
+    return None if settings.memory.precision == "bf16" else settings.device
 
 
 def _degree_value(model: ModelConfig, layout: Layout, name: str) -> int:
@@ -263,8 +268,9 @@ def stage_derivatives(model: ModelConfig, layout: Layout, settings: Settings,
     layout_argument(layout)
     inputs.instance("settings", settings, Settings, "a Settings")
     if settings.objective == "memory":
-        return memory.stage_totals(model, layout, settings.memory), memory.stage_slopes(
-            model, layout, degrees, settings.memory, relax_p=True)
+        system = _lowp_system(settings)
+        return memory.stage_totals(model, layout, settings.memory, system=system), memory.stage_slopes(
+            model, layout, degrees, settings.memory, relax_p=True, system=system)
     pricer = settings.pricer(model)
     batch = LayoutBatch.from_layouts([layout])
     totals = _stage_totals(pricer, layout)
