@@ -115,8 +115,8 @@ def main() -> int:
     # Uneven model chunks admitted: the grid the figures of docs/search.md "Speed" were measured on (14.5 million
     # layouts), larger than the search's default of even chunks only.
     spec = SearchSpec(model, 16384, 4096, "dgx_h100", zero_levels=(0, 1, 2, 3),
-                      cp_algos=("colossalai_cp", "hybrid_cp", "ulysses_cp"), uneven_chunks=True)
-    small = SearchSpec(model, 16384, 4096, "dgx_h100", zero_levels=(1,), uneven_chunks=True)
+                      cp_algos=("colossalai_cp", "hybrid_cp", "ulysses_cp"), any_interleaving=True)
+    small = SearchSpec(model, 16384, 4096, "dgx_h100", zero_levels=(1,), any_interleaving=True)
     search(small, top=10, chunk=args.chunk)  # warm: imports, the space's structure tables
     runs = [("in_process", "numpy", spec), ("dask_local", "dask", spec), ("small_grid_in_process", "numpy", small)]
     if dask:

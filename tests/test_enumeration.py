@@ -11,10 +11,10 @@ from codegen.configs import LayoutBatch, check_batch, load_model, validate_batch
 from codegen.search import SearchSpace, parse_restrictions
 
 
-def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=None, uneven_chunks=False):
+def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=None, any_interleaving=False):
     """Every key combination in 1..devices (b, ep up to their own bounds), filtered by validate_batch and the policies
-    (t within a node; vp > 1 only where the layers split evenly into p·vp chunks, unless vp is pinned or
-    *uneven_chunks*)."""
+    (t within a node; vp > 1 only where the layers split evenly into p·vp chunks and m is a multiple of p, unless vp
+    is pinned or *any_interleaving*)."""
     fix, maximum = fix or {}, maximum or {}
     found = set()
     rng = range(1, devices + 1)
@@ -30,7 +30,8 @@ def _brute(model, devices, global_batch, node, fix=None, maximum=None, cp_algo=N
         for vp, ep, etp, b in itertools.product(vp_rng, ep_rng, etp_rng, range(1, global_batch + 1)):
             if global_batch % (d * b) or t > node:
                 continue
-            if vp > 1 and total % (p * vp) and not uneven_chunks and "vp" not in fix:
+            m = global_batch // (d * b)
+            if vp > 1 and (total % (p * vp) or m % p) and not any_interleaving and "vp" not in fix:
                 continue
             row = dict(d=d, t=t, cp=cp, p=p, vp=vp, ep=ep, etp=etp, b=b, m=global_batch // (d * b))
             if any(row[k] != v for k, v in fix.items()) or any(row[k] > v for k, v in maximum.items()):
@@ -59,7 +60,7 @@ def _enumerated(space):
 
 @pytest.mark.parametrize("name,devices,batch,fix,maximum,uneven", [
     ("llama2-7b", 16, 8, {}, {}, False),
-    ("llama2-7b", 16, 8, {}, {"vp": 6}, True),         # 32 layers: vp 3, 5, 6 with p 2 only with --uneven-chunks
+    ("llama2-7b", 16, 8, {}, {"vp": 6}, True),         # 32 layers: vp 3, 5, 6 with p 2, or m < p, only so
     ("llama2-7b", 16, 8, {"vp": 3}, {}, False),        # a pinned vp is taken as given
     ("qwen3-72b", 8, 4, {}, {"vp": 3}, False),
     ("deepseek-v3", 8, 2, {"p": 2}, {"vp": 2}, False),  # 61 + 1 layers: 2·2 chunks uneven, so vp 1 only
@@ -67,11 +68,11 @@ def _enumerated(space):
 def test_enumeration_matches_brute_force(name, devices, batch, fix, maximum, uneven):
     model = load_model(name)
     space = SearchSpace(model, devices, batch, fix=fix, maximum=maximum, devices_per_node=8, recompute=("none", "full"),
-                        uneven_chunks=uneven)
+                        any_interleaving=uneven)
     got = _enumerated(space)
     keys = [k for _, k in got]
     assert len(keys) == len(set((s, k) for s, k in got))  # no duplicates
-    want = _brute(model, devices, batch, 8, fix, maximum, uneven_chunks=uneven)
+    want = _brute(model, devices, batch, 8, fix, maximum, any_interleaving=uneven)
     assert want  # every case enumerates something
     for setting in space.settings:
         assert {k for s, k in got if s == setting} == want
@@ -130,7 +131,7 @@ def test_chunks_bounded():
 
 
 def test_decode_contiguous_equals_scattered():
-    space = SearchSpace(load_model("deepseek-v3"), 1024, 512, devices_per_node=8, uneven_chunks=True)
+    space = SearchSpace(load_model("deepseek-v3"), 1024, 512, devices_per_node=8, any_interleaving=True)
     index = np.arange(1000, 40000)
     whole = space.decode(index, 0)
     pick = np.sort(np.random.default_rng(1).choice(len(index), 3000, replace=False))

@@ -19,7 +19,7 @@ ALGOS = ("colossalai_cp", "ulysses_cp")
 def _spec(**kw):
     kw.setdefault("recompute", ("none", "full"))
     kw.setdefault("overlap", ("dp",))  # the pipeline sends not overlapped: they keep their floor
-    kw.setdefault("uneven_chunks", True)  # DeepSeek-V3's 62 layers split evenly into no p·vp > 1 but 2, 31 and 62
+    kw.setdefault("any_interleaving", True)  # DeepSeek-V3's 62 layers split evenly into no p·vp > 1 but 2, 31 and 62
     return SearchSpec(load_model("deepseek-v3"), 256, 128, "dgx_h100", zero_levels=(0, 1, 3), cp_algos=ALGOS,
                       maximum=(("vp", 2), ("b", 4)), **kw)
 
@@ -158,7 +158,7 @@ def test_stage_parts_by_groups_are_every_rows_own_to_the_bit(recompute):
     (``StepTimePricer.stage_groups``) equal evaluating every row, bit for bit, at m = 1 and at m = 2 (whose b is
     m = 1's halved: the groups found at m = 1 serve it); and the rows do share groups (several virtual-stage
     counts of a pipeline put the same layers in a stage)."""
-    spec = SearchSpec(load_model("deepseek-v3"), 16384, 4096, "dgx_h100", zero_levels=(1,), uneven_chunks=True)
+    spec = SearchSpec(load_model("deepseek-v3"), 16384, 4096, "dgx_h100", zero_levels=(1,), any_interleaving=True)
     _, step, _, _ = search_context(spec)
     table = bounds._union_rows(spec)[1]
     batch = spec.global_batch / table["d"]

@@ -183,9 +183,9 @@ def test_cli_search_json(capsys):
     assert got["top"][0]["memory_peak_bytes"] > 0
 
 
-def test_cli_search_tries_uneven_model_chunks_only_when_asked(capsys):
+def test_cli_search_interleaves_as_megatron_core_does_unless_asked(capsys):
     """Llama 3 70B on 64 GPUs with four stages of 20 layers: vp 1, 2, 4, 5, 10, 20 split them evenly (Megatron-Core's
-    own chunks); --uneven-chunks adds every vp up to 20 layers a stage, and a pinned vp is taken as given."""
+    own chunks); --any-interleaving adds every vp up to 20 layers a stage, and a pinned vp is taken as given."""
     argv = ["search", "--model", "llama3-70b", "--devices", "64", "--system", "dgx_h100", "--global-batch", "128",
             "--fix", "p=4", "--fix", "t=4", "--fix", "b=1", "--recompute", "none", "--no-memory", "--top", "100",
             "--json"]
@@ -195,8 +195,13 @@ def test_cli_search_tries_uneven_model_chunks_only_when_asked(capsys):
         return sorted({row["vp"] for row in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["top"]})
 
     assert vps() == [1, 2, 4, 5, 10, 20]
-    assert vps("--uneven-chunks") == list(range(1, 21))
+    assert vps("--any-interleaving") == list(range(1, 21))
     assert vps("--fix", "vp=3") == [3]
+    # Four stages of 8 layers and m = 6 micro-batches: interleaving needs m a multiple of p (groups of p).
+    argv[1:] = ["--model", "llama3-8b", "--devices", "4", "--system", "dgx_h100", "--global-batch", "6", "--fix", "p=4",
+                "--fix", "b=1", "--recompute", "none", "--no-memory", "--top", "100", "--json"]
+    assert vps() == [1]
+    assert vps("--any-interleaving") == list(range(1, 9))
 
 
 @pytest.mark.parametrize("argv,word", [

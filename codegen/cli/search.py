@@ -2,7 +2,7 @@
 
 ``symcost search --model M --devices N --system S --global-batch B [--objective step-time|original]
 [--top K] [--fix t=8] [--max p=16] [--recompute none,selective,full] [--zero 1] [--cp-algo NAME,…]
-[--tp-cross-node] [--uneven-chunks] [--keep-infeasible] [--no-memory] [--reserve GIB]
+[--tp-cross-node] [--any-interleaving] [--keep-infeasible] [--no-memory] [--reserve GIB]
 [--out FILE.csv|FILE.parquet] [--plot FILE.png] [--scheduler tcp://HOST:PORT]
 [--scheduler-timeout S] [--engine numpy|dask] [--chunk N] [--json]`` prints the top K layouts (degrees, settings, step time
 and its parts, memory per rank and headroom of the slowest stage from ``codegen.pricing.memory``),
@@ -98,10 +98,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{', '.join(RECOMPUTE_MODULES)} (comma-separated) or none (default none; Megatron-Core's "
                         f"recompute_modules: less activation memory, their forward again; docs/memory.md)")
     p.add_argument("--tp-cross-node", action="store_true", help="let t exceed the devices of a node")
-    p.add_argument("--uneven-chunks", action="store_true",
-                   help="also try vp > 1 where the layers do not split evenly into p·vp model chunks (runs that "
-                        "state a pipeline layout; default: even chunks only, as Megatron-Core builds them, or "
-                        "any vp pinned by --fix)")
+    p.add_argument("--any-interleaving", action="store_true",
+                   help="also try vp > 1 where Megatron-Core's interleaved pipeline needs settings beyond the degrees: "
+                        "layers not filling the p·vp model chunks evenly (a stated pipeline layout) or m no multiple "
+                        "of p (a micro-batch group size other than p); default: neither, but for a vp pinned by --fix")
     p.add_argument("--keep-infeasible", action="store_true",
                    help="rank layouts whose memory per rank exceeds the GPU's HBM too (flagged); default: dropped")
     p.add_argument("--no-memory", action="store_true", help="do not price memory (no feasibility filter)")
@@ -303,8 +303,8 @@ def run(args: argparse.Namespace) -> int:
         model = model.with_sequence_length(seq)
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
-                      uneven_chunks=args.uneven_chunks, original_device=original_device, memory=not args.no_memory,
-                      keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
+                      any_interleaving=args.any_interleaving, original_device=original_device,
+                      memory=not args.no_memory, keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
                       overlap=overlap, bytes_grad=bytes_grad, recompute_modules=modules,
                       ep_dispatcher=args.ep_dispatcher)
     if args.scheduler is not None:

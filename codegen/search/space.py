@@ -21,7 +21,7 @@ Public API::
     ZERO_LEVELS, RECOMPUTE_MODES, SEARCH_KEYS  (symbolic.vocabulary's, which the space reads)
     SearchSpace(model, devices, global_batch, *, fix=None, maximum=None, recompute=RECOMPUTE_MODES,
                 zero_levels=(1,), cp_algos=None, devices_per_node=None, tp_cross_node=False,
-                uneven_chunks=False)
+                any_interleaving=False)
     space.size -> int;  space.chunks(chunk=1 << 18, start=0, stop=None) -> Iterator[Chunk]
     space.why_empty() -> str | None     # an empty grid's reason: the --fix value and the rule it breaks
     space.block(start, stop, keys=None) -> list[Chunk];  space.decode(index, setting, keys=None) -> dict[str, ndarray]
@@ -73,9 +73,10 @@ class SearchSpace:
         recompute: uniform recompute modes to try. zero_levels: ZeRO levels to try (:data:`ZERO_LEVELS`).
         cp_algos: CP algorithms to try (default: the model's own).
         devices_per_node: devices of a node; ``t`` must not exceed it unless *tp_cross_node*.
-        uneven_chunks: also admit ``vp > 1`` where the layers do not split evenly into ``p·vp`` model chunks
-            (by default only a pinned ``vp`` does: Megatron-Core builds such chunks only from an explicit
-            ``pipeline_model_parallel_layout``).
+        any_interleaving: also admit ``vp > 1`` where Megatron-Core's interleaved pipeline needs settings beyond
+            the degrees: the layers not filling ``p·vp`` model chunks evenly (an explicit
+            ``pipeline_model_parallel_layout``) or ``m`` no multiple of ``p`` (a micro-batch group size other than
+            ``p``); by default a pinned ``vp`` alone admits them.
 
     Raises:
         ValueError: naming the field for a bad device count, global batch, key or setting.
@@ -85,7 +86,7 @@ class SearchSpace:
                  maximum: Mapping[str, int] | None = None, recompute: Sequence[str] = RECOMPUTE_MODES,
                  zero_levels: Sequence[int] = (1,), cp_algos: Sequence[str] | None = None,
                  devices_per_node: int | None = None, tp_cross_node: bool = False,
-                 uneven_chunks: bool = False) -> None:
+                 any_interleaving: bool = False) -> None:
         if not isinstance(model, ModelConfig):
             raise InputError(f"model: expected a ModelConfig (codegen.configs.load_model(name)), got {model!r:.80}")
         self.model = model
@@ -108,7 +109,7 @@ class SearchSpace:
         tp_cross_node = flag("tp_cross_node", tp_cross_node)
         self.devices_per_node = devices_per_node
         self.tp_cross_node = tp_cross_node
-        self.uneven_chunks = flag("uneven_chunks", uneven_chunks)
+        self.any_interleaving = flag("any_interleaving", any_interleaving)
         self.settings = tuple(Setting(r, z, a) for r in recompute for z in levels for a in algos)
         self._rules = self._key_rules()
         self._build_candidates()
@@ -183,11 +184,13 @@ class SearchSpace:
         # (the chunks of Megatron-Core's accounted split are the layers plus the embedding and the loss it counts)
         chunks = total_layers + sum(accounted(model))
         pair = (pp[:, None] * vp[None, :] <= chunks) & ((vp[None, :] == 1) | (pp[:, None] > 1))
-        if not self.uneven_chunks and "vp" not in self.fix:
-            # A policy of the search: interleaving only where every model chunk holds as many layers. Megatron-Core
-            # builds a stage's chunks evenly unless the run states a pipeline layout (transformer_block.py
-            # get_num_layers_to_build: a stage's layers divisible by vp), and the 1F1B bubble (p − 1)/(vp·m) is
-            # that of even chunks; a pinned vp, or --uneven-chunks, admits the rest.
+        #: Whether the search keeps to the interleaving Megatron-Core runs from the degrees alone (a policy of the
+        #: search, not a layout rule: ``symcost eval`` prices the rest).
+        self.plain_interleaving = not self.any_interleaving and "vp" not in self.fix
+        if self.plain_interleaving:
+            # Interleaving only where every model chunk holds as many layers: Megatron-Core builds a stage's chunks
+            # evenly unless the run states a pipeline layout (transformer_block.py get_num_layers_to_build: a
+            # stage's layers divisible by vp), and the bubble (p − 1)/(vp·m) is that of even chunks.
             pair &= (vp[None, :] == 1) | (chunks % (pp[:, None] * vp[None, :]) == 0)
         rows, cols = np.nonzero(pair)
         self.base = {"t": tt[rows], "cp": cc[rows], "p": pp[rows], "d": dd[rows], "vp": vp[cols]}
@@ -224,12 +227,19 @@ class SearchSpace:
             self.structure_id[algo] = np.ascontiguousarray(combo[ok])
         # Micro-batch sizes per row: the b that make m = global / (d·b) whole (and meet --fix/--max m), as
         # offsets, so that every grid point is a valid layout: row r owns grid points [start[r], start[r+1]).
+        # An interleaved row keeps to m a multiple of p (plain_interleaving): Megatron-Core runs its micro-batches
+        # in groups of microbatch_group_size_per_vp_stage, p by default, and refuses a last group of fewer than p
+        # (schedules.py forward_backward_pipelining_with_interleaving), so its rows are keyed by (d, p).
         self._b_tables = {}
         for algo, table in self.structures.items():
-            dd = table["d"]
-            distinct, where = np.unique(dd, return_inverse=True)
+            group = (np.where(table["vp"] > 1, table["p"], 1) if self.plain_interleaving
+                     else np.ones_like(table["d"]))
+            keys, where = np.unique(np.stack([table["d"], group], axis=1), axis=0, return_inverse=True)
+            where = where.reshape(-1)
+            distinct, groups = keys[:, 0], keys[:, 1]
             allowed = (self.global_batch % (distinct[:, None] * self.b[None, :]) == 0)
             m = self.global_batch // (distinct[:, None] * self.b[None, :])
+            allowed &= m % groups[:, None] == 0
             if "m" in self.fix:
                 allowed &= m == self.fix["m"]
             if "m" in self.maximum:
@@ -244,7 +254,7 @@ class SearchSpace:
                 bpos_table[i, :row.sum()] = np.flatnonzero(row)
                 m_table[i, :row.sum()] = m[i, row]
             per_row = allowed.sum(axis=1)[where]
-            start = np.zeros(len(dd) + 1, np.int64)
+            start = np.zeros(len(table["d"]) + 1, np.int64)
             np.cumsum(per_row, out=start[1:])
             self._b_tables[algo] = (b_table, where.astype(np.int64), start, bpos_table, m_table)
         self.setting_sizes = np.array([int(self._b_tables[s.cp_algo][2][-1]) for s in self.settings], np.int64)

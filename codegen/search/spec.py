@@ -49,9 +49,9 @@ class SearchSpec:
     as the system's own name); *original_device* the catalog device of the original's cost (``--objective
     original``; default *system*). *memory*: price memory per rank (``codegen.pricing.memory.MemoryPricer``)
     and drop the layouts that do not fit, unless *keep_infeasible* (then they are ranked too, ``fits`` = 0).
-    *uneven_chunks*: also try ``vp > 1`` where the layers do not split evenly into ``p·vp`` chunks
-    (:class:`SearchSpace`). *bytes_grad*: bytes per gradient in the memory filter (2 where a recipe keeps its
-    gradients in BF16); ``None``, the model file's.
+    *any_interleaving*: also try ``vp > 1`` where the layers do not split evenly into ``p·vp`` chunks or ``m`` is no
+    multiple of ``p`` (:class:`SearchSpace`). *bytes_grad*: bytes per gradient in the memory filter (2 where a
+    recipe keeps its gradients in BF16); ``None``, the model file's.
     *reserve_bytes*: device memory per GPU kept back from the capacity; ``None``, the memory family's default
     (``codegen.pricing.memory.DEFAULT_RESERVE_BYTES``, docs/memory.md "The reserve").
 
@@ -87,7 +87,7 @@ class SearchSpec:
     zero_levels: tuple[int, ...] = (1,)
     cp_algos: tuple[str, ...] | None = None
     tp_cross_node: bool = False
-    uneven_chunks: bool = False
+    any_interleaving: bool = False
     original_device: str | None = None
     memory: bool = True
     keep_infeasible: bool = False
@@ -116,7 +116,7 @@ class SearchSpec:
             put("cp_algos", cp_algorithms("cp_algos", self.cp_algos))
         if self.original_device is not None:
             put("original_device", system_name("original_device", self.original_device))
-        for name in ("tp_cross_node", "uneven_chunks", "memory", "keep_infeasible"):
+        for name in ("tp_cross_node", "any_interleaving", "memory", "keep_infeasible"):
             put(name, flag(name, getattr(self, name)))
         for name, what, zero_ok in (("reserve_bytes", "a number of bytes >= 0", True),
                                     ("bytes_grad", "bytes per gradient > 0", False)):
@@ -197,7 +197,7 @@ def _context(spec: SearchSpec) -> SearchContext:
     space = SearchSpace(spec.model, spec.devices, spec.global_batch, fix=dict(spec.fix), maximum=dict(spec.maximum),
                         recompute=spec.recompute, zero_levels=spec.zero_levels, cp_algos=spec.cp_algos,
                         devices_per_node=system.devices_per_node, tp_cross_node=spec.tp_cross_node,
-                        uneven_chunks=spec.uneven_chunks)
+                        any_interleaving=spec.any_interleaving)
     step = None
     original = None
     if spec.objective == "original":
