@@ -204,6 +204,24 @@ def test_cli_search_interleaves_as_megatron_core_does_unless_asked(capsys):
     assert vps("--any-interleaving") == list(range(1, 9))
 
 
+@pytest.mark.parametrize("layout,notes", [
+    ("d=1,t=1,p=4,vp=2,m=8,b=1", []),
+    ("d=1,t=1,p=4,vp=3,m=8,b=1", ["32 layers do not fill p·vp = 12 model chunks evenly"]),
+    ("d=1,t=1,p=4,vp=2,m=6,b=1", ["m = 6 micro-batches are no multiple of p = 4"]),
+    ("d=1,t=1,p=4,vp=3,m=2,b=1", ["32 layers do not fill p·vp = 12", "m = 2 micro-batches are fewer than p = 4"]),
+    ("d=1,t=1,p=4,vp=1,m=2,b=1", []),  # 1F1B without interleaving runs any m
+])
+def test_eval_step_time_notes_what_interleaving_needs_beyond_the_degrees(capsys, layout, notes):
+    """The layouts the search leaves out unless asked (--any-interleaving) are priced, with a note on stderr."""
+    assert main(["eval", "--model", "llama3-8b", "--layout", layout, "--cost", "step-time", "--device", "dgx_h100",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["step_time_s"] > 0
+    lines = err.strip().splitlines()
+    assert len(lines) == len(notes) and all(line.startswith("note: ") and want in line
+                                            for line, want in zip(lines, notes)), lines
+
+
 @pytest.mark.parametrize("argv,word", [
     (["--devices", "0"], "--devices"),
     (["--devices", "x"], "--devices"),

@@ -8,14 +8,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import shlex
+import sys
 from typing import Any, Iterable
 
 from symbolic.vocabulary import (DEFAULT_EP_DISPATCHER, DEFAULT_OVERLAP, EP_DISPATCHERS, OVERLAPS, PRECISIONS,
                                  RECOMPUTE_MODES, RECOMPUTE_MODULES)
 
 from . import COMMANDS
-from ..configs import (Layout, LayoutBatch, LayoutError, ModelConfig, accounted, accounted_split_offset, load_model,
-                       model_names, parse_layout, validate)
+from ..configs import (Layout, LayoutBatch, LayoutError, ModelConfig, accounted, accounted_split_offset,
+                       interleaving_notes, load_model, model_names, parse_layout, validate)
 from ..runtime.inputs import COUNT_MAX, DEVICES_MAX, finite, json_text, parse_number, parse_whole
 from ..pricing.exposure import overlap_names
 from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, stage_memory
@@ -454,6 +455,8 @@ def run(args: argparse.Namespace) -> int:
         modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
         res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap, modules,
                                args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
+        for note in interleaving_notes(model, layout):  # priced all the same; the search leaves such layouts out
+            print(f"note: {note}", file=sys.stderr)
         if args.json:
             print(json_text(res | {"model": args.model, "layout": str(layout)}))
         else:

@@ -10,8 +10,9 @@ from ._layout import Layout, LayoutError, RecomputePlan
 from ._model import ModelConfig
 
 __all__ = ["accounted", "accounted_split_broken", "accounted_split_offset", "accounted_stage_layers",
-           "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "module_list_split_offset",
-           "offset_pipeline", "recompute_list_error", "slot_layers"]
+           "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "interleaving_notes",
+           "module_list_split_offset", "offset_pipeline", "recompute_list_error", "slot_layers", "uneven_chunks",
+           "ungrouped_microbatches"]
 
 
 def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
@@ -22,6 +23,44 @@ def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
 def accounted(model: ModelConfig) -> tuple[bool, bool]:
     """Whether *model*'s pipeline split counts the embedding and the loss as layers (Megatron-Core's settings)."""
     return model.account_for_embedding_in_pipeline_split, model.account_for_loss_in_pipeline_split
+
+
+def uneven_chunks(model: ModelConfig, p: Any, vp: Any) -> Any:
+    """Whether an interleaved pipeline's ``p·vp`` model chunks hold unequal layers (elementwise): the layers, with
+    the embedding and the loss where *model*'s split counts them, do not divide by ``p·vp``. Megatron-Core builds
+    a stage's chunks evenly (transformer_block.py ``get_num_layers_to_build``: a stage's layers divisible by vp)
+    unless the run states a pipeline layout (``pipeline_model_parallel_layout``)."""
+    chunks = model.n_lay + model.n_mtp + sum(accounted(model))
+    return (vp > 1) & (chunks % (p * vp) != 0)
+
+
+def ungrouped_microbatches(p: Any, vp: Any, m: Any) -> Any:
+    """Whether an interleaved pipeline's ``m`` micro-batches are no multiple of ``p`` (elementwise): Megatron-Core's
+    interleaved schedule runs them in groups of ``microbatch_group_size_per_vp_stage``, ``p`` unless the run sets
+    it, from ``p`` to ``m``, and refuses a last group of fewer than ``p`` (schedules.py
+    ``forward_backward_pipelining_with_interleaving``)."""
+    return (vp > 1) & (m % p != 0)
+
+
+def interleaving_notes(model: ModelConfig, layout: Layout) -> tuple[str, ...]:
+    """What an interleaved *layout* needs of Megatron-Core beyond its degrees (:func:`uneven_chunks`,
+    :func:`ungrouped_microbatches`), one sentence each; none for a layout without interleaving or that keeps both
+    rules, and no chunk note where the layout states its own split (an offset)."""
+    p, vp, m = layout.p, layout.vp, layout.m
+    notes = []
+    if layout.offset is None and uneven_chunks(model, p, vp):
+        chunks = model.n_lay + model.n_mtp + sum(accounted(model))
+        notes.append(f"{chunks} layers do not fill p·vp = {p * vp} model chunks evenly: Megatron-Core builds such "
+                     f"chunks only from a stated pipeline layout (pipeline_model_parallel_layout), and the bubble is "
+                     f"priced as for equal chunks")
+    if m < p and vp > 1:
+        notes.append(f"m = {m} micro-batches are fewer than p = {p} stages: Megatron-Core's interleaved schedule "
+                     f"refuses them (its micro-batch groups hold p to m)")
+    elif ungrouped_microbatches(p, vp, m):
+        notes.append(f"m = {m} micro-batches are no multiple of p = {p}: Megatron-Core's interleaved schedule needs a "
+                     f"micro-batch group size (microbatch_group_size_per_vp_stage) that divides them, or leaves a "
+                     f"last group of at least p")
+    return tuple(notes)
 
 
 def accounted_split_broken(model: ModelConfig, p: Any, vp: Any) -> Any:

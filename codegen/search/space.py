@@ -38,7 +38,8 @@ import numpy as np
 
 from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, layout_key
 
-from ..configs import LayoutBatch, LayoutError, ModelConfig, accounted, layout_violations
+from ..configs import (LayoutBatch, LayoutError, ModelConfig, accounted, layout_violations, uneven_chunks,
+                       ungrouped_microbatches)
 from ..pricing.chunks import Chunk, Setting, distinct_sorted
 from ..runtime.inputs import DEVICES_MAX, InputError, flag, int_array, whole
 from .options import GLOBAL_BATCH_MAX, cp_algorithms, parse_restrictions, recompute_modes, restrictions
@@ -188,10 +189,9 @@ class SearchSpace:
         #: search, not a layout rule: ``symcost eval`` prices the rest).
         self.plain_interleaving = not self.any_interleaving and "vp" not in self.fix
         if self.plain_interleaving:
-            # Interleaving only where every model chunk holds as many layers: Megatron-Core builds a stage's chunks
-            # evenly unless the run states a pipeline layout (transformer_block.py get_num_layers_to_build: a
-            # stage's layers divisible by vp), and the bubble (p − 1)/(vp·m) is that of even chunks.
-            pair &= (vp[None, :] == 1) | (chunks % (pp[:, None] * vp[None, :]) == 0)
+            # Interleaving only where every model chunk holds as many layers (configs.uneven_chunks: as Megatron-Core
+            # builds them without a stated pipeline layout), the chunks the bubble (p − 1)/(vp·m) is that of.
+            pair &= ~uneven_chunks(self.model, pp[:, None], vp[None, :])
         rows, cols = np.nonzero(pair)
         self.base = {"t": tt[rows], "cp": cc[rows], "p": pp[rows], "d": dd[rows], "vp": vp[cols]}
         self.ep = self._candidates("ep", _divisors(model.n_exp) if model.n_exp > 1 else np.ones(1, np.int64))
@@ -229,17 +229,18 @@ class SearchSpace:
         # offsets, so that every grid point is a valid layout: row r owns grid points [start[r], start[r+1]).
         # An interleaved row keeps to m a multiple of p (plain_interleaving): Megatron-Core runs its micro-batches
         # in groups of microbatch_group_size_per_vp_stage, p by default, and refuses a last group of fewer than p
-        # (schedules.py forward_backward_pipelining_with_interleaving), so its rows are keyed by (d, p).
+        # (configs.ungrouped_microbatches), so the rows are keyed by (d, p, interleaved or not).
         self._b_tables = {}
         for algo, table in self.structures.items():
-            group = (np.where(table["vp"] > 1, table["p"], 1) if self.plain_interleaving
-                     else np.ones_like(table["d"]))
-            keys, where = np.unique(np.stack([table["d"], group], axis=1), axis=0, return_inverse=True)
+            # (the rule reads p only where vp > 1, and vp only as more than 1 or not: min(vp, 2) says which)
+            interleaved = np.minimum(table["vp"], 2) if self.plain_interleaving else np.ones_like(table["d"])
+            group = np.where(interleaved > 1, table["p"], 1)
+            keys, where = np.unique(np.stack([table["d"], group, interleaved], axis=1), axis=0, return_inverse=True)
             where = where.reshape(-1)
-            distinct, groups = keys[:, 0], keys[:, 1]
+            distinct = keys[:, 0]
             allowed = (self.global_batch % (distinct[:, None] * self.b[None, :]) == 0)
             m = self.global_batch // (distinct[:, None] * self.b[None, :])
-            allowed &= m % groups[:, None] == 0
+            allowed &= ~ungrouped_microbatches(keys[:, 1, None], keys[:, 2, None], m)
             if "m" in self.fix:
                 allowed &= m == self.fix["m"]
             if "m" in self.maximum:
