@@ -556,3 +556,15 @@ def test_case_output_from_model_file_and_layout(case, case_models):
     got = out["totals"] if case.function == "estimate_comm" else out
     err, where = worst_error(got, case.output)
     assert err <= RTOL, f"{case.id}{where}: relative error {err:.3g}"
+
+
+def test_a_layout_prints_every_degree_it_was_given():
+    """``str(layout)`` (eval's and sensitivity's "layout") shows every degree and an overridden sequence length: two
+    layouts that price differently never print alike, and the text parses back to the same degrees (the bundled
+    Mixtral 8x22B's own layout interleaves, vp 14: a vp = 1 left out would read back as 14)."""
+    model = load_model("mixtral-8x22b")
+    one, two = (parse_layout(f"d=16,t=2,p=4,cp=1,vp=1,ep=8,etp={etp},m=32,b=1,s=8192", model.layout) for etp in (1, 2))
+    assert str(one) == "d=16,t=2,p=4,cp=1,ep=8,m=32,b=1,vp=1,etp=1,s=8192"
+    assert str(two) == "d=16,t=2,p=4,cp=1,ep=8,m=32,b=1,vp=1,etp=2,s=8192"
+    again = parse_layout(str(two), model.layout)
+    assert (again.etp, again.s, again.vp, again.cp) == (2, 8192, 1, 1)

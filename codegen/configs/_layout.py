@@ -172,9 +172,13 @@ class Layout:
         return self.d * self.t * self.cp * self.p
 
     def __str__(self) -> str:
-        text = f"d={self.d},t={self.t},p={self.p},cp={self.cp},ep={self.ep},m={self.m},b={self.b}"
-        if self.vp != 1:
-            text += f",vp={self.vp}"
+        """The degrees and sizes as ``--layout`` spells them, every one (a model's own layout may set ``vp`` or
+        ``etp`` other than 1, so a key left out would not read back the same), and ``s`` where the layout overrides
+        the model's sequence length; the run settings (``cp_algo``, the optimizer sharding, …) stay out."""
+        text = (f"d={self.d},t={self.t},p={self.p},cp={self.cp},ep={self.ep},m={self.m},b={self.b},vp={self.vp},"
+                f"etp={self.etp}")
+        if self.s is not None:
+            text += f",s={self.s}"
         return text
 
 
