@@ -123,7 +123,7 @@ def test_eval_cost_step_time_prices_one_layout_as_the_search_does(capsys):
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1
     assert main(["eval", "--model", "llama2-7b", "--precision", "fp8"]) == 2
-    assert "--precision fp8: the GEMM precision of --cost step-time" in capsys.readouterr().err
+    assert "--precision fp8: the precision of --cost step-time, --cost time" in capsys.readouterr().err
     assert main(["eval", "--model", "llama2-7b", "--device", "A2", "--cost", "step-time"]) == 2
     assert "--device A2: the catalog entry has no [gpu] table" in capsys.readouterr().err
 

@@ -221,7 +221,7 @@ def test_eval_memory_precision(capsys):
     no_memory = [a for a in args if a != "--memory"]
     assert cli.main([*no_memory, "--precision", "fp8"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--precision fp8: the GEMM precision of --cost step-time and --memory" in err
+    assert "--precision fp8: the precision of --cost step-time, --cost time, --convention consistent" in err
     assert len(err.splitlines()) == 1
 
 

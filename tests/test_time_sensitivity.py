@@ -180,3 +180,28 @@ def test_cli_sensitivity_cost_time(capsys):
     assert main([*args, "--objective", "memory"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--objective memory" in err[0]
+
+
+def test_a_low_precision_run_gathers_its_weights_at_its_width(capsys):
+    """--precision fp8 with --cost time (eval, sensitivity): the distributed optimizer's weight all-gather moves 1
+    byte a parameter where the recipes' quantized primary weights are gathered, 2 with --bf16-weights; nothing
+    else changes."""
+    base = ["--model", "llama3-70b", "--layout", "d=8,t=4,p=2,cp=1,vp=1,m=16,b=1", "--device", "dgx_h100",
+            "--cost", "time", "--json"]
+
+    def run(command, *extra):
+        assert main([command, *base, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    bf16, fp8, kept = (run("eval", *extra) for extra in ((), ("--precision", "fp8"),
+                                                         ("--precision", "fp8", "--bf16-weights")))
+    assert fp8["gather_bytes_per_param"] == 1 and kept["gather_bytes_per_param"] == bf16["gather_bytes_per_param"] == 2
+    gather = "dp.all_gather"
+    for b, f, k in zip(bf16["stages"], fp8["stages"], kept["stages"]):
+        assert f["step_bytes"][gather] * 2 == b["step_bytes"][gather] > 0
+        assert f["by_collective"][gather] < b["by_collective"][gather] == k["by_collective"][gather]
+        assert {c: v for c, v in f["by_collective"].items() if c != gather} == {
+            c: v for c, v in b["by_collective"].items() if c != gather}
+    sens_bf16, sens_fp8 = run("sensitivity"), run("sensitivity", "--precision", "fp8")
+    assert sens_fp8["precision"] == "fp8" and sens_fp8["value"] < sens_bf16["value"]
+    assert_close(sens_fp8["value"], fp8["bottleneck"]["seconds"], rtol=1e-12)

@@ -23,6 +23,7 @@ from ..pricing.memory import DEFAULT_SETTINGS, MemorySettings, NoCapacityError, 
 from ..pricing.placement import DEFAULT_ORDER
 from ..pricing.pricer import StagePricer
 from ..pricing.recompute import recompute_modules
+from ..pricing.step_comm import gathered_in
 from ._step import print_step_time, step_time_result
 
 DIMS = (("DP", "dp"), ("TP", "tp"), ("EP", "ep"), ("CP", "cp"))
@@ -71,7 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
                    help="with --cost step-time or --memory: the linear layers' GEMM precision (default bf16; "
                         "docs/search.md), and in memory their quantized saved inputs and weight copies "
-                        "(docs/memory.md)")
+                        "(docs/memory.md); with --cost time or --convention consistent (and in step-time): the "
+                        "width the data-parallel ranks gather the weights at (FP8: 1 byte a parameter, unless "
+                        "--bf16-weights)")
     p.add_argument("--overlap", default=None, metavar="LIST",
                    help=f"with --cost step-time: the communication the run overlaps with compute, "
                         f"{', '.join(OVERLAPS)} (comma-separated) or none (default {','.join(DEFAULT_OVERLAP)}; "
@@ -332,7 +335,9 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     layout = run_layout(args, model)
     time = args.cost == "time"
     order = DEFAULT_ORDER if args.order is None else args.order
-    pricer = TimePricer(model, system=args.device, order=order, volumes_only=not time,
+    precision = args.precision or "bf16"
+    gathered = gathered_in(model, precision, not args.bf16_weights)  # weights gathered at the run's width
+    pricer = TimePricer(gathered, system=args.device, order=order, volumes_only=not time,
                         ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
     validate(model, layout, devices)
     batch = LayoutBatch.from_layouts([layout])
@@ -356,7 +361,8 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
             row["step_bytes"] = {k: float(table["step_bytes"][k][0, i]) for k in table["step_bytes"]}
         stages.append(row)
     res: dict[str, Any] = {"model": args.model, "layout": str(layout), "device": args.device, "cost": args.cost,
-                           "convention": "consistent", "order": order, "stages": stages,
+                           "convention": "consistent", "order": order, "precision": precision,
+                           "gather_bytes_per_param": float(gathered.bytes_p), "stages": stages,
                            "units": TIME_UNITS if time else CONSISTENT_UNITS}
     if time:
         res["ep_dispatcher"] = pricer.ep_dispatcher
@@ -372,7 +378,10 @@ def _print_consistent(res: dict[str, Any]) -> None:
     total = "total_s" if time else "total_bytes"
     dims = list(res["stages"][0]["by_dimension"]) if res["stages"] else []
     print(f"model {res['model']}  layout {res['layout']}  device {res['device']}  order {res['order']}"
-          + (f"  EP dispatcher {res['ep_dispatcher']}" if time else ""))
+          + (f"  EP dispatcher {res['ep_dispatcher']}" if time else "")
+          + (f"  precision {res['precision']} (weights gathered at {res['gather_bytes_per_param']:g} "
+             f"byte{'' if res['gather_bytes_per_param'] == 1 else 's'} a parameter)" if res["precision"] != "bf16"
+             else ""))
     print(f"{'stage':>5}  {'total ' + unit:>12}  " + "  ".join(f"{d.upper() + ' ' + unit:>12}" for d in dims))
     for row in res["stages"]:
         print(f"{row['stage']:>5}  {row[total] * scale:>12.4f}  "
@@ -403,9 +412,10 @@ def check_applies(args: argparse.Namespace) -> None:
     ============================  ==============================================================
     the original convention       --ttype, --with-recomp, --memory (and with it the memory
     (default)                     options: --reserve, --bytes-*, --no-flash-attention, --zero-level)
-    --convention consistent       nothing more (bytes per rank per step: no rank order, no hardware
-                                  time)
-    --cost time                   --order (and --convention consistent, which it is)
+    --convention consistent       --precision, --bf16-weights (bytes per rank per step: no rank
+                                  order, no hardware time; the weights gathered at the run's width)
+    --cost time                   --order, --ep-dispatcher (and what --convention consistent reads,
+                                  which it is)
     ============================  ==============================================================
 
     Raises:
@@ -419,12 +429,14 @@ def check_applies(args: argparse.Namespace) -> None:
         if getattr(args, "memory", False):
             raise ValueError("--memory: --cost step-time prints each stage's memory already: drop --memory")
         return
-    if not getattr(args, "memory", False):
-        refuse_options(args, ("--precision",), "the GEMM precision of --cost step-time and --memory; the volumes and "
-                                               "--cost time do not read it: drop it or add --cost step-time or --memory")
+    time = args.cost == "time"
+    consistent = time or args.convention == "consistent"
+    if not getattr(args, "memory", False) and not consistent:
+        refuse_options(args, ("--precision",), "the precision of --cost step-time, --cost time, --convention "
+                                               "consistent and --memory; the original's volumes do not read it: drop "
+                                               "it or add one of those")
     refuse_options(args, ("--overlap",), "the overlap of --cost step-time's exposed communication; the volumes and "
                                          "--cost time do not read it: drop it or add --cost step-time")
-    time = args.cost == "time"
     if not time:
         refuse_options(args, ("--ep-dispatcher",), "the expert dispatcher of --cost time and step-time; the volumes "
                                                    "do not read it: drop it or add --cost time or step-time")
@@ -435,8 +447,12 @@ def check_applies(args: argparse.Namespace) -> None:
     if run is not None:
         if getattr(args, "memory", False):
             raise ValueError(f"--memory: prints with the original convention only; drop {run} or --memory")
-        refuse_options(args, MEMORY_OPTIONS, f"a memory setting (read with --memory, under the original convention "
-                                             f"only); {run} does not read it: drop it")
+        refuse_options(args, [o for o in MEMORY_OPTIONS if o != "--bf16-weights"],
+                       f"a memory setting (read with --memory, under the original convention only); {run} does not "
+                       f"read it: drop it")
+        if args.bf16_weights and (args.precision or "bf16") == "bf16":
+            raise ValueError(f"--bf16-weights: a setting of a low-precision run (its weights gathered at 16 bits); "
+                             f"{run} needs --precision fp8, fp8-cs, mxfp8 or nvfp4 with it")
         refuse_options(args, ("--ttype", "--with-recomp"), f"a setting of the original convention; {run} does not "
                                                            "read it: drop it")
     if not time:

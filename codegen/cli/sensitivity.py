@@ -35,6 +35,7 @@ from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import (MEMORY_OPTIONS, UNITS, accounted_model, add_memory_options, add_pipeline_split_options,
                    memory_settings, refuse_options, run_layout)
+from ..pricing.step_comm import gathered_in
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
 
@@ -68,7 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                  "tp-cp-ep-dp-pp)")
     p.add_argument("--precision", default=None, choices=tuple(PRECISIONS),
                    help="with --objective memory: the run's GEMM precision, its linear layers' quantized saved inputs "
-                        "and weight copies in memory (default bf16; docs/memory.md, \"Low precision\")")
+                        "and weight copies in memory (default bf16; docs/memory.md, \"Low precision\"); with --cost "
+                        "time: the width its data-parallel ranks gather the weights at (FP8: 1 byte a parameter, "
+                        "unless --bf16-weights)")
     add_memory_options(p, "--objective memory")
     p.add_argument("--ep-dispatcher", default=None, choices=tuple(EP_DISPATCHERS),
                    help="with --cost time: how the experts' tokens move (default alltoall: NCCL's all-to-all; deepep, "
@@ -132,10 +135,16 @@ def _run_time(args: argparse.Namespace) -> int:
         raise ValueError("--objective memory: applies to the volume cost only; drop it or --cost time")
     refuse_options(args, ("--ttype", "--with-recomp", "--plot"),
                    "applies to the volume cost only; --cost time does not read it: drop it or --cost time")
-    refuse_options(args, ("--precision", *MEMORY_OPTIONS), "a memory setting (read with --objective memory, under "
-                                                           "the volume cost); --cost time does not read it: drop it")
+    refuse_options(args, [o for o in MEMORY_OPTIONS if o != "--bf16-weights"],
+                   "a memory setting (read with --objective memory, under the volume cost); --cost time does not "
+                   "read it: drop it")
+    precision = args.precision or "bf16"
+    if args.bf16_weights and precision == "bf16":
+        raise ValueError("--bf16-weights: a setting of a low-precision run (its weights gathered at 16 bits); "
+                         "--cost time needs --precision fp8, fp8-cs, mxfp8 or nvfp4 with it")
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
-    model = _model(args)
+    # A low-precision run with quantized primary weights gathers them at its width (the time family's bytes_p).
+    model = gathered_in(_model(args), precision, not args.bf16_weights)
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
                               recompute=args.recompute, objective=args.objective, degrees=degrees,
                               ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
@@ -143,12 +152,12 @@ def _run_time(args: argparse.Namespace) -> int:
     for lv in result.levels.values():
         finite(f"derivative by {lv.name}", lv.derivative)
     if args.json:
-        print(json_text({**result.as_json(), "units": TIME_UNITS}))
+        print(json_text({**result.as_json(), "precision": precision, "units": TIME_UNITS}))
         for d in result.degrees.values():
             if d.reason is not None:
                 print(f"note: doubling {d.name} ({d.doubled_layout}): {d.reason}", file=sys.stderr)
         return 0
-    _print_table(args.model, Settings(device=args.device, objective=args.objective), result)
+    _print_table(args.model, Settings(device=args.device, objective=args.objective), result, precision)
     print(f"{'level':>13}  {'derivative s':>13}  {'elasticity':>11}  symbols scaled together")
     for lv in sorted(result.levels.values(), key=lambda lv: -abs(lv.elasticity)):
         print(f"{lv.name:>13}  {lv.derivative:>13.6g}  {lv.elasticity:>11.4g}  {', '.join(lv.symbols)}")
@@ -194,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
     result = sensitivity(model, args.layout, settings, degrees)
     _check_finite(result)
     if args.json:
-        print(json_text({**result.as_json(), "units": units(settings)}))
+        extra = {"precision": settings.memory.precision} if settings.objective == "memory" else {}
+        print(json_text({**result.as_json(), **extra, "units": units(settings)}))
         for d in result.degrees.values():
             if d.reason is not None:
                 print(f"note: doubling {d.name} ({d.doubled_layout}): {d.reason}", file=sys.stderr)
@@ -207,13 +217,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(name: str, settings: Settings, result: Sensitivity) -> None:
+def _print_table(name: str, settings: Settings, result: Sensitivity, precision: str = "bf16") -> None:
     timed = isinstance(result, TimeSensitivity)
     where = (f"bottleneck stage {', '.join(map(str, result.bottleneck))}" if settings.objective == "max"
              else f"sum over {len(result.stages)} stages")
     if settings.objective == "memory":
         where = f"peak stage {', '.join(map(str, result.bottleneck))}"
-    print(f"model {name}  layout {result.layout}  device {settings.device}")
+        precision = settings.memory.precision
+    print(f"model {name}  layout {result.layout}  device {settings.device}"
+          + (f"  precision {precision}" if precision != "bf16" else ""))
     print(f"objective {settings.objective} = {result.value:.6g} ({where}); ranked by |elasticity|")
     print(f"{'degree':>6}  {'value':>7}  {'derivative':>13}  {'elasticity':>11}  {'x2 ratio':>9}  note")
     for d in result.ranked():
