@@ -289,6 +289,8 @@ def test_only_the_command_run_is_imported():
     (["--ranks", str(2**30 + 1), "--bytes", "4MiB"], f"got {2**30 + 1}"),
     (["--ranks", "8", "--bytes", "1e20"], "bytes: must be a size > 0 and at most 2**53"),
     (["--ranks", "8", "--bytes", "4MiB", "--dtype", "foo"], "dtype: unknown data type 'foo'"),
+    # 12 ranks on nodes of 8 would be priced as two full nodes: the placement is asked for instead.
+    (["--ranks", "12", "--bytes", "4MiB"], "--ranks 12: spans dgx_a100 nodes of 8 GPUs without filling them"),
 ])
 def test_collective_ranks_bytes_and_dtype_are_checked_for_every_op(capsys, extra, fragment):
     # The dtype only changes a reduction's candidates, but a misspelt name is an error for an all-gather too.

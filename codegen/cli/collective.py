@@ -25,7 +25,7 @@ import hardware
 
 from . import COMMANDS
 from ..pricing.collective import Fall, next_fall
-from ..runtime.inputs import VALUE_MAX, InputError, parse_whole
+from ..runtime.inputs import DEVICES_MAX, VALUE_MAX, InputError, parse_whole
 from ..validation import collectives
 
 _SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*(?P<unit>[KMG]i?B?|[kKMG]B|B)?")
@@ -126,9 +126,16 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _ranks_per_node(args: argparse.Namespace) -> int | None:
-    """``--ranks-per-node``, checked against ``--ranks`` (a whole number of nodes) and the system's node."""
+    """``--ranks-per-node``, checked against ``--ranks`` (a whole number of nodes) and the system's node; without
+    it, a group spanning nodes must fill them (the time model places whole nodes of equal ranks: 12 ranks on nodes
+    of 8 would be priced as two full nodes)."""
     per = args.ranks_per_node
     if per is None:
+        node = hardware.load(args.system).devices_per_node
+        if node < args.ranks <= DEVICES_MAX and args.ranks % node:  # (a count out of range is predict's to name)
+            fits = [n for n in range(node, 0, -1) if args.ranks % n == 0]
+            raise ValueError(f"--ranks {args.ranks}: spans {args.system} nodes of {node} GPUs without filling them; "
+                             f"the model prices nodes of equal ranks: give --ranks-per-node (e.g. {fits[0]})")
         return None
     if per < 1:
         raise ValueError(f"--ranks-per-node {per}: a whole number of ranks on each node, at least 1")
