@@ -121,7 +121,8 @@ def test_per_stage_and_slopes_stay_the_numpy_passes():
 @needs_numba
 @pytest.mark.parametrize("name, arrays, message", [
     ("qwen3-72b", {"d": [32, 16], "t": [4, 3], "p": [8, 8]},
-     "layout 1 of the batch (d=16,t=3,p=8,cp=1,ep=1,m=144,b=1,vp=1,etp=1): t must divide the attention heads a: a = 64, t = 3"),
+     "layout 1 of the batch (d=16,t=3,p=8,cp=1,ep=1,m=144,b=1,vp=1,etp=1): t must divide the attention heads a: "
+     "a = 64, t = 3"),
     ("deepseek-v3", {"d": [16, 16], "ep": [8, 3]}, "ep must divide the routed experts n_exp: n_exp = 256, ep = 3"),
 ])
 def test_invalid_layouts_raise_as_the_numpy_pricer(name, arrays, message):

@@ -182,9 +182,9 @@ def test_constraints_are_reported_in_validate_order():
         "optimizer_shard", "heads", "pipeline_split"]
     assert violation_message(model, batch, 0) is None
     assert violation_message(model, batch, 3) == "ep must divide d (expert DP = d/ep while ep <= d): d = 12, ep = 8"
-    with pytest.raises(LayoutError, match=re.escape("layout 1 of the batch (d=16,t=4,p=16,cp=1,ep=3,m=32,b=1,vp=1,etp=1): "
-                                                    "ep must divide the routed experts n_exp: n_exp = 256, ep = 3; 8 "
-                                                    "of 9 layouts are invalid")):
+    with pytest.raises(LayoutError, match=re.escape("layout 1 of the batch (d=16,t=4,p=16,cp=1,ep=3,m=32,b=1,vp=1,"
+                                                    "etp=1): ep must divide the routed experts n_exp: n_exp = 256, "
+                                                    "ep = 3; 8 of 9 layouts are invalid")):
         derive_fields_batch(model, batch)
     # The device count is one more constraint, checked first.
     assert validate_batch(model, batch.subset([0]), devices=1024).tolist() == [True]

@@ -316,7 +316,8 @@ def test_sensitivity_objective_memory_in_low_precision(capsys):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--objective", "memory", "--precision", "fp8"], "--precision fp8: the bytes of its quantized copies are its GPU's"),
+    (["--objective", "memory", "--precision", "fp8"],
+     "--precision fp8: the bytes of its quantized copies are its GPU's"),
     (["--precision", "fp8", "--device", SYSTEM], "--precision fp8: the precision of --objective memory"),
     (["--cost", "time", "--bf16-weights", "--device", SYSTEM], "--bf16-weights: a setting of a low-precision run"),
     (["--objective", "memory", "--precision", "nvfp4", "--device", SYSTEM], "--precision nvfp4: the H100"),

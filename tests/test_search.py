@@ -180,7 +180,8 @@ def test_the_maximum_is_taken_when_sums_can_be_negative():
 
 @pytest.mark.parametrize("name, arrays, message", [
     ("qwen3-72b", {"d": [32, 16], "t": [4, 3], "p": [8, 8]},
-     "layout 1 of the batch (d=16,t=3,p=8,cp=1,ep=1,m=144,b=1,vp=1,etp=1): t must divide the attention heads a: a = 64, t = 3"),
+     "layout 1 of the batch (d=16,t=3,p=8,cp=1,ep=1,m=144,b=1,vp=1,etp=1): t must divide the attention heads a: "
+     "a = 64, t = 3"),
     ("qwen3-72b", {"d": [32, 16, 4], "cp": [1, 2, 3]}, "cp must divide the sequence length s: s = 4096, cp = 3"),
     ("deepseek-v3", {"d": [16, 16], "ep": [8, 3]}, "ep must divide the routed experts n_exp: n_exp = 256, ep = 3"),
     ("llama2-7b", {"d": [4, 4], "p": [2, 40]}, "p·vp <= n_lay + n_mtp: 40·1 = 40 pipeline chunks for 32 layers"),

@@ -304,7 +304,8 @@ def run(args: argparse.Namespace) -> int:
     spec = SearchSpec(model, devices, global_batch, system, objective=args.objective, fix=fix, maximum=maximum,
                       recompute=recompute, zero_levels=zero, cp_algos=algos, tp_cross_node=args.tp_cross_node,
                       any_interleaving=args.any_interleaving, original_device=original_device,
-                      memory=not args.no_memory, keep_infeasible=args.keep_infeasible, precision=args.precision, reserve_bytes=reserve,
+                      memory=not args.no_memory, keep_infeasible=args.keep_infeasible, precision=args.precision,
+                      reserve_bytes=reserve,
                       overlap=overlap, bytes_grad=bytes_grad, recompute_modules=modules,
                       ep_dispatcher=args.ep_dispatcher)
     if args.scheduler is not None:
