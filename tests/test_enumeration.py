@@ -58,21 +58,21 @@ def _enumerated(space):
     return got
 
 
-@pytest.mark.parametrize("name,devices,batch,fix,maximum,uneven", [
+@pytest.mark.parametrize("name,devices,batch,fix,maximum,lifted", [
     ("llama2-7b", 16, 8, {}, {}, False),
     ("llama2-7b", 16, 8, {}, {"vp": 6}, True),         # 32 layers: vp 3, 5, 6 with p 2, or m < p, only so
     ("llama2-7b", 16, 8, {"vp": 3}, {}, False),        # a pinned vp is taken as given
     ("qwen3-72b", 8, 4, {}, {"vp": 3}, False),
     ("deepseek-v3", 8, 2, {"p": 2}, {"vp": 2}, False),  # 61 + 1 layers: 2·2 chunks uneven, so vp 1 only
 ])
-def test_enumeration_matches_brute_force(name, devices, batch, fix, maximum, uneven):
+def test_enumeration_matches_brute_force(name, devices, batch, fix, maximum, lifted):
     model = load_model(name)
     space = SearchSpace(model, devices, batch, fix=fix, maximum=maximum, devices_per_node=8, recompute=("none", "full"),
-                        any_interleaving=uneven)
+                        any_interleaving=lifted)
     got = _enumerated(space)
     keys = [k for _, k in got]
     assert len(keys) == len(set((s, k) for s, k in got))  # no duplicates
-    want = _brute(model, devices, batch, 8, fix, maximum, any_interleaving=uneven)
+    want = _brute(model, devices, batch, 8, fix, maximum, any_interleaving=lifted)
     assert want  # every case enumerates something
     for setting in space.settings:
         assert {k for s, k in got if s == setting} == want
