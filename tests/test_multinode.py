@@ -488,6 +488,25 @@ def test_calibration_on_two_nodes_predicts_four_better_than_the_catalog():
     assert deviation(four, fit.system) < deviation(four, None)  # held out: the 4-node sweeps were not fitted
 
 
+def test_calibration_on_two_nvl72_racks_predicts_twenty_better_than_the_catalog():
+    """CoreWeave's GB200 sweeps (tests/data/nccl_logs_large/): fitted on two racks, the held-out twenty racks' median
+    error falls well below the catalog's (the fitted efficiency stands in for what the model misses across racks:
+    docs/time.md, "NVL72 racks")."""
+    large = LOGS.parent / "nccl_logs_large"
+    two = nccl_logs.measurements(nccl_logs.read_logs([large / "coreweave_gb200_nvl72_2racks_ar.txt"],
+                                                     gpus_per_node=64), "gb200_nvl72")
+    twenty = nccl_logs.measurements(nccl_logs.read_logs([large / "coreweave_gb200_nvl72_20racks_ar.txt"],
+                                                        gpus_per_node=72), "gb200_nvl72")
+    fit = calibrate(two, "gb200_nvl72")
+    assert fit.median_rel_err < fit.base_median_rel_err
+
+    def median(data, system):
+        predicted = collectives.predicted_rows(data, None if system is None else {"gb200_nvl72": system})[0]
+        return float(np.median(np.abs(predicted / data.time_s - 1)))
+
+    assert median(twenty, fit.system) < median(twenty, None) / 2  # held out: 20 racks were not fitted
+
+
 def test_calibration_keeps_a_constant_the_logs_cannot_tell_apart():
     # Two H100 nodes' NVLS-tree sizes (512 MiB to 8 GiB, 10 rows): perChMaxNVLSTreeBw caps the bus below what the
     # NICs carry down to an efficiency of 0.577, so no efficiency from there to 1 changes a prediction; the base's
