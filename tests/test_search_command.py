@@ -204,6 +204,16 @@ def test_cli_search_interleaves_as_megatron_core_does_unless_asked(capsys):
     assert vps("--any-interleaving") == list(range(1, 9))
 
 
+def test_cli_search_summary_names_the_interleaving_policy(capsys):
+    """The flag that lifts the policy is named where a pipeline was possible, and only then."""
+    base = ["search", "--model", "llama2-7b", "--devices", "8", "--system", "dgx_a100", "--global-batch", "16",
+            "--top", "1"]
+    for extra, said in (([], True), (["--fix", "p=1"], False), (["--any-interleaving"], False)):
+        assert main(base + extra) == 0
+        summary = capsys.readouterr().out.strip().splitlines()[-1]
+        assert "valid layouts" in summary and ("--any-interleaving for the rest" in summary) == said, summary
+
+
 @pytest.mark.parametrize("layout,notes", [
     ("d=1,t=1,p=4,vp=2,m=8,b=1", []),
     ("d=1,t=1,p=4,vp=3,m=8,b=1", ["32 layers do not fill p·vp = 12 model chunks evenly"]),

@@ -347,7 +347,11 @@ def run(args: argparse.Namespace) -> int:
         counted = " and ".join(f"the {part}" for part in split.split(",")) if split else ""
         under = (f" under Megatron-Core's pipeline split ({counted} counted as "
                  f"{'layers' if ',' in split else 'a layer'})" if split else "")
-        print(f"{result.layouts:,} valid layouts{under} in {result.seconds:.2f} s{note}{written}.{missing}")
+        # (the interleaving policy, said where a pipeline was possible: the flag that lifts it is otherwise unseen)
+        piped = bool(np.any(space.base["p"] > 1)) if len(space.base["p"]) else False
+        policy = (" (vp > 1 as Megatron-Core interleaves from the degrees alone; --any-interleaving for the rest)"
+                  if space.plain_interleaving and piped else "")
+        print(f"{result.layouts:,} valid layouts{under}{policy} in {result.seconds:.2f} s{note}{written}.{missing}")
         if not result.layouts:
             print(space.why_empty() or
                   f"No layout of {devices:,} devices meets the constraints: the degrees' product is the device "
