@@ -226,7 +226,8 @@ def test_eval_step_time_notes_what_interleaving_needs_beyond_the_degrees(capsys,
     assert main(["eval", "--model", "llama3-8b", "--layout", layout, "--cost", "step-time", "--device", "dgx_h100",
                  "--json"]) == 0
     out, err = capsys.readouterr()
-    assert json.loads(out)["step_time_s"] > 0
+    got = json.loads(out)
+    assert got["step_time_s"] > 0 and len(got["notes"]) == len(notes)
     lines = err.strip().splitlines()
     assert len(lines) == len(notes) and all(line.startswith("note: ") and want in line
                                             for line, want in zip(lines, notes)), lines

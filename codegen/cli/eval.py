@@ -471,10 +471,11 @@ def run(args: argparse.Namespace) -> int:
         modules = recompute_modules("--recompute-modules", args.recompute_modules or ())
         res = step_time_result(model, layout, args.device, args.precision or "bf16", overlap, modules,
                                args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
-        for note in interleaving_notes(model, layout):  # priced all the same; the search leaves such layouts out
+        notes = interleaving_notes(model, layout)  # priced all the same; the search leaves such layouts out
+        for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if args.json:
-            print(json_text(res | {"model": args.model, "layout": str(layout)}))
+            print(json_text(res | {"model": args.model, "layout": str(layout), "notes": list(notes)}))
         else:
             print_step_time(res, args.model, str(layout))
         return 0
