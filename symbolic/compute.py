@@ -413,9 +413,10 @@ def stage_hbm_bytes(variant: AttentionParams, moe: bool) -> sympy.Expr:
     place, every micro-batch: the buffer read and written in the accumulation's dtype, ``2·bytes_grad_acc`` a
     parameter, where the GEMM operands above count one 16-bit write; Megatron-LM accumulates in the buffer it
     reduces, ``bytes_grad_acc = bytes_grad``, PyTorch's autograd in the parameters' own dtype), the recomputed
-    forward pass (full) or attention core (selective), the recomputed modules in every layer not fully recomputed (:func:`_module_recompute`); per
-    step, the Adam update of the rank's parameters (30 bytes each: fp32 gradient, weight and two moments read,
-    the three written, the 16-bit weight copy written), over the data-parallel group under ZeRO level >= 1.
+    forward pass (full) or attention core (selective), the recomputed modules in every layer not fully recomputed
+    (:func:`_module_recompute`); per step, the Adam update of the rank's parameters (30 bytes each: fp32 gradient,
+    weight and two moments read, the three written, the 16-bit weight copy written), over the data-parallel group
+    under ZeRO level >= 1.
     """
     fwd, bwd, gemm, core = _layer_hbm(variant, moe)
     accumulate = 2 * bytes_grad_acc - _E  # per parameter and micro-batch, beyond the 16-bit write counted in gemm

@@ -326,6 +326,20 @@ TIME_UNITS = ("seconds per training step per rank (stage), NCCL's predicted time
 CONSISTENT_UNITS = "bytes one rank sends per training step (calls x the collective's share of nccl-tests size S)"
 
 
+def gathered_model(args: argparse.Namespace, model: ModelConfig, run: str) -> ModelConfig:
+    """*model* with its weights gathered over the data-parallel ranks at the width of ``--precision``'s run (at 16
+    bits with ``--bf16-weights``; ``codegen.pricing.step_comm.gathered_in``), for the communication *run* prices.
+
+    Raises:
+        ValueError: ``--bf16-weights`` without a low ``--precision``, naming *run*.
+    """
+    precision = args.precision or "bf16"
+    if args.bf16_weights and precision == "bf16":
+        raise ValueError(f"--bf16-weights: a setting of a low-precision run (its weights gathered at 16 bits); "
+                         f"{run} needs --precision fp8, fp8-cs, mxfp8 or nvfp4 with it")
+    return gathered_in(model, precision, not args.bf16_weights)
+
+
 def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     """Per stage, by dimension and collective: seconds (``--cost time``) or bytes per rank per step."""
     from ..pricing.time import TIME_DIMENSIONS, TimePricer
@@ -336,7 +350,7 @@ def _consistent(args: argparse.Namespace) -> dict[str, Any]:
     time = args.cost == "time"
     order = DEFAULT_ORDER if args.order is None else args.order
     precision = args.precision or "bf16"
-    gathered = gathered_in(model, precision, not args.bf16_weights)  # weights gathered at the run's width
+    gathered = gathered_model(args, model, "--cost time" if time else "--convention consistent")
     pricer = TimePricer(gathered, system=args.device, order=order, volumes_only=not time,
                         ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)
     validate(model, layout, devices)
@@ -450,9 +464,6 @@ def check_applies(args: argparse.Namespace) -> None:
         refuse_options(args, [o for o in MEMORY_OPTIONS if o != "--bf16-weights"],
                        f"a memory setting (read with --memory, under the original convention only); {run} does not "
                        f"read it: drop it")
-        if args.bf16_weights and (args.precision or "bf16") == "bf16":
-            raise ValueError(f"--bf16-weights: a setting of a low-precision run (its weights gathered at 16 bits); "
-                             f"{run} needs --precision fp8, fp8-cs, mxfp8 or nvfp4 with it")
         refuse_options(args, ("--ttype", "--with-recomp"), f"a setting of the original convention; {run} does not "
                                                            "read it: drop it")
     if not time:

@@ -348,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
         under = (f" under Megatron-Core's pipeline split ({counted} counted as "
                  f"{'layers' if ',' in split else 'a layer'})" if split else "")
         # (the interleaving policy, said where a pipeline was possible: the flag that lifts it is otherwise unseen)
-        piped = bool(np.any(space.base["p"] > 1)) if len(space.base["p"]) else False
+        piped = bool(np.any(space.base["p"] > 1))
         policy = (" (vp > 1 as Megatron-Core interleaves from the degrees alone; --any-interleaving for the rest)"
                   if space.plain_interleaving and piped else "")
         print(f"{result.layouts:,} valid layouts{under}{policy} in {result.seconds:.2f} s{note}{written}.{missing}")

@@ -34,8 +34,7 @@ from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
 from .eval import (MEMORY_OPTIONS, UNITS, accounted_model, add_memory_options, add_pipeline_split_options,
-                   memory_settings, refuse_options, run_layout)
-from ..pricing.step_comm import gathered_in
+                   gathered_model, memory_settings, refuse_options, run_layout)
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
 
@@ -139,12 +138,8 @@ def _run_time(args: argparse.Namespace) -> int:
                    "a memory setting (read with --objective memory, under the volume cost); --cost time does not "
                    "read it: drop it")
     precision = args.precision or "bf16"
-    if args.bf16_weights and precision == "bf16":
-        raise ValueError("--bf16-weights: a setting of a low-precision run (its weights gathered at 16 bits); "
-                         "--cost time needs --precision fp8, fp8-cs, mxfp8 or nvfp4 with it")
     degrees = check_degrees([item.strip() for item in args.degrees.split(",") if item.strip()])
-    # A low-precision run with quantized primary weights gathers them at its width (the time family's bytes_p).
-    model = gathered_in(_model(args), precision, not args.bf16_weights)
+    model = gathered_model(args, _model(args), "--cost time")
     result = time_sensitivity(model, args.layout, system=args.device, order=args.order, fsdp=args.fsdp,
                               recompute=args.recompute, objective=args.objective, degrees=degrees,
                               ep_dispatcher=args.ep_dispatcher or DEFAULT_EP_DISPATCHER)

@@ -38,6 +38,7 @@ from ._pipeline import accounted_stage_layers as accounted_stage_layers
 from ._pipeline import chunk_layer_counts as chunk_layer_counts
 from ._pipeline import interleaving_notes as interleaving_notes
 from ._pipeline import module_list_split_offset as module_list_split_offset
+from ._pipeline import split_layers as split_layers
 from ._pipeline import uneven_chunks as uneven_chunks
 from ._pipeline import ungrouped_microbatches as ungrouped_microbatches
 from ._stages import batch_stage_counts as batch_stage_counts

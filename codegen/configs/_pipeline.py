@@ -11,7 +11,8 @@ from ._model import ModelConfig
 
 __all__ = ["accounted", "accounted_split_broken", "accounted_split_offset", "accounted_stage_layers",
            "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "interleaving_notes",
-           "module_list_split_offset", "offset_pipeline", "recompute_list_error", "slot_layers", "uneven_chunks",
+           "module_list_split_offset", "offset_pipeline", "recompute_list_error", "slot_layers", "split_layers",
+           "uneven_chunks",
            "ungrouped_microbatches"]
 
 
@@ -25,13 +26,18 @@ def accounted(model: ModelConfig) -> tuple[bool, bool]:
     return model.account_for_embedding_in_pipeline_split, model.account_for_loss_in_pipeline_split
 
 
+def split_layers(model: ModelConfig) -> int:
+    """The layers *model*'s pipeline split divides over ``p·vp`` chunks: the body and MTP layers, with the embedding
+    and the loss where its split counts them (:func:`accounted`)."""
+    return model.n_lay + model.n_mtp + sum(accounted(model))
+
+
 def uneven_chunks(model: ModelConfig, p: Any, vp: Any) -> Any:
     """Whether an interleaved pipeline's ``p·vp`` model chunks hold unequal layers (elementwise): the layers, with
     the embedding and the loss where *model*'s split counts them, do not divide by ``p·vp``. Megatron-Core builds
     a stage's chunks evenly (transformer_block.py ``get_num_layers_to_build``: a stage's layers divisible by vp)
     unless the run states a pipeline layout (``pipeline_model_parallel_layout``)."""
-    chunks = model.n_lay + model.n_mtp + sum(accounted(model))
-    return (vp > 1) & (chunks % (p * vp) != 0)
+    return (vp > 1) & (split_layers(model) % (p * vp) != 0)
 
 
 def ungrouped_microbatches(p: Any, vp: Any, m: Any) -> Any:
@@ -49,10 +55,9 @@ def interleaving_notes(model: ModelConfig, layout: Layout) -> tuple[str, ...]:
     p, vp, m = layout.p, layout.vp, layout.m
     notes = []
     if layout.offset is None and uneven_chunks(model, p, vp):
-        chunks = model.n_lay + model.n_mtp + sum(accounted(model))
-        notes.append(f"{chunks} layers do not fill p·vp = {p * vp} model chunks evenly: Megatron-Core builds such "
-                     f"chunks only from a stated pipeline layout (pipeline_model_parallel_layout), and the bubble is "
-                     f"priced as for equal chunks")
+        notes.append(f"{split_layers(model)} layers do not fill p·vp = {p * vp} model chunks evenly: Megatron-Core "
+                     f"builds such chunks only from a stated pipeline layout (pipeline_model_parallel_layout), and "
+                     f"the bubble is priced as for equal chunks")
     if m < p and vp > 1:
         notes.append(f"m = {m} micro-batches are fewer than p = {p} stages: Megatron-Core's interleaved schedule "
                      f"refuses them (its micro-batch groups hold p to m)")

@@ -38,7 +38,7 @@ import numpy as np
 
 from symbolic.vocabulary import RECOMPUTE_MODES, SEARCH_KEYS, layout_key
 
-from ..configs import (LayoutBatch, LayoutError, ModelConfig, accounted, layout_violations, uneven_chunks,
+from ..configs import (LayoutBatch, LayoutError, ModelConfig, layout_violations, split_layers, uneven_chunks,
                        ungrouped_microbatches)
 from ..pricing.chunks import Chunk, Setting, distinct_sorted
 from ..runtime.inputs import DEVICES_MAX, InputError, flag, int_array, whole
@@ -183,7 +183,7 @@ class SearchSpace:
         # applied here so that the grid holds no (p, vp) pair they reject).
         vp = self._candidates("vp", np.arange(1, total_layers + 1, dtype=np.int64))
         # (the chunks of Megatron-Core's accounted split are the layers plus the embedding and the loss it counts)
-        chunks = total_layers + sum(accounted(model))
+        chunks = split_layers(model)
         pair = (pp[:, None] * vp[None, :] <= chunks) & ((vp[None, :] == 1) | (pp[:, None] > 1))
         #: Whether the search keeps to the interleaving Megatron-Core runs from the degrees alone (a policy of the
         #: search, not a layout rule: ``symcost eval`` prices the rest).
