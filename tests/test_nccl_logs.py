@@ -145,13 +145,19 @@ def test_nodes_and_ranks_from_the_text_match_the_annotations(path):
 
 
 @pytest.mark.parametrize("path", LARGE, ids=lambda p: p.stem)
-def test_rack_excerpts_read_with_their_gpus_per_node(path):
-    """Each excerpt keeps one '# Rank' line: ranks from it and the table, nodes only from --gpus-per-node."""
+def test_larger_runs_read_with_their_placement(path):
+    """A log with every rank's '# Rank' line counts its nodes by host; an excerpt keeping one (the NVL72 racks) takes
+    them from --gpus-per-node alone, its ranks from that line and the table."""
     (meta,) = _meta(path)
+    placement = {("all_reduce", int(meta["ranks"]), int(meta["nodes"]))}
     rows = _read(path, gpus_per_node=int(meta["gpus_per_node"]))
-    assert {(r.op, r.ranks, r.nodes) for r in rows} == {("all_reduce", int(meta["ranks"]), int(meta["nodes"]))}
-    with pytest.raises(InputError, match="pass --gpus-per-node"):
-        _read(path, gpus_per_node=None)
+    assert {(r.op, r.ranks, r.nodes) for r in rows} == placement
+    rank_lines = sum(line.startswith("#  Rank") for line in path.read_text(encoding="utf-8").splitlines())
+    if rank_lines == int(meta["ranks"]):
+        assert {(r.op, r.ranks, r.nodes) for r in _read(path, gpus_per_node=None)} == placement
+    else:
+        with pytest.raises(InputError, match="pass --gpus-per-node"):
+            _read(path, gpus_per_node=None)
 
 
 def test_a_rank_line_that_contradicts_the_table_is_refused():
