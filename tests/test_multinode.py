@@ -508,6 +508,14 @@ def test_calibration_on_two_and_four_nodes_predicts_eight_within_ten_percent():
     calibrated, catalog = median(eight, fit.system), median(eight, None)
     assert calibrated <= 0.10 and calibrated < catalog  # held out: the 8-node sweep was not fitted
     assert catalog <= 0.15  # the catalog system alone meets the multi-node bound at 8 nodes too
+    # Per node count of the fitted rows: 14 sizes each; on 4 nodes the catalog is far off (12.6 %), the fit close.
+    assert [(nodes, rows) for nodes, rows, _, _ in fit.by_nodes] == [(2, 14), (4, 14)]
+    (_, _, fitted_four, catalog_four), = [n for n in fit.by_nodes if n[0] == 4]
+    assert fitted_four < catalog_four / 2
+    fitted_medians = [np.median(np.abs(collectives.predicted_rows(part, {"dgx_h100": fit.system})[0] / part.time_s - 1))
+                      for part in (nccl_logs.measurements([r for r in cluster_rows if r.nodes == n], "dgx_h100")
+                                   for n in (2, 4))]
+    assert [m for _, _, m, _ in fit.by_nodes] == pytest.approx(fitted_medians, rel=1e-12)
 
 
 def test_calibration_on_two_nvl72_racks_predicts_twenty_better_than_the_catalog():
@@ -546,6 +554,7 @@ def test_calibrate_writes_a_system_file_and_never_overwrites(tmp_path, capsys, m
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "network bandwidth efficiency" in printed and "median relative error on these logs" in printed
+    assert "by node count" not in printed  # one node count: the overall median says it
     monkeypatch.setenv("SYMCOST_CATALOG", str(tmp_path))
     mine = hardware.load("mine")
     assert mine.gpu == hardware.load("dgx_h100").gpu and mine.network.efficiency is not None
@@ -561,6 +570,20 @@ def test_calibrate_writes_a_system_file_and_never_overwrites(tmp_path, capsys, m
     err = capsys.readouterr().err
     assert f"LOG {missing}: cannot read" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "z.toml").exists()
+
+
+def test_calibrate_prints_the_median_per_node_count(tmp_path, capsys):
+    # nccl-tests thread 309: 60 rows on 2 nodes, 46 on 4 (docs/time.md, the worked example of "Calibration").
+    log = str(LOGS / "nccltests_i309_h100_ib400.txt")
+    args = ["calibrate", log, "--system", "dgx_h100", "--name", "ib400", "--out", str(tmp_path / "ib400.toml"),
+            "--gpus-per-node", "8"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("median relative error by node count:")
+    rows = [line.split() for line in lines[at + 1:at + 3]]
+    assert [(r[0], r[2]) for r in rows] == [("2", "60"), ("4", "46")]
+    assert all(r[1] == "nodes," and r[5] == "calibrated," and r[7] == "catalog" for r in rows)
+    assert lines[at + 3].startswith("wrote ")
 
 
 @pytest.mark.parametrize("column", ["out-of-place", "in-place"])

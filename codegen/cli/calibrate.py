@@ -4,9 +4,9 @@ nccl-tests logs.
 Reads the logs (``codegen.validation.nccl_logs``), fits the network level's bandwidth efficiency and per-protocol hop
 latencies of *BASE* to them (``codegen.validation.calibration``: least absolute deviations on log time, nothing
 else fitted), prints what it fitted, the mean absolute deviation it minimised and the median relative error on
-the logs, each against *BASE*'s, and each constant's change, and writes a system file (``base = BASE`` with a
-``[network]`` table) for ``symcost --catalog``. An existing file is never overwritten, and a log whose ``#wrong``
-column counts errors (its collective returned wrong data) is refused.
+the logs, each against *BASE*'s (and per node count where the logs span several), and each constant's change, and
+writes a system file (``base = BASE`` with a ``[network]`` table) for ``symcost --catalog``. An existing file is
+never overwritten, and a log whose ``#wrong`` column counts errors (its collective returned wrong data) is refused.
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
           f"{fit.base_deviation:.3f} with {args.system} as the catalog has it")
     print(f"median relative error on these logs: {fit.median_rel_err:.1%} calibrated, {fit.base_median_rel_err:.1%} "
           f"with {args.system} as the catalog has it")
+    if len(fit.by_nodes) > 1:  # where the fit helps, and whether it holds as the nodes grow
+        print("median relative error by node count:")
+        for nodes, count, calibrated, catalog in fit.by_nodes:
+            print(f"  {nodes:>4} nodes, {count:>4} rows: {calibrated:6.1%} calibrated, {catalog:6.1%} catalog")
     text = fit.system_file(args.name, [os.fspath(path) for path in args.logs])
     try:
         with open(out, "x", encoding="utf-8") as handle:  # "x": never overwrite a file written meanwhile

@@ -70,6 +70,8 @@ class Calibration:
         deviation, base_deviation: mean |ln predicted − ln measured| (what the fit minimises, over the rows) with the
             fitted constants and with *base*'s.
         system: *base* with the fitted constants.
+        by_nodes: per node count of the rows, ascending: (nodes, rows, median relative error with the fitted
+            constants, with *base*'s): where a fit on few nodes helps and whether it holds as the nodes grow.
     """
 
     base: str
@@ -83,6 +85,7 @@ class Calibration:
     deviation: float
     base_deviation: float
     system: hardware.System
+    by_nodes: tuple[tuple[int, int, float, float], ...] = ()
 
     def system_file(self, name: str, sources: list[str]) -> str:
         """The TOML system file of the calibrated cluster, with where its constants came from."""
@@ -130,9 +133,17 @@ def _golden(f: Callable[[float], float], low: float, high: float, iterations: in
     return c if fc <= fd else d
 
 
-def _median_error(data: Measurements, name: str, node: hardware.System) -> float:
+def _relative_errors(data: Measurements, name: str, node: hardware.System) -> np.ndarray:
+    """|predicted − measured| / measured of every row of *data*, its system *name* priced as *node*."""
     predicted = predicted_rows(data, {name: node})[0]
-    return float(np.median(np.abs(predicted - data.time_s) / data.time_s))
+    return np.abs(predicted - data.time_s) / data.time_s
+
+
+def _by_nodes(data: Measurements, fitted: np.ndarray, base: np.ndarray) -> tuple[tuple[int, int, float, float], ...]:
+    """(nodes, rows, median of *fitted*, median of *base*) per node count of *data*'s rows (a one-node table: one)."""
+    nodes = data.clusters.nodes if data.clusters is not None else np.ones(data.time_s.shape, dtype=np.int64)
+    return tuple((int(n), int(np.sum(nodes == n)), float(np.median(fitted[nodes == n])),
+                  float(np.median(base[nodes == n]))) for n in np.unique(nodes))
 
 
 def calibrate(data: Measurements, base: str) -> Calibration:
@@ -188,8 +199,10 @@ def calibrate(data: Measurements, base: str) -> Calibration:
         if loss(eff, {**lat, p: base_latency[p]}) <= loss(eff, lat):
             lat[p] = base_latency[p]
     fitted = _trial(node, eff, lat)
+    errors, base_errors = _relative_errors(data, base, fitted), _relative_errors(data, base, node)
     return Calibration(base=base, efficiency=eff, latency_s=dict(lat), base_efficiency=base_efficiency,
                        base_latency_s=base_latency,
-                       rows=len(data.time_s), median_rel_err=_median_error(data, base, fitted),
-                       base_median_rel_err=_median_error(data, base, node), deviation=loss(eff, lat) / len(measured),
-                       base_deviation=loss(base_efficiency, base_latency) / len(measured), system=fitted)
+                       rows=len(data.time_s), median_rel_err=float(np.median(errors)),
+                       base_median_rel_err=float(np.median(base_errors)), deviation=loss(eff, lat) / len(measured),
+                       base_deviation=loss(base_efficiency, base_latency) / len(measured), system=fitted,
+                       by_nodes=_by_nodes(data, errors, base_errors))
