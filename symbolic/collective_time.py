@@ -409,7 +409,14 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
     step on only whole, at both ends of a hop (src/transport/net.cc: the sending proxy posts a step the GPU has
     written, the receiving GPU reads one the proxy reports arrived), so the last loop ends ``2 log2(nodes)`` loop
     times after the bytes' own time, at the same bus bandwidth: ``2 log2(nodes) · min(size, loop)`` more bytes. The
-    NVLink stages of a loop (scatter, NVLS reduce, multicast, gather) run on faster links and are not counted.
+    NVLink stages of a loop (scatter, NVLS reduce, multicast, gather) run on faster links and are not counted in
+    that fill. Nor do the bytes move faster than the node's own NVLS all-reduce moves them (``_nvls_algbw`` over its
+    ``q`` ranks): NVLS-tree runs that all-reduce's scatter, NVLink SHARP reduce, multicast and gather in full on
+    every node (src/device/all_reduce.h, ``RunWorkColl<…, NCCL_ALGO_NVLS_TREE, …>``: scatter and gather warps over
+    ``nvls->up``, reduce and broadcast warps over ``nvls->down``, as ``NCCL_ALGO_NVLS`` runs them, with the tree's
+    network hops between), where the tuner's ``min(intraBw, interBw, cap)`` can exceed it (``interBw`` doubled on two
+    nodes, ``intraBw`` with NVLS-tree's own channels), so the time takes the lower of the two algorithm bandwidths.
+    The price keeps the tuner's figure.
     """
     channels = q
     speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(q - 1, 1))
@@ -424,13 +431,16 @@ def _nvls_tree_time(size: sympy.Expr, n: sympy.Expr, q: sympy.Expr, nodes: sympy
                       (size, True))
     if fill:
         moved = moved + 2 * sympy.log(nodes, 2) * Min(size, _nvls_tree_loop(size, q, nodes))
-    time = latency + moved * _nsteps("all_reduce", n) / (n * bus)
+        # Algorithm bandwidth no higher than the node's own NVLS all-reduce over its q ranks reaches.
+        time = latency + moved / Min(n * bus / _nsteps("all_reduce", n), _nvls_algbw("all_reduce", q))
+    else:
+        time = latency + moved * _nsteps("all_reduce", n) / (n * bus)
     available = sympy.And(_sym("nvls") > 0, nodes > 1, q > 1)
     return Piecewise((time, available), (_MANY, True))
 
 
-def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
-    """Seconds on NVLink SHARP inside one node; ``oo`` where NVLS is not available.
+def _nvls_algbw(op: str, n: sympy.Expr) -> sympy.Expr:
+    """Algorithm bandwidth (bytes/s) of *op* on NVLink SHARP over *n* ranks of one node.
 
     tuning.cc: the NVLS graph has one channel per rank (search.cc: minChannels = maxChannels =
     ranks on one node) at speed ``s``; ``intraBw = s · nvlsEfficiency · (n − 1)/n``, times 2 for
@@ -442,10 +452,14 @@ def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> s
     speed = Min(_sym("nvls_channel_max_bw_bytes_per_s"), _sym("nvlink_nccl_bw_bytes_per_s") / sympy.Max(n - 1, 1))
     intra = speed * _sym("nvls_efficiency") * (n - 1) / n
     if op == "all_reduce":
-        move = size * _nsteps(op, n) / (n * n * Min(2 * intra, speed))
-    else:
-        move = size / (n * Min(intra * (n - 1) / n, speed))
-    time = _sym("hop_nvlink_nvls_s") + move
+        return n * n * Min(2 * intra, speed) / _nsteps(op, n)
+    return n * Min(intra * (n - 1) / n, speed)
+
+
+def _nvls_time(op: str, size: sympy.Expr, n: sympy.Expr, nodes: sympy.Expr) -> sympy.Expr:
+    """Seconds on NVLink SHARP inside one node (its latency and :func:`_nvls_algbw`); ``oo`` where NVLS is not
+    available."""
+    time = _sym("hop_nvlink_nvls_s") + size / _nvls_algbw(op, n)
     available = sympy.And(_sym("nvls") > 0, n > 1, nodes < 2)
     return Piecewise((time, available), (_MANY, True))
 
