@@ -61,6 +61,18 @@ def test_nvls_tree_on_two_h100_nodes_is_tuning_cc_by_hand():
     assert abs(float(p.time_s) / 68652e-6 - 1) < 0.05
 
 
+@pytest.mark.parametrize("system, per_node", [("dgx_h100", 8), ("dgx_b200", 8), ("gb200_nvl72", 64),
+                                              ("gb300_nvl72", 72)])
+def test_nvls_tree_is_no_faster_than_one_nodes_nvls(system, per_node):
+    # NVLS-tree runs the node's NVLS all-reduce in full on every node, the network between: at every size and node
+    # count its time is at least one node's NVLS all-reduce of the same bytes over the same ranks per node.
+    sizes = 2.0 ** np.arange(20, 35)
+    one = collectives.predict(system, "all_reduce", per_node, sizes, algorithms={"nvls"})
+    for nodes in (2, 4, 16):
+        many = collectives.predict(system, "all_reduce", per_node * nodes, sizes, gpus_per_node=per_node)
+        assert np.all(many.candidates["nvlstree_simple"] >= one.time_s)
+
+
 @pytest.mark.parametrize("ranks, size, chunk", [
     (16, 2.0 ** 30, 131072),   # 2 nodes: NCCL_NVLS_CHUNKSIZE; 1 GiB holds 64 loops of 16 MiB
     (16, 2.0 ** 25, 65536),    # fewer than 4 chunks of 128 KiB a channel and head (64 MiB): halved to 64 KiB
