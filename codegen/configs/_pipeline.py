@@ -12,8 +12,7 @@ from ._model import ModelConfig
 __all__ = ["accounted", "accounted_split_broken", "accounted_split_offset", "accounted_stage_layers",
            "chunk_layer_counts", "even_split_leaves_empty", "full_recompute_per_stage", "interleaving_notes",
            "module_list_split_offset", "offset_pipeline", "recompute_list_error", "slot_layers", "split_layers",
-           "uneven_chunks",
-           "ungrouped_microbatches"]
+           "uneven_chunks", "ungrouped_microbatches"]
 
 
 def even_split_leaves_empty(total: int, p: Any, vp: Any) -> Any:
