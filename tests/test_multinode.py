@@ -18,6 +18,7 @@ import pytest
 import hardware
 from codegen.cli import main
 from codegen.configs import LayoutBatch, parse_layout
+from codegen.pricing.engine import term_arguments, term_function
 from codegen.pricing.time import TimePricer
 from codegen.validation import collectives, nccl_logs
 from codegen.validation.calibration import calibrate
@@ -705,3 +706,48 @@ def test_a_rows_nccl_version_leaves_out_the_algorithms_its_nccl_did_not_have(tmp
     assert main(["validate", "collectives", "--data", str(table)]) == 2
     assert capsys.readouterr().err.strip().endswith(
         "versions.csv line 2, column nccl_version: 'two' is no NCCL version (MAJOR.MINOR[.PATCH], e.g. 2.18.3)")
+
+
+def test_a_node_running_fewer_ranks_drives_only_their_nics(capsys):
+    """NCCL reaches the network through the NICs of the GPUs its ranks run on (collectives.nics_in_use): one rank on
+    each DGX H100 node drives that GPU's one 400 Gb/s NIC, so its bus bandwidth cannot pass that NIC's 50 GB/s
+    (the datasheet's peak), as the time family prices a data-parallel group of one rank per node."""
+    h100 = hardware.load("dgx_h100")
+    assert main(["collective", "all_reduce", "--system", "dgx_h100", "--ranks", "4", "--ranks-per-node", "1",
+                 "--bytes", "1GiB", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["placement"] == {"ranks_per_node": 1, "nodes": 4, "nics_used": 1}
+    assert record["busbw_GBps"] * 1e9 <= h100.nic_bandwidth_bytes_per_s == 50e9
+    # The time family's placement of a data-parallel group of t=8, d=4 (one rank per node, 8 ranks apart): one NIC.
+    node = {"gpus_per_node": h100.devices_per_node, "nics_per_node": h100.nics_per_node, "group_size": 4,
+            "group_stride": 8}
+    assert [float(term_function(f"placement_group_{key}_count")(
+        **{a: node[a] for a in term_arguments(f"placement_group_{key}_count")}))
+        for key in ("ranks_per_node", "nodes", "nics_used")] == [1.0, 4.0, 1.0]
+    # NICs fewer than GPUs (AWS P4: 4 EFA NICs for 8 GPUs) leave a lone rank the one NIC it shares; more NICs than
+    # GPUs (AWS P5: 32) give it its four; an NVL72 rack running 64 of its 72 GPUs drives their 64 NICs.
+    assert [collectives.nics_in_use(hardware.load(name), g) for name, g in (
+        ("aws_p4de", 1), ("aws_p4de", 4), ("aws_p5", 1), ("aws_p5", 8), ("gb200_nvl72", 64))] == [1, 2, 4, 32, 64]
+    two = collectives.predict("dgx_h100", "all_reduce", 8, 2.0 ** 30, gpus_per_node=2)
+    assert float(two.placement["nics_used"]) == 2 and float(two.busbw_bytes_per_s) <= 2 * 50e9
+
+
+def test_a_log_of_one_gpu_per_node_is_priced_on_that_gpus_nic():
+    # nccl-tests on 4 hosts with one GPU each (host names on the rank lines), read as a dgx_h100 cluster: priced as
+    # predict prices 4 ranks of one per node, on one NIC each.
+    rank = "#  Rank {r:2d} Group  0 Pid {p:6d} on {host:>10} device  0 [0x1b] NVIDIA H100 80GB HBM3"
+    header = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw "
+              "  busbw #wrong")
+    sizes = (2 ** 28, 2 ** 30)
+    text = "\n".join(["# nThread 1 nGpus 1 minBytes 268435456 maxBytes 1073741824 step: 4(factor) warmup iters: 5",
+                      "#", "# Using devices"] + [rank.format(r=r, p=100 + r, host=f"node{r}") for r in range(4)]
+                     + ["#", "NCCL version 2.21.5+cuda12.4", header]
+                     + [f"{s:>12} {s // 4:>12}     float     sum      -1  {s / 40e3:8.1f}  1.00  1.50      0"
+                        f"  {s / 40e3:8.1f}  1.00  1.50      0" for s in sizes]
+                     + ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.5"])
+    rows = nccl_logs.parse_log(text, "one_gpu_per_node.log")
+    assert {(r.ranks, r.nodes, r.gpus_per_node) for r in rows} == {(4, 4, 1)}
+    data = nccl_logs.measurements(rows, "dgx_h100")
+    want = collectives.predict("dgx_h100", "all_reduce", 4, np.array(sizes, dtype=float), "float", gpus_per_node=1)
+    np.testing.assert_allclose(collectives.predicted_times(data), want.time_s, rtol=1e-12)
+    assert float(want.placement["nics_used"]) == 1

@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ranks-per-node", type=ranks_count, default=None, dest="ranks_per_node", metavar="N",
                    help="ranks of the communicator on each node (default: the node's GPUs); 1 for a group with one "
                         "rank per node, such as a data-parallel group across nodes of tensor-parallel 8 (NCCL may "
-                        "then run PAT)")
+                        "then run PAT); a node drives the NICs of its ranks' GPUs only")
     p.add_argument("--bytes", required=True, dest="size", help="nccl-tests size S, e.g. 512, 4M, 1GiB, 1GB")
     p.add_argument("--dtype", default=None,
                    help="data type (nccl-tests -d name: half, bfloat16, float, int8, ...); 8-bit types rule out "

@@ -19,8 +19,9 @@ an optional ``nccl_version`` leaves out the algorithms its NCCL did not have yet
 2.18, PAT before 2.23). An optional ``nvlink_domain_gpus`` states the GPUs that share one NVLink domain (blank, or
 no such column: the catalog node's, ``gpus_per_node`` times the hosts its NVLink domain spans,
 ``System.hosts_per_node``): where it holds several hosts (a GB200 NVL72 rack of 18 trays of 4 GPUs), the hosts of
-one domain are one node to NCCL (multi-node NVLink) and to the model, their NICs together its NICs. Their groups
-are (system, transport, nodes, op, band), ``nodes`` the hosts as the table counts them.
+one domain are one node to NCCL (multi-node NVLink) and to the model, their NICs together its NICs. A node that runs
+fewer ranks than it holds drives the NICs of its ranks' GPUs (``nics_in_use``). Their groups are (system, transport,
+nodes, op, band), ``nodes`` the hosts as the table counts them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .clusters import cluster, cluster_of, nccl_settings, nccl_version_algorithm
 from .csvfile import DATA_DIR, Table, read_table
 
 __all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements",
-           "Prediction", "curves", "groups_json", "load_measurements", "overall", "predict", "predicted_rows",
+           "Prediction", "curves", "groups_json", "load_measurements", "nics_in_use", "overall", "predict", "predicted_rows",
            "predicted_times", "validate"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
@@ -133,13 +134,29 @@ class Prediction:
     placement: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+def nics_in_use(system: hardware.System, gpus_per_node: int) -> int:
+    """The NICs of one *system* node that a run of *gpus_per_node* ranks on it drives: those of its GPUs in use,
+    ``nics_per_node × gpus_per_node / devices_per_node`` rounded down, at least one.
+
+    NCCL builds a node's topology from the GPUs of the communicator's ranks on it (src/graph/topo.cc: the XML of
+    the ranks of one host, fused) and lists a GPU's NICs nearest first (src/graph/search.cc, ncclTopoSelectNets): a
+    NIC past the GPU's own PCIe switch is reached through that GPU's one PCIe link, or through a peer GPU (PXN) only
+    where the peer is a rank of the communicator. On a rail-optimised node (one NIC per GPU, DGX/HGX) a node
+    running one rank drives one NIC's worth, not the eight the node holds; where NICs are fewer than GPUs (AWS
+    P4: 4 EFA NICs for 8 GPUs) a rank keeps the one it shares.
+    """
+    return max(1, system.nics_per_node * gpus_per_node // system.devices_per_node)
+
+
 def group_values(system: hardware.System, ranks: object, msg_bytes: object,
                  gpus_per_node: int | None = None) -> dict[str, object]:
     """Every input of the collective formulas for a group of *ranks* consecutive ranks on *system*, its nodes
-    holding *gpus_per_node* of them (``None``: the system's node size)."""
+    holding *gpus_per_node* of them (``None``: the system's node size) and driving those GPUs' NICs
+    (:func:`nics_in_use`)."""
     base = hardware.time_bindings(system)
     if gpus_per_node is not None:
         base["gpus_per_node"] = gpus_per_node
+        base["nics_per_node"] = nics_in_use(system, gpus_per_node)
     n = np.asarray(ranks, dtype=float)
     values: dict[str, object] = dict(base, msg_bytes=np.asarray(msg_bytes, dtype=float), ranks=n,
                                      group_size=n, group_stride=1.0)
@@ -157,12 +174,12 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
     *dtype* (nccl-tests' ``-d`` name, ``None`` = unknown): an all-reduce or reduce-scatter of a type NVLS
     cannot reduce (``nvls_reduces``: 8-bit types) gets no NVLS candidate, as NCCL's enqueue does.
     *algorithms*, *protocols*: what ``NCCL_ALGO`` / ``NCCL_PROTO`` enable (``codegen.pricing.collective.allowed``),
-    within what the system's transport runs (``hardware.transport``); ``None`` = NCCL's choice.
-    *gpus_per_node*: ranks per node when the run used fewer GPUs of each node than it has. *top_k*: for the expert
-    dispatch (``EP_DISPATCH``, whose S is the NCCL all-to-all's, *top_k* copies of each token) the experts each token
-    is routed to; read by no other op. *nccl_version* (as nccl-tests prints it; ``""``: the current NCCL): the
-    algorithms its release did not have are left out (``clusters.nccl_version_algorithms``), and before 2.29 NVLS-tree
-    takes no medium-size correction.
+    within what the system's transport runs (``hardware.transport``); ``None`` = NCCL's choice. *gpus_per_node*:
+    ranks per node when the run used fewer GPUs of each node than it has (each node then driving its ranks' NICs,
+    :func:`nics_in_use`). *top_k*: for the expert dispatch (``EP_DISPATCH``, whose S is the NCCL all-to-all's,
+    *top_k* copies of each token) the experts each token is routed to; read by no other op. *nccl_version* (as
+    nccl-tests prints it; ``""``: the current NCCL): the algorithms its release did not have are left out
+    (``clusters.nccl_version_algorithms``), and before 2.29 NVLS-tree takes no medium-size correction.
 
     Raises:
         ValueError: an unknown op or dtype, a rank count below 2 or above 2**30, a size not > 0 or above 2**53
@@ -266,15 +283,16 @@ class Clusters:
     nccl_version: np.ndarray | None = None
 
     def nccl_nodes(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, the ranks and the NICs of one node as NCCL sees it: a host, or, where an NVLink domain spans
-        several hosts (multi-node NVLink), the domain's hosts in use together (the hosts split evenly over the
-        domains they fill, which the reader checks)."""
+        """Per row, the ranks of one node as NCCL sees it and the NICs that node has: a host, or, where an NVLink
+        domain spans several hosts (multi-node NVLink), the domain's hosts in use together (the hosts split evenly
+        over the domains they fill, which the reader checks) and every host's NICs (:func:`predict` drives those
+        of the GPUs in use, :func:`nics_in_use`)."""
         if self.nvlink_domain_gpus is None:
             return self.gpus_per_node, self.nics_per_node
         hosts = self.nvlink_domain_gpus // self.gpus_per_node  # hosts a domain holds
         domains = -(-self.nodes // hosts)
         in_domain = self.nodes // domains  # hosts of one domain in use
-        return in_domain * self.gpus_per_node, in_domain * self.nics_per_node
+        return in_domain * self.gpus_per_node, hosts * self.nics_per_node
 
 
 def _system_name(name: str) -> str:
