@@ -449,7 +449,8 @@ def test_hosts_of_one_nvlink_domain_are_one_node(tmp_path, capsys):
     assert int(two_racks.placement["nodes"]) == 2
     assert predicted[1] == pytest.approx(float(two_racks.time_s), rel=1e-12)
     assert predicted[3] == pytest.approx(float(two_racks.time_s), rel=1e-12)  # the same, counted in racks
-    trays = collectives.predict(cluster("gb200_nvl72", "ib", 4, 400.0), "all_reduce", 8, size, gpus_per_node=4)
+    trays = collectives.predict(cluster("gb200_nvl72", "ib", 4, 400.0), "all_reduce", 8, size, gpus_per_node=4,
+                                nics=4)  # a tray's own four NICs, as the table counts them
     assert int(trays.placement["nodes"]) == 2 and predicted[2] == pytest.approx(float(trays.time_s), rel=1e-12)
     assert predicted[2] > predicted[0]  # across the network, not NVLink alone
     # A domain that is no whole number of hosts, larger than the catalog's NVLink domain, or hosts that do not
@@ -751,3 +752,15 @@ def test_a_log_of_one_gpu_per_node_is_priced_on_that_gpus_nic():
     want = collectives.predict("dgx_h100", "all_reduce", 4, np.array(sizes, dtype=float), "float", gpus_per_node=1)
     np.testing.assert_allclose(collectives.predicted_times(data), want.time_s, rtol=1e-12)
     assert float(want.placement["nics_used"]) == 1
+
+
+def test_predict_takes_the_nics_a_caller_counts():
+    # A multi-node NVLink domain's hosts in use together (64 of an NVL72 rack's trays' GPUs): the reader counts their
+    # NICs itself; predict takes them as given, and refuses a count that is no whole number of NICs.
+    rack = hardware.load("gb200_nvl72")
+    given = collectives.predict(rack, "all_reduce", 128, 2.0 ** 30, gpus_per_node=64, nics=64)
+    assert float(given.placement["nics_used"]) == 64
+    assert float(given.time_s) == float(collectives.predict(rack, "all_reduce", 128, 2.0 ** 30, gpus_per_node=64).time_s)
+    for bad in (0, -1, 2.5, True, 2 ** 31):
+        with pytest.raises(ValueError, match=r"^nics: a whole number of NICs from 1 to 2\*\*30, got "):
+            collectives.predict(rack, "all_reduce", 128, 2.0 ** 30, gpus_per_node=64, nics=bad)

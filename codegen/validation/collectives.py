@@ -149,14 +149,16 @@ def nics_in_use(system: hardware.System, gpus_per_node: int) -> int:
 
 
 def group_values(system: hardware.System, ranks: object, msg_bytes: object,
-                 gpus_per_node: int | None = None) -> dict[str, object]:
+                 gpus_per_node: int | None = None, nics: int | None = None) -> dict[str, object]:
     """Every input of the collective formulas for a group of *ranks* consecutive ranks on *system*, its nodes
-    holding *gpus_per_node* of them (``None``: the system's node size) and driving those GPUs' NICs
-    (:func:`nics_in_use`)."""
+    holding *gpus_per_node* of them (``None``: the system's node size) and driving *nics* NICs each (``None``:
+    those GPUs' NICs, :func:`nics_in_use`)."""
     base = hardware.time_bindings(system)
     if gpus_per_node is not None:
         base["gpus_per_node"] = gpus_per_node
         base["nics_per_node"] = nics_in_use(system, gpus_per_node)
+    if nics is not None:
+        base["nics_per_node"] = nics
     n = np.asarray(ranks, dtype=float)
     values: dict[str, object] = dict(base, msg_bytes=np.asarray(msg_bytes, dtype=float), ranks=n,
                                      group_size=n, group_stride=1.0)
@@ -168,23 +170,25 @@ def group_values(system: hardware.System, ranks: object, msg_bytes: object,
 def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: object,
             dtype: str | None = None, *, algorithms: Iterable[str] | None = None,
             protocols: Iterable[str] | None = None, gpus_per_node: int | None = None,
-            top_k: int | None = None, nccl_version: str = "") -> Prediction:
+            top_k: int | None = None, nccl_version: str = "", nics: int | None = None) -> Prediction:
     """Predicted time of *op* over *ranks* consecutive ranks of *system* for nccl-tests size *msg_bytes*.
 
     *dtype* (nccl-tests' ``-d`` name, ``None`` = unknown): an all-reduce or reduce-scatter of a type NVLS
     cannot reduce (``nvls_reduces``: 8-bit types) gets no NVLS candidate, as NCCL's enqueue does.
     *algorithms*, *protocols*: what ``NCCL_ALGO`` / ``NCCL_PROTO`` enable (``codegen.pricing.collective.allowed``),
     within what the system's transport runs (``hardware.transport``); ``None`` = NCCL's choice. *gpus_per_node*:
-    ranks per node when the run used fewer GPUs of each node than it has (each node then driving its ranks' NICs,
-    :func:`nics_in_use`). *top_k*: for the expert dispatch (``EP_DISPATCH``, whose S is the NCCL all-to-all's,
-    *top_k* copies of each token) the experts each token is routed to; read by no other op. *nccl_version* (as
-    nccl-tests prints it; ``""``: the current NCCL): the algorithms its release did not have are left out
-    (``clusters.nccl_version_algorithms``), and before 2.29 NVLS-tree takes no medium-size correction.
+    ranks per node when the run used fewer GPUs of each node than it has, each node then driving its ranks' NICs
+    (:func:`nics_in_use`). *nics*: the NICs one node drives, where the caller counts them itself (the hosts of a
+    multi-node NVLink domain in use together). *top_k*: for the expert dispatch (``EP_DISPATCH``, whose S is the
+    NCCL all-to-all's, *top_k* copies of each token) the experts each token is routed to; read by no other op.
+    *nccl_version* (as nccl-tests prints it; ``""``: the current NCCL): the algorithms its release did not have are
+    left out (``clusters.nccl_version_algorithms``), and before 2.29 NVLS-tree takes no medium-size correction.
 
     Raises:
         ValueError: an unknown op or dtype, a rank count below 2 or above 2**30, a size not > 0 or above 2**53
             (naming the field and value), a *top_k* missing for the expert dispatch, given for another op or not a
-            whole number from 1 to 1024, or a system without the GPU facts the time model needs.
+            whole number from 1 to 1024, *nics* not a whole number from 1 to 2**30, or a system without the GPU
+            facts the time model needs.
     """
     op = _op(op)
     if (op == EP_DISPATCH) != (top_k is not None):
@@ -207,7 +211,10 @@ def predict(system: str | hardware.System, op: str, ranks: object, msg_bytes: ob
                                       or not 1 <= gpus_per_node <= sys_.devices_per_node):
         raise ValueError(f"gpus_per_node: a whole number from 1 to {sys_.devices_per_node} (a {sys_.name} node), "
                          f"got {gpus_per_node!r}")
-    values = group_values(sys_, n, size, gpus_per_node)
+    if nics is not None and (isinstance(nics, bool) or not isinstance(nics, (int, np.integer))
+                             or not 1 <= nics <= DEVICES_MAX):
+        raise ValueError(f"nics: a whole number of NICs from 1 to 2**{_log2(DEVICES_MAX)}, got {nics!r}")
+    values = group_values(sys_, n, size, gpus_per_node, nics)
     if top_k is not None:  # (the expert dispatch: no routing groups here, every node reachable)
         values.update(n_chosen_exp=float(top_k), n_route_groups=1.0, n_route_groups_topk=1.0)
     if op in _REDUCING and not reduces:
@@ -283,16 +290,15 @@ class Clusters:
     nccl_version: np.ndarray | None = None
 
     def nccl_nodes(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, the ranks of one node as NCCL sees it and the NICs that node has: a host, or, where an NVLink
-        domain spans several hosts (multi-node NVLink), the domain's hosts in use together (the hosts split evenly
-        over the domains they fill, which the reader checks) and every host's NICs (:func:`predict` drives those
-        of the GPUs in use, :func:`nics_in_use`)."""
+        """Per row, the ranks and the NICs of one node as NCCL sees it: a host, or, where an NVLink domain spans
+        several hosts (multi-node NVLink), the domain's hosts in use together (the hosts split evenly over the
+        domains they fill, which the reader checks)."""
         if self.nvlink_domain_gpus is None:
             return self.gpus_per_node, self.nics_per_node
         hosts = self.nvlink_domain_gpus // self.gpus_per_node  # hosts a domain holds
         domains = -(-self.nodes // hosts)
         in_domain = self.nodes // domains  # hosts of one domain in use
-        return in_domain * self.gpus_per_node, hosts * self.nics_per_node
+        return in_domain * self.gpus_per_node, in_domain * self.nics_per_node
 
 
 def _system_name(name: str) -> str:
@@ -476,6 +482,8 @@ def predicted_rows(data: Measurements, nodes: Mapping[str, hardware.System] | No
             options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
             options["nccl_version"] = str(c.nccl_version[first]) if c.nccl_version is not None else ""
             options["gpus_per_node"] = int(per_node[first])
+            if c.nvlink_domain_gpus is not None:  # the domain's hosts in use together: their NICs, as counted
+                options["nics"] = int(nics[first])
         else:
             if system[first] not in loaded:
                 name = str(systems[system[first]])

@@ -524,8 +524,8 @@ def measurements(rows: list[LogRow], system: str) -> Measurements:
     clusters = Clusters(nodes=np.array([r.nodes for r in rows], dtype=np.int64),
                         gpus_per_node=np.array([r.gpus_per_node for r in rows], dtype=np.int64),
                         transport=np.full(n, node.network.transport or "ib", dtype=object),
-                        nics_per_node=np.array([node.nics_per_node // hosts if r.gpus_per_node <= per_host
-                                                else node.nics_per_node for r in rows], dtype=np.int64),
+                        nics_per_node=np.array([max(1, node.nics_per_node * r.gpus_per_node // node.devices_per_node)
+                                                if hosts > 1 else node.nics_per_node for r in rows], dtype=np.int64),
                         nic_gbps=np.full(n, gbps), nccl_env=np.array([r.nccl_env for r in rows], dtype=object),
                         nccl_version=np.array([r.nccl_version for r in rows], dtype=object),
                         nvlink_domain_gpus=np.array([r.gpus_per_node * (hosts if r.gpus_per_node <= per_host else 1)
