@@ -3,6 +3,7 @@
 Public API::
 
     collectives.predict(system, op, ranks, msg_bytes, ...) -> Prediction
+    collectives.nics_in_use(system, gpus_per_node) -> NICs a node of that many ranks drives
     collectives.load_measurements(path) -> Measurements
     collectives.validate(measurements) -> list[Group]
     memory.zero_table1_rows(path=None), memory.megatron_rows(path=None, settings=PAPER_SETTINGS)

@@ -44,8 +44,8 @@ from .clusters import cluster, cluster_of, nccl_settings, nccl_version_algorithm
 from .csvfile import DATA_DIR, Table, read_table
 
 __all__ = ["BAND_EDGE_BYTES", "EP_DISPATCH", "OPS", "DEFAULT_DATA", "Clusters", "Curve", "Group", "Measurements",
-           "Prediction", "curves", "groups_json", "load_measurements", "nics_in_use", "overall", "predict", "predicted_rows",
-           "predicted_times", "validate"]
+           "Prediction", "curves", "groups_json", "load_measurements", "nics_in_use", "overall", "predict",
+           "predicted_rows", "predicted_times", "validate"]
 
 #: Messages below 1 MiB are "small", the rest "large" (the two bands docs/time.md reports).
 BAND_EDGE_BYTES = 1 << 20
