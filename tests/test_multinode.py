@@ -733,6 +733,19 @@ def test_a_node_running_fewer_ranks_drives_only_their_nics(capsys):
     assert float(two.placement["nics_used"]) == 2 and float(two.busbw_bytes_per_s) <= 2 * 50e9
 
 
+def test_nics_in_use_grow_with_the_ranks_up_to_the_whole_node():
+    # On every catalog system with a network: at least one NIC, never more than the node's, never fewer for more
+    # ranks, all of them for a full node (the placement every shipped measurement ran).
+    for name in hardware.names():
+        system = hardware.load(name)
+        if system.gpu is None:
+            continue
+        counts = [collectives.nics_in_use(system, g) for g in range(1, system.devices_per_node + 1)]
+        assert counts[-1] == system.nics_per_node, name
+        assert all(1 <= c <= system.nics_per_node for c in counts), name
+        assert counts == sorted(counts), name
+
+
 def test_a_log_of_one_gpu_per_node_is_priced_on_that_gpus_nic():
     # nccl-tests on 4 hosts with one GPU each (host names on the rank lines), read as a dgx_h100 cluster: priced as
     # predict prices 4 ranks of one per node, on one NIC each.
