@@ -744,6 +744,13 @@ def test_nics_in_use_grow_with_the_ranks_up_to_the_whole_node():
         assert counts[-1] == system.nics_per_node, name
         assert all(1 <= c <= system.nics_per_node for c in counts), name
         assert counts == sorted(counts), name
+        # The time family's placement of a group of g members a node (members a node's g-th part apart, two
+        # nodes) drives as many, for every g that divides the node, as a layout's groups do.
+        for g in (g for g in range(1, system.devices_per_node + 1) if system.devices_per_node % g == 0):
+            node = {"gpus_per_node": system.devices_per_node, "nics_per_node": system.nics_per_node,
+                    "group_size": 2 * g, "group_stride": system.devices_per_node // g}
+            form = "placement_group_nics_used_count"
+            assert float(term_function(form)(**{a: node[a] for a in term_arguments(form)})) == counts[g - 1], (name, g)
 
 
 def test_a_log_of_one_gpu_per_node_is_priced_on_that_gpus_nic():
