@@ -430,6 +430,21 @@ def _nvl72_table(path, rows):
     return path
 
 
+def test_a_one_host_node_in_a_table_of_domains_drives_its_ranks_nics(tmp_path):
+    # A table with GB200 rows stating their NVLink domains and a DGX H100 row of 4 of its 8 GPUs a node: the DGX
+    # row is priced on its 4 ranks' NICs, as alone in a table without domains; the GB200 row as before.
+    size = 2.0 ** 28
+    table = _nvl72_table(tmp_path / "mixed.csv", [(2, 4, 4, 72, int(size))])
+    table.write_text(table.read_text(encoding="utf-8")
+                     + f"dgx_h100,all_reduce,float,8,2,4,8,400,ib,,{int(size)},100.0\n", encoding="utf-8")
+    predicted, _ = collectives.predicted_rows(collectives.load_measurements(table))
+    dgx = collectives.predict(cluster("dgx_h100", "ib", 8, 400.0), "all_reduce", 8, size, gpus_per_node=4)
+    assert float(dgx.placement["nics_used"]) == 4
+    assert predicted[1] == pytest.approx(float(dgx.time_s), rel=1e-12)
+    assert predicted[0] == pytest.approx(float(collectives.predict(hardware.load("gb200_nvl72"), "all_reduce", 8,
+                                                                   size).time_s), rel=1e-12)
+
+
 def test_hosts_of_one_nvlink_domain_are_one_node(tmp_path, capsys):
     # GB200 NVL72: 18 trays (hosts) of 4 GPUs share one NVLink domain of 72; NCCL (multi-node NVLink) sees the
     # trays of a rack as one node. Two trays are 8 GPUs on NVLink alone (stated, or blank: the catalog's domain);

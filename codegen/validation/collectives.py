@@ -482,7 +482,9 @@ def predicted_rows(data: Measurements, nodes: Mapping[str, hardware.System] | No
             options["algorithms"], options["protocols"] = nccl_settings(str(c.nccl_env[first]))
             options["nccl_version"] = str(c.nccl_version[first]) if c.nccl_version is not None else ""
             options["gpus_per_node"] = int(per_node[first])
-            if c.nvlink_domain_gpus is not None:  # the domain's hosts in use together: their NICs, as counted
+            if c.nvlink_domain_gpus is not None and sys_.hosts_per_node > 1:
+                # An NVLink domain of several hosts (NVL72 trays): its hosts in use together, their NICs as the
+                # table counts them; a node of one host drives its ranks' NICs (predict, nics_in_use).
                 options["nics"] = int(nics[first])
         else:
             if system[first] not in loaded:
