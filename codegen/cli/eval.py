@@ -133,6 +133,9 @@ def add_memory_options(p: argparse.ArgumentParser, needs: str) -> None:
 #: Every memory option (``add_memory_options``), in the order a message names the first one given; the recompute
 #: modules are a setting of ``eval --cost step-time`` too.
 MEMORY_OPTIONS = (*MEMORY_AMOUNTS, "--no-flash-attention", "--zero-level", "--bf16-weights", "--recompute-modules")
+#: The memory settings no communication cost reads (``--bf16-weights`` is read by both: the width the data-parallel
+#: ranks gather the weights at).
+MEMORY_ONLY_OPTIONS = tuple(o for o in MEMORY_OPTIONS if o != "--bf16-weights")
 
 
 def given_options(args: argparse.Namespace, options: Iterable[str]) -> list[str]:
@@ -461,7 +464,7 @@ def check_applies(args: argparse.Namespace) -> None:
     if run is not None:
         if getattr(args, "memory", False):
             raise ValueError(f"--memory: prints with the original convention only; drop {run} or --memory")
-        refuse_options(args, [o for o in MEMORY_OPTIONS if o != "--bf16-weights"],
+        refuse_options(args, MEMORY_ONLY_OPTIONS,
                        f"a memory setting (read with --memory, under the original convention only); {run} does not "
                        f"read it: drop it")
         refuse_options(args, ("--ttype", "--with-recomp"), f"a setting of the original convention; {run} does not "

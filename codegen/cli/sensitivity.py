@@ -33,7 +33,7 @@ from . import COMMANDS
 from ..configs import ModelConfig, load_model, model_names
 from ..runtime.inputs import finite, json_text
 from ._output import PLOT_FORMATS, create, new_file, pyplot
-from .eval import (MEMORY_OPTIONS, UNITS, accounted_model, add_memory_options, add_pipeline_split_options,
+from .eval import (MEMORY_ONLY_OPTIONS, UNITS, accounted_model, add_memory_options, add_pipeline_split_options,
                    gathered_model, memory_settings, refuse_options, run_layout)
 from ..pricing.sensitivity import (Sensitivity, Settings, TimeSensitivity, check_degrees, objective_curve,
                                    sensitivity, time_sensitivity)
@@ -134,7 +134,7 @@ def _run_time(args: argparse.Namespace) -> int:
         raise ValueError("--objective memory: applies to the volume cost only; drop it or --cost time")
     refuse_options(args, ("--ttype", "--with-recomp", "--plot"),
                    "applies to the volume cost only; --cost time does not read it: drop it or --cost time")
-    refuse_options(args, [o for o in MEMORY_OPTIONS if o != "--bf16-weights"],
+    refuse_options(args, MEMORY_ONLY_OPTIONS,
                    "a memory setting (read with --objective memory, under the volume cost); --cost time does not "
                    "read it: drop it")
     precision = args.precision or "bf16"
