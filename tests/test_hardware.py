@@ -560,6 +560,17 @@ def test_cli_show_text(capsys, name):
         assert f"  {key} = " in out
 
 
+def test_cli_show_reads_five_digit_figures_without_an_exponent(capsys):
+    """GB300's dense FP4 peak (15 PFLOP/s a GPU: the 1,080 PFLOPS of NVIDIA's GB300 NVL72 specifications over 72,
+    as the catalog states it) reads as 15,000 TFLOP/s, not 1.5e+04; a figure under 10,000 keeps its four
+    significant digits."""
+    assert main(["hardware", "show", "gb300_nvl72"]) == 0
+    out = capsys.readouterr().out
+    assert "peak dense FP4: 1.5e+16 FLOP/s (15,000 TFLOP/s)" in out
+    assert "peak dense BF16: 2.5e+15 FLOP/s (2,500 TFLOP/s)" in out and "(288 GiB)" in out
+    assert "e+04 " not in out
+
+
 def test_cli_show_text_of_a_gpu_system_has_every_figure_the_time_and_memory_models_use(capsys):
     assert main(["hardware", "show", "dgx_h100"]) == 0
     out = capsys.readouterr().out

@@ -79,15 +79,21 @@ def _optional(value: float | None, unit: str) -> str:
     return "not stated" if value is None else f"{value:g} {unit}"
 
 
+def _readable(x: float) -> str:
+    """The reading of a figure: four significant digits below 10,000, the whole number from there, thousands
+    separated, never an exponent (10,000 TFLOP/s and 1,048,576 GiB, where ``,.4g`` writes 1e+04 and 1.049e+06)."""
+    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
+
+
 def _quantity(value: float, unit: str) -> str:
     """*value* in *unit*, with the reading a person wants beside it: GB/s (1e9), KiB to GiB, TFLOP/s, us."""
     if unit == "bytes" and value >= 1024:
         exponent = min(3, int(math.log2(value) // 10))
-        return f"{value:g} bytes ({value / 2 ** (10 * exponent):,.4g} {('KiB', 'MiB', 'GiB')[exponent - 1]})"
+        return f"{value:g} bytes ({_readable(value / 2 ** (10 * exponent))} {('KiB', 'MiB', 'GiB')[exponent - 1]})"
     readable = {"bytes/s": (1e9, "GB/s"), "FLOP/s": (1e12, "TFLOP/s"), "s": (1e-6, "us")}
     if unit in readable and value:
         scale, name = readable[unit]
-        return f"{value:g} {unit} ({value / scale:,.4g} {name})"
+        return f"{value:g} {unit} ({_readable(value / scale)} {name})"
     return f"{value:g}" if unit in ("1", "") else f"{value:g} {unit}"
 
 
