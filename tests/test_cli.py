@@ -128,6 +128,27 @@ def test_eval_cost_step_time_prices_one_layout_as_the_search_does(capsys):
     assert "--device A2: the catalog entry has no [gpu] table" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [
+    ["eval", "--model", "llama2-7b", "--layout", "d=8,t=2,p=2,m=16,b=1", "--cost", "step-time", "--json"],
+    ["eval", "--model", "llama2-7b", "--layout", "d=8,t=2,p=2,m=16,b=1", "--cost", "time", "--json"],
+    ["sensitivity", "--model", "llama2-7b", "--layout", "d=8,t=2,p=2,m=16,b=1", "--cost", "time", "--json"],
+    ["derive", "--model", "llama2-7b", "--layout", "d=8,t=2,p=2,m=16,b=1"],
+])
+def test_system_is_the_same_option_as_device(argv, capsys):
+    """search, collective, validate and calibrate name the catalog system --system; eval, sensitivity and derive
+    take it under that name too, as the same option as their --device: the same output for either spelling, and
+    the one error line for a system without GPU facts."""
+    outputs = []
+    for flag in ("--device", "--system"):
+        assert main([*argv, flag, "dgx_h100"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0]
+    if "derive" not in argv:
+        assert main([*argv, "--system", "A3"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "A3" in err
+
+
 def test_eval_seq_len_is_the_layouts_s(capsys):
     """--seq-len N prices as s=N in --layout does, for the volumes and the step time alike; both at once, or a
     length not in ASCII digits, is one error line."""

@@ -96,7 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layout", default=None, help="with --model: e.g. d=32,t=4,p=8,cp=1,ep=1,m=144 (keys left out "
                                                   "keep the model file's layout)")
     p.add_argument("--fsdp", action="store_true", help="with --model: DP priced as FSDP traffic")
-    p.add_argument("--device", default=None, help="with --model: device (hardware catalog name; default A2)")
+    p.add_argument("--device", "--system", dest="device", default=None,
+                   help="with --model: the catalog system (a name or an alias; default A2); --system is the same "
+                        "option, as search, collective and validate name it")
     p.add_argument("--ttype", choices=("FLOP", "TIME"), default=None, help="with --model: FLOP (default) or TIME")
     p.add_argument("--with-recomp", action="store_true",
                    help="with --model: the total with each recomputed layer's traffic added again")

@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
     p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,cp=1,ep=1,m=144,b=1 (keys left out keep the "
                                                 "model file's own layout)")
-    p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")
+    p.add_argument("--device", "--system", dest="device", default="A2",
+                   help="the catalog system (a name or an alias) of the level model, the memory and the time costs; "
+                        "default A2; --system is the same option, as search, collective and validate name it")
     p.add_argument("--devices", help="total device count the layout must fill (d*t*cp*p)")
     p.add_argument("--recompute", help=f"{', '.join(RECOMPUTE_MODES)}, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")

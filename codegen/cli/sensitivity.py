@@ -51,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "scratch. Ranked by |elasticity|.")
     p.add_argument("--model", required=True, help=f"a bundled model ({', '.join(model_names())}) or a YAML path")
     p.add_argument("--layout", default="", help="e.g. d=32,t=4,p=8,m=144 (keys left out keep the model's layout)")
-    p.add_argument("--device", default="A2", help="device of the level model (hardware catalog name; default A2)")
+    p.add_argument("--device", "--system", dest="device", default="A2",
+                   help="the catalog system (a name or an alias) of the level model, the memory and the time costs; "
+                        "default A2; --system is the same option, as search, collective and validate name it")
     p.add_argument("--recompute", help=f"{', '.join(RECOMPUTE_MODES)}, or fully recomputed layers per stage N,N,...")
     p.add_argument("--fsdp", action="store_true", help="price DP as FSDP traffic (grad_shard_as_params)")
     p.add_argument("--with-recomp", action="store_true", help="price the recompute sums (as symcost eval)")
