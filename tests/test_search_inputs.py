@@ -65,6 +65,16 @@ def test_a_value_given_twice_is_searched_once(capsys, option, repeated, single):
     assert len(indices) == len(set(indices)) > 0  # no layout listed twice
 
 
+def test_zero_level_is_the_same_option_as_zero(capsys):
+    """eval and sensitivity name a layout's ZeRO level --zero-level; search takes the levels it tries under that
+    name too: the same top layouts as --zero, and the same one-line refusal of a level out of range."""
+    assert _json(capsys, [*SMALL, "--top", "20", "--zero-level", "0,3"]) == _json(
+        capsys, [*SMALL, "--top", "20", "--zero", "0,3"])
+    assert main([*SMALL, "--zero-level", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "must be at most 3; got 5" in err
+
+
 def test_repeated_list_values_merge_in_the_api():
     model = load_model("llama2-7b")
     spec = SearchSpec(model, 8, 16, "dgx_a100", recompute=["none", "none", "full"], zero_levels=(1, 1, 0),

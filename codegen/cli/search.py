@@ -71,8 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bound a degree, e.g. --max p=16 (repeatable; a key stated twice must have one value)")
     p.add_argument("--recompute", default=",".join(RECOMPUTE_MODES),
                    help="uniform recompute modes to try (a mode given twice is tried once)")
-    p.add_argument("--zero", default="1", help=f"ZeRO levels to try, e.g. {','.join(map(str, ZERO_LEVELS))} "
-                                               f"(default 1: optimizer states; a level given twice is tried once)")
+    p.add_argument("--zero", "--zero-level", dest="zero", default="1",
+                   help=f"ZeRO levels to try, e.g. {','.join(map(str, ZERO_LEVELS))} (default 1: optimizer states; a "
+                        f"level given twice is tried once); --zero-level is the same option, as eval and sensitivity "
+                        f"name the one level they price")
     p.add_argument("--cp-algo", default=None,
                    help="CP algorithms to try (default: the model's own); one named twice, or by a label and an "
                         "alias (ulysses,ulysses_cp), is tried once, under the first name")
