@@ -716,6 +716,30 @@ def test_a_users_catalog_folder_adds_its_systems_for_every_command(tmp_path, mon
     assert mine["top"] == bundled["top"]  # (the same facts under another name)
 
 
+def test_catalog_is_also_an_option_of_each_command(tmp_path, monkeypatch, capsys):
+    # Written after the command, beside --system, --catalog reads the same folder as before it; a folder that is
+    # not one is the same one-line error.
+    from codegen.cli import main
+
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    monkeypatch.delenv(hardware.CATALOG_ENV, raising=False)
+    folder = _user_catalog(tmp_path)
+    assert main(["hardware", "show", "my_cluster", "--catalog", str(folder)]) == 0
+    after = capsys.readouterr().out
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    assert main(["--catalog", str(folder), "hardware", "show", "my_cluster"]) == 0
+    assert capsys.readouterr().out == after
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    args = ["collective", "all_reduce", "--ranks", "16", "--ranks-per-node", "8", "--bytes", "1G", "--json"]
+    assert main([*args, "--system", "my_cluster", "--catalog", str(folder)]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    assert main([*args, "--system", "dgx_h100"]) == 0
+    assert mine["time_s"] == json.loads(capsys.readouterr().out)["time_s"]  # (the same facts under another name)
+    monkeypatch.setattr("hardware._load._ADDED", [])
+    assert main(["hardware", "list", "--catalog", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip().endswith("nowhere: not a folder of system files (<name>.toml)")
+
+
 def test_a_users_catalog_that_clashes_or_is_missing_is_one_clear_error(tmp_path, monkeypatch, capsys):
     from codegen.cli import main
 

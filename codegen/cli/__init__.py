@@ -84,9 +84,26 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     for name, help_text in COMMANDS.items():
         if commands is None or name in commands:
             importlib.import_module(f"{__name__}.{name}").register(sub)
+            _add_catalog_option(sub.choices[name])
         else:
             sub.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
+    """``--catalog DIR`` among a command's own options too (``symcost validate … --catalog DIR``, where a user
+    writes it beside ``--system``), on every parser that takes the command line's last words: the command's, or
+    each of its actions' (``hardware show``, ``validate collectives``). Its own ``dest``: a sub-command's default
+    would otherwise overwrite the folders given before the command."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not actions:
+        parser.add_argument("--catalog", action="append", dest="command_catalog", metavar="DIR",
+                            help="also read the system files of folder DIR with the bundled catalog (as "
+                                 "`symcost --catalog DIR` before the command; repeatable)")
+        return
+    for action in actions:
+        for child in dict.fromkeys(action.choices.values()):  # (a parser listed under each of its aliases once)
+            _add_catalog_option(child)
 
 
 class _GlobalOptions(argparse.ArgumentParser):
@@ -125,10 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: unrecognized arguments: {' '.join(unknown)} (see {prog} --help)", file=sys.stderr)
         return 2
     try:
-        if args.catalog:
+        folders = [*(args.catalog or ()), *(getattr(args, "command_catalog", None) or ())]
+        if folders:
             import hardware
 
-            for folder in args.catalog:
+            for folder in folders:
                 hardware.add_catalog(folder)
         return int(args.func(args) or 0)
     except BrokenPipeError:
