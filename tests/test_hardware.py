@@ -717,8 +717,8 @@ def test_a_users_catalog_folder_adds_its_systems_for_every_command(tmp_path, mon
 
 
 def test_catalog_is_also_an_option_of_each_command(tmp_path, monkeypatch, capsys):
-    # Written after the command, beside --system, --catalog reads the same folder as before it; a folder that is
-    # not one is the same one-line error.
+    # Written after the command (or its action), beside --system, --catalog reads the same folder as before it; a
+    # folder that is not one, or no folder, is one line naming the option.
     from codegen.cli import main
 
     monkeypatch.setattr("hardware._load._ADDED", [])
@@ -736,8 +736,14 @@ def test_catalog_is_also_an_option_of_each_command(tmp_path, monkeypatch, capsys
     assert main([*args, "--system", "dgx_h100"]) == 0
     assert mine["time_s"] == json.loads(capsys.readouterr().out)["time_s"]  # (the same facts under another name)
     monkeypatch.setattr("hardware._load._ADDED", [])
+    assert main(["hardware", "--catalog", str(folder), "show", "my_cluster"]) == 0  # (between command and action)
+    assert capsys.readouterr().out == after
+    monkeypatch.setattr("hardware._load._ADDED", [])
     assert main(["hardware", "list", "--catalog", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.strip().endswith("nowhere: not a folder of system files (<name>.toml)")
+    assert main(["hardware", "show", "my_cluster", "--catalog"]) == 2  # the option named, not the command lost
+    assert capsys.readouterr().err.strip() == ("symcost hardware show: error: argument --catalog: expected one "
+                                               "argument (see symcost hardware show --help)")
 
 
 def test_a_users_catalog_that_clashes_or_is_missing_is_one_clear_error(tmp_path, monkeypatch, capsys):

@@ -90,20 +90,24 @@ def build_parser(commands: Collection[str] | None = None) -> argparse.ArgumentPa
     return parser
 
 
-def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
+def _add_catalog_option(parser: argparse.ArgumentParser, depth: int = 1) -> None:
     """``--catalog DIR`` among a command's own options too (``symcost validate … --catalog DIR``, where a user
-    writes it beside ``--system``), on every parser that takes the command line's last words: the command's, or
-    each of its actions' (``hardware show``, ``validate collectives``). Its own ``dest``: a sub-command's default
-    would otherwise overwrite the folders given before the command."""
-    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not actions:
-        parser.add_argument("--catalog", action="append", dest="command_catalog", metavar="DIR",
-                            help="also read the system files of folder DIR with the bundled catalog (as "
-                                 "`symcost --catalog DIR` before the command; repeatable)")
-        return
-    for action in actions:
-        for child in dict.fromkeys(action.choices.values()):  # (a parser listed under each of its aliases once)
-            _add_catalog_option(child)
+    writes it beside ``--system``), on the command's parser and on each of its actions' (``hardware show``,
+    ``validate collectives``). Each level has its own ``dest`` (``command_catalog_<depth>``): argparse copies a
+    sub-command's defaults over its parent's values, which would drop the folders given before it."""
+    parser.add_argument("--catalog", action="append", dest=f"command_catalog_{depth}", metavar="DIR",
+                        help="also read the system files of folder DIR with the bundled catalog (as "
+                             "`symcost --catalog DIR` before the command; repeatable)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # (a parser listed under each of its aliases once)
+                _add_catalog_option(child, depth + 1)
+
+
+def _catalog_folders(args: argparse.Namespace) -> list[str]:
+    """The folders ``--catalog`` names on a parsed command line: before the command, then at each level after it."""
+    levels = sorted((int(k.rsplit("_", 1)[1]), v) for k, v in vars(args).items() if k.startswith("command_catalog_"))
+    return [*(args.catalog or ()), *(folder for _, given in levels for folder in (given or ()))]
 
 
 class _GlobalOptions(argparse.ArgumentParser):
@@ -118,7 +122,9 @@ def command_of(argv: Sequence[str]) -> str | None:
     """The sub-command *argv* names (the first word after the global options), or ``None`` if it names none or
     its global options do not parse."""
     front = _GlobalOptions(add_help=False)
-    front.add_argument("--catalog", action="append")
+    # (a value is optional here: a command's own --catalog left without its folder is that command's error to
+    # report, naming the option, not a reason to lose track of the command)
+    front.add_argument("--catalog", action="append", nargs="?")
     front.add_argument("--version", action="store_true")
     front.add_argument("command", nargs="?")
     try:
@@ -142,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: unrecognized arguments: {' '.join(unknown)} (see {prog} --help)", file=sys.stderr)
         return 2
     try:
-        folders = [*(args.catalog or ()), *(getattr(args, "command_catalog", None) or ())]
+        folders = _catalog_folders(args)
         if folders:
             import hardware
 
